@@ -1,0 +1,43 @@
+# The two commands a newcomer runs: `make demo` and `make test`. Both install first when needed.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+# Integration tests run real training subprocesses; two workers suit a 2-core machine.
+PYTEST_ARGS ?= -n 2
+
+.PHONY: install demo test lint typecheck unit integration bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev]'
+	touch $(STAMP)
+
+demo: install
+	$(BIN)/torchdoctor demo
+
+lint: install
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+
+typecheck: install
+	$(BIN)/mypy
+
+test: lint typecheck
+	$(BIN)/python -m pytest $(PYTEST_ARGS) tests
+
+unit: install
+	$(BIN)/python -m pytest tests/unit
+
+integration: install
+	$(BIN)/python -m pytest $(PYTEST_ARGS) tests/integration
+
+bench: install
+	$(BIN)/python benchmarks/overhead.py
+	$(BIN)/python benchmarks/roundtrip.py
+	$(BIN)/python benchmarks/nan_guard.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache torchdoctor-runs

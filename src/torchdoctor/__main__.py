@@ -1,0 +1,3 @@
+from torchdoctor.cli.main import entry
+
+entry()

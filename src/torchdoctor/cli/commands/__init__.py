@@ -1,0 +1,1 @@
+"""One module per verb; see torchdoctor.cli.main.COMMANDS."""

@@ -1,0 +1,31 @@
+"""`torchdoctor ENDPOINT backtrace`: every thread's stack, innermost frame first."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from torchdoctor.cli.errors import OK
+from torchdoctor.report import stacks
+from torchdoctor.report.tabular import render
+
+NAME = "backtrace"
+SUMMARY = "stacks of all threads of a live process, innermost frame first"
+TARGET = "live"
+FORMATS = False
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--format", choices=("text", "table", "json", "csv"), default="text", help="output format"
+    )
+
+
+def main(args: Any, ctx: Any) -> int:
+    _status, payload = ctx.client().request("GET", "/v1/backtrace")
+    columns, rows = payload["columns"], payload["rows"]
+    if args.format == "text":
+        ctx.print(stacks.render_text(columns, rows))
+    else:
+        ctx.print(render(columns, rows, args.format))
+    return OK

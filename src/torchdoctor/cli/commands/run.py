@@ -1,0 +1,93 @@
+"""`torchdoctor run [OPTIONS] SCRIPT ARGS...` or `run [OPTIONS] -m MODULE ARGS...`.
+
+The probe starts first; then the script runs in this process exactly as `python SCRIPT ARGS`
+would. torchdoctor's options come before the script; everything after it is the script's.
+The exit code is the script's own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from typing import Any
+
+from torchdoctor.cli.errors import CliError
+
+NAME = "run"
+SUMMARY = "run a training script (or -m module) with the probe and telemetry on"
+TARGET = "none"
+
+_VALUED = {"--run-dir", "--listen", "--token", "--hang-timeout", "--trace-every", "-m"}
+_SWITCHES = {"--guard", "--quiet", "-q", "-h", "--help"}
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    from torchdoctor.config import add_arguments
+
+    add_arguments(parser)
+    parser.add_argument("-q", "--quiet", action="store_true", help="no status line, no summary")
+    parser.add_argument("-m", dest="module", metavar="MODULE", help="run a module, as python -m")
+    parser.add_argument("script", nargs="?", help="the training script")
+    parser.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
+
+
+def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
+    """torchdoctor's options, and the script with its arguments (never parsed by us)."""
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        key = arg.partition("=")[0]
+        if key in _VALUED:
+            step = 1 if "=" in arg else 2
+            if key == "-m":
+                return argv[: i + step], argv[i + step :]
+            i += step
+        elif arg in _SWITCHES:
+            i += 1
+        elif arg.startswith("-") and arg != "-":
+            raise CliError(f"run: unknown option {arg!r} (options go before the script)")
+        else:
+            break
+    return argv[:i], argv[i:]
+
+
+def parse_argv(parser: argparse.ArgumentParser, argv: list[str]) -> Any:
+    ours, theirs = split_argv(argv)
+    args = parser.parse_args(ours)
+    if args.module is None:
+        if not theirs:
+            raise CliError("run: give a script (torchdoctor run train.py ARGS...) or -m MODULE")
+        args.script, args.args = theirs[0], theirs[1:]
+    else:
+        args.script, args.args = None, theirs
+    return args
+
+
+def main(args: Any, ctx: Any) -> int:
+    from torchdoctor import session
+    from torchdoctor.cli import script
+    from torchdoctor.config import ConfigError, from_args
+
+    try:
+        config = from_args(args)
+    except ConfigError as exc:
+        raise CliError(f"run: {exc}") from None
+    if args.script is not None and not os.path.exists(args.script):
+        raise CliError(f"run: can't open file {args.script!r}: No such file or directory")
+    probe = session.start(config)
+    if not config.quiet:
+        ctx.warn(f"torchdoctor: probing pid {probe.pid}; run directory {probe.run_dir}")
+    if args.module is not None:
+        outcome = script.run_module(args.module, args.args)
+    else:
+        outcome = script.run_script(args.script, args.args)
+    probe.crash = outcome.exception
+    probe.stop(outcome.code)
+    sys.stdout.flush()
+    if outcome.interrupted:
+        # End as an interrupted Python ends: killed by SIGINT, so shells see 130.
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    return outcome.code

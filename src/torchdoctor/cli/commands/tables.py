@@ -1,0 +1,53 @@
+"""`torchdoctor ENDPOINT tables` (or `tables RUN_DIR`): schemas, tables and their columns."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from torchdoctor.cli.errors import OK, CliError
+from torchdoctor.report.tabular import render
+
+NAME = "tables"
+SUMMARY = "list the tables and columns that SQL can use"
+TARGET = "optional"
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("source", nargs="?", help="a run directory (for a saved run)")
+    parser.add_argument("--format", choices=("text", "table", "json", "csv"), default="text")
+
+
+def main(args: Any, ctx: Any) -> int:
+    if args.source is not None:
+        from torchdoctor.store.saved import RunNotFound, SavedRun
+        from torchdoctor.store.schema import describe_tables
+
+        try:
+            tables = describe_tables(SavedRun(args.source).table_names())
+        except RunNotFound as exc:
+            raise CliError(str(exc)) from None
+    else:
+        _status, payload = ctx.client().request("GET", "/v1/tables")
+        tables = payload["tables"]
+    if args.format == "json":
+        ctx.print(json.dumps(tables, indent=2))
+    elif args.format in ("table", "csv"):
+        rows = [
+            (t["schema"], t["name"], c["name"], c["type"], c["nullable"], c["doc"])
+            for t in tables
+            for c in t["columns"]
+        ]
+        ctx.print(
+            render(["schema", "table", "column", "type", "nullable", "doc"], rows, args.format)
+        )
+    else:
+        for t in tables:
+            live = " (live: taken at query time)" if t.get("live") else ""
+            ctx.print(f"{t['schema']}.{t['name']}{live}: {t['doc']}")
+            for c in t["columns"]:
+                null = " NULL" if c["nullable"] else ""
+                doc = f"  -- {c['doc']}" if c["doc"] else ""
+                ctx.print(f"    {c['name']:<16} {c['type']}{null}{doc}")
+    return OK

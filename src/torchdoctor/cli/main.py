@@ -1,0 +1,168 @@
+"""`torchdoctor [ENDPOINT] VERB [ARGS]`: parse, dispatch to the verb's module, map errors to
+exit codes. This is the only place that turns exceptions into messages and codes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+from types import ModuleType
+from typing import Any
+
+from torchdoctor._version import __version__
+from torchdoctor.cli.errors import OK, USAGE, CliError
+
+# Every verb, in the order `torchdoctor --help` lists them. Each names a module in
+# torchdoctor.cli.commands with NAME, SUMMARY, TARGET ("live", "optional" or "none"),
+# configure(parser) and main(args, ctx) -> int. Modules are imported only when used, so
+# `explain` and `lint` start without importing torch.
+COMMANDS: tuple[str, ...] = (
+    "run",
+    "attach",
+    "backtrace",
+    "eval",
+    "query",
+    "tables",
+    "diagnoses",
+    "list",
+    "explain",
+    "lint",
+    "demo",
+)
+
+USAGE_TEXT = """\
+usage: torchdoctor [-t ENDPOINT] [ENDPOINT] VERB [ARGS...]
+
+ENDPOINT is a pid, a socket path or HOST:PORT; with one probed process of yours it may be
+left out. Verbs:
+{verbs}
+
+Exit codes: 0 success, 1 the target reported an error, 2 usage or connection error.
+`torchdoctor VERB --help` tells more about a verb.
+"""
+
+
+class Context:
+    """What every verb gets besides its own arguments."""
+
+    def __init__(self, endpoint: str | None, token: str | None, timeout: float | None) -> None:
+        self.endpoint = endpoint
+        self.token = token
+        self.timeout = timeout
+        self.out = sys.stdout
+        self.err = sys.stderr
+
+    def client(self) -> Any:
+        from torchdoctor.cli.client import DEFAULT_TIMEOUT, ProbeClient
+        from torchdoctor.cli.endpoint import resolve
+
+        return ProbeClient(resolve(self.endpoint, self.token), self.timeout or DEFAULT_TIMEOUT)
+
+    def print(self, text: str = "") -> None:
+        print(text, file=self.out)
+
+    def warn(self, text: str) -> None:
+        print(text, file=self.err)
+
+
+def command(name: str) -> ModuleType:
+    return importlib.import_module(f"torchdoctor.cli.commands.{name.replace('-', '_')}")
+
+
+def _usage() -> str:
+    lines = []
+    for name in COMMANDS:
+        lines.append(f"  {name:<10} {command(name).SUMMARY}")
+    return USAGE_TEXT.format(verbs="\n".join(lines))
+
+
+def _split_globals(argv: list[str]) -> tuple[dict[str, str | None], list[str]]:
+    """Leading global options (-t/--target, --token, --timeout) and the rest."""
+    opts: dict[str, str | None] = {"target": None, "token": None, "timeout": None}
+    names = {"-t": "target", "--target": "target", "--token": "token", "--timeout": "timeout"}
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        key, eq, value = arg.partition("=")
+        if key in names:
+            if not eq:
+                if i + 1 >= len(argv):
+                    raise CliError(f"{arg} needs a value")
+                value = argv[i + 1]
+                i += 1
+            opts[names[key]] = value
+            i += 1
+            continue
+        break
+    return opts, argv[i:]
+
+
+def add_common(parser: argparse.ArgumentParser, target: bool, formats: bool) -> None:
+    if target:
+        parser.add_argument("-t", "--target", dest="target", metavar="ENDPOINT")
+        parser.add_argument("--token", help="token of a TCP endpoint (or TORCHDOCTOR_TOKEN)")
+        parser.add_argument("--timeout", type=float, metavar="SECONDS")
+    if formats:
+        parser.add_argument(
+            "--format", choices=("table", "json", "csv"), default="table", help="output format"
+        )
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:
+        raise CliError(f"{self.prog}: {message}")
+
+
+def dispatch(argv: list[str]) -> int:
+    opts, rest = _split_globals(argv)
+    if not rest or rest[0] in ("-h", "--help", "help"):
+        print(_usage(), end="")
+        return OK if rest else USAGE
+    if rest[0] in ("-V", "--version"):
+        print(f"torchdoctor {__version__}")
+        return OK
+    endpoint = opts["target"]
+    if rest[0] not in COMMANDS:
+        if rest[0].startswith("-"):
+            raise CliError(f"unknown option {rest[0]!r}; see `torchdoctor --help`")
+        if endpoint is not None:
+            raise CliError(f"two endpoints given: {endpoint!r} and {rest[0]!r}")
+        endpoint, rest = rest[0], rest[1:]
+        if not rest or rest[0] not in COMMANDS:
+            what = repr(rest[0]) if rest else "nothing"
+            raise CliError(f"expected a verb after ENDPOINT {endpoint!r}, got {what}")
+    name, verb_args = rest[0], rest[1:]
+    module = command(name)
+    if endpoint is not None and module.TARGET == "none":
+        raise CliError(f"`{name}` does not talk to a process; drop the ENDPOINT")
+    parser = _Parser(prog=f"torchdoctor {name}", description=module.SUMMARY)
+    add_common(parser, module.TARGET != "none", getattr(module, "FORMATS", False))
+    module.configure(parser)
+    parse = getattr(module, "parse_argv", None)
+    args = parse(parser, verb_args) if parse else parser.parse_args(verb_args)
+    target = getattr(args, "target", None)
+    if target is not None and endpoint is not None and target != endpoint:
+        raise CliError(f"two endpoints given: {endpoint!r} and {target!r}")
+    timeout = getattr(args, "timeout", None) or (
+        float(opts["timeout"]) if opts["timeout"] else None
+    )
+    ctx = Context(endpoint or target, getattr(args, "token", None) or opts["token"], timeout)
+    return int(module.main(args, ctx))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return dispatch(list(sys.argv[1:] if argv is None else argv))
+    except CliError as exc:
+        print(f"torchdoctor: {exc}", file=sys.stderr)
+        return exc.code
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # `torchdoctor ... | head`
+        return OK
+
+
+def entry() -> None:
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""Run a script or module as `python SCRIPT` / `python -m MODULE` would, inside this process.
+
+`__main__` is the script's own module, `sys.argv` its arguments, `sys.path[0]` its directory;
+SystemExit gives the exit code; an uncaught exception prints its traceback and exits 1, and
+KeyboardInterrupt ends the process by SIGINT, as Python itself does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import runpy
+import sys
+import types
+from collections.abc import Callable
+
+
+@dataclasses.dataclass
+class Outcome:
+    code: int  # the exit code the process should end with
+    exception: BaseException | None = None  # an uncaught exception, already printed
+    interrupted: bool = False  # ended by KeyboardInterrupt
+
+
+def exit_code(exc: SystemExit) -> int:
+    code = exc.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)  # sys.exit("message") prints it and exits 1
+    return 1
+
+
+def run_script(path: str, args: list[str]) -> Outcome:
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"can't open file {path!r}: No such file or directory")
+    with open(path, "rb") as f:
+        source = f.read()
+    code = compile(source, path, "exec", dont_inherit=True)
+    module = types.ModuleType("__main__")
+    module.__file__ = path
+    module.__builtins__ = __builtins__  # type: ignore[attr-defined]
+    module.__spec__ = None
+    module.__loader__ = None
+    sys.modules["__main__"] = module
+    sys.argv = [path, *args]
+    sys.path[0] = os.path.dirname(os.path.abspath(path))
+    return _guard(lambda: exec(code, module.__dict__))
+
+
+def run_module(name: str, args: list[str]) -> Outcome:
+    sys.argv = [name, *args]  # run_module puts the module's file in argv[0], as -m does
+    sys.path[0] = os.getcwd()
+    return _guard(lambda: runpy.run_module(name, run_name="__main__", alter_sys=True))
+
+
+def _guard(body: Callable[[], object]) -> Outcome:
+    try:
+        body()
+    except SystemExit as exc:
+        return Outcome(exit_code(exc))
+    except KeyboardInterrupt as exc:
+        sys.excepthook(type(exc), exc, exc.__traceback__)
+        return Outcome(130, exc, interrupted=True)
+    except BaseException as exc:
+        sys.excepthook(type(exc), exc, exc.__traceback__)
+        return Outcome(1, exc)
+    return Outcome(0)

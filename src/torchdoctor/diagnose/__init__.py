@@ -1,0 +1,1 @@
+"""Diagnoses: one stateless module per kind, reading tables and events, returning records."""

@@ -1,0 +1,260 @@
+"""One probe per process: the composition root that every way in ends in (`start(config)`).
+
+It owns the tables and their spill thread, the SQL engine, the endpoint servers, the torch
+telemetry (installed once torch is imported) and the doctor thread that runs diagnoses.
+"""
+
+from __future__ import annotations
+
+import atexit
+import datetime as _dt
+import logging
+import os
+import secrets
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from torchdoctor import registry
+from torchdoctor._guard import warn_once
+from torchdoctor._version import __version__
+from torchdoctor.config import Config, from_env, parse_listen
+from torchdoctor.probe.routes import build_routes
+from torchdoctor.probe.server import TcpServer, UnixServer, serve_in_background
+from torchdoctor.sql.engine import SqlEngine
+from torchdoctor.store import rundir
+from torchdoctor.store.columns import Block
+from torchdoctor.store.schema import ALL_TABLES, BY_NAME
+from torchdoctor.store.tables import Spiller, Tables
+from torchdoctor.telemetry import stacks
+from torchdoctor.telemetry.on_import import when_imported
+
+log = logging.getLogger("torchdoctor")
+
+_lock = threading.Lock()
+_current: Session | None = None
+
+
+class LiveSource:
+    """The tables of this process as the SQL engine sees them: stored ones and live ones."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def table_names(self) -> list[str]:
+        return [spec.name for spec in ALL_TABLES]
+
+    def block(self, name: str) -> Block:
+        spec = BY_NAME[name]
+        if not spec.live:
+            return self.session.tables[name].snapshot()
+        if name == "backtrace":
+            return Block.from_rows(spec, stacks.backtrace_rows())
+        if name == "threads":
+            return Block.from_rows(spec, stacks.thread_rows())
+        provider = self.session.live_providers.get(name)
+        return Block.from_rows(spec, provider() if provider else [])
+
+
+class Session:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.pid = os.getpid()
+        self.started = time.time()
+        self.command = list(getattr(sys, "orig_argv", sys.argv))
+        self.run_dir = rundir.create(config.run_dir)
+        self.tables = Tables()
+        self.spiller = Spiller(self.tables, self.run_dir)
+        self.sql = SqlEngine(LiveSource(self))
+        self.live_providers: dict[str, Any] = {}
+        self.telemetry: Any = None  # telemetry.recorder.Recorder once torch is imported
+        self.doctor: Any = None
+        self.token: str | None = None
+        self.tcp_address: tuple[str, int] | None = None
+        self._servers: list[Any] = []
+        self._cancel_torch_wait = lambda: None
+        self._stopped = False
+        self.exit_code: int | None = None
+        self.crash: BaseException | None = None  # the uncaught exception that ended the script
+
+    # -- life cycle --------------------------------------------------------------------------
+    def start(self) -> Session:
+        self._write_meta("running")
+        self.spiller.start()
+        self._start_servers()
+        self._start_doctor()
+        self._cancel_torch_wait = when_imported("torch", self._on_torch)
+        atexit.register(self.stop)
+        return self
+
+    def _start_servers(self) -> None:
+        routes = build_routes(self)
+        try:
+            registry.ensure_dir()
+            path = registry.socket_path(self.pid)
+            unix = UnixServer(path, routes)
+            self._servers.append(unix)
+            serve_in_background(unix, "torchdoctor-unix")
+        except (OSError, registry.InsecureDirectory) as exc:
+            warn_once("unix", f"no Unix socket endpoint: {exc}")
+            path = None
+        if self.config.listen:
+            host, port = parse_listen(self.config.listen)
+            self.token = self.config.token or secrets.token_urlsafe(24)
+            tcp = TcpServer(host, port, self.token, routes)
+            self._servers.append(tcp)
+            self.tcp_address = (host, int(tcp.server_address[1]))
+            rundir.write_token(self.run_dir, self.token)
+            serve_in_background(tcp, "torchdoctor-tcp")
+        if path is not None:
+            registry.register(self.pid, self.registry_entry(path))
+
+    def registry_entry(self, socket_path: Path) -> dict[str, Any]:
+        entry: dict[str, Any] = {
+            "pid": self.pid,
+            "socket": str(socket_path),
+            "command": self.command,
+            "run_dir": str(self.run_dir),
+            "started": self.started,
+            "version": __version__,
+        }
+        if self.tcp_address:
+            entry["tcp"] = f"{self.tcp_address[0]}:{self.tcp_address[1]}"
+            entry["token_file"] = str(self.run_dir / rundir.TOKEN_FILE)
+        return entry
+
+    def _start_doctor(self) -> None:
+        from torchdoctor.diagnose.doctor import Doctor
+
+        self.doctor = Doctor(self)
+        self.doctor.start()
+
+    def _on_torch(self, _module: Any) -> None:
+        try:
+            from torchdoctor.telemetry.recorder import Recorder
+
+            self.telemetry = Recorder(self)
+            self.telemetry.install()
+        except Exception as exc:
+            warn_once("telemetry", f"training telemetry is off: {type(exc).__name__}: {exc}")
+
+    def stop(self, exit_code: int | None = None) -> None:
+        if os.getpid() != self.pid:  # atexit in a forked child: the parent's probe is not ours
+            return
+        with _lock:
+            if self._stopped:
+                return
+            self._stopped = True
+        if exit_code is not None:
+            self.exit_code = exit_code
+        self._cancel_torch_wait()
+        if self.telemetry is not None:
+            self.telemetry.remove()
+        if self.doctor is not None:
+            self.doctor.stop()
+        for server in self._servers:
+            try:
+                server.shutdown()
+                server.server_close()
+            except Exception:
+                pass
+        registry.unregister(self.pid)
+        self.sql.close()
+        try:
+            self.spiller.stop()
+        except Exception as exc:
+            warn_once("spill", f"could not save the last rows: {exc}")
+        self._write_meta("finished" if self.exit_code in (None, 0) else "failed")
+        global _current
+        if _current is self:
+            _current = None
+
+    def _write_meta(self, status: str) -> None:
+        meta = {
+            "pid": self.pid,
+            "host": socket.gethostname(),
+            "command": self.command,
+            "cwd": os.getcwd(),
+            "started": _dt.datetime.fromtimestamp(self.started).isoformat(),
+            "status": status,
+            "version": __version__,
+            "python": sys.version.split()[0],
+        }
+        if status != "running":
+            meta["ended"] = _dt.datetime.now().isoformat()
+            meta["exit_code"] = self.exit_code
+            if self.telemetry is not None:
+                meta["steps"] = self.telemetry.steps_done
+        if self.tcp_address:
+            meta["tcp"] = f"{self.tcp_address[0]}:{self.tcp_address[1]}"
+        try:
+            rundir.write_meta(self.run_dir, meta)
+        except OSError as exc:
+            warn_once("meta", f"cannot write {self.run_dir / rundir.META_FILE}: {exc}")
+
+    # -- what the endpoint asks ----------------------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "pid": self.pid,
+            "command": self.command,
+            "run_dir": str(self.run_dir),
+            "started": self.started,
+            "version": __version__,
+            "step": None,
+        }
+        if self.telemetry is not None:
+            out.update(self.telemetry.status())
+        if self.tcp_address:
+            out["tcp"] = f"{self.tcp_address[0]}:{self.tcp_address[1]}"
+        return out
+
+    def table_names(self) -> list[str]:
+        return [spec.name for spec in ALL_TABLES]
+
+    def configure(self, **changes: Any) -> dict[str, Any]:
+        allowed = {"trace_every", "guard", "hang_timeout", "alerts"}
+        unknown = set(changes) - allowed
+        if unknown:
+            raise ValueError(f"cannot change {', '.join(sorted(unknown))} on a live run")
+        self.config = self.config.replace(**changes)
+        return {k: getattr(self.config, k) for k in sorted(allowed)}
+
+
+def current() -> Session | None:
+    return _current
+
+
+def start(config: Config | None = None, **options: Any) -> Session:
+    """Start the probe in this process (idempotent: a second call returns the running one)."""
+    global _current
+    with _lock:
+        if _current is not None:
+            if options or config is not None:
+                warn_once("restart", "torchdoctor is already running here; new options ignored")
+            return _current
+        cfg = (config or from_env()).replace(**options) if options else (config or from_env())
+        session = Session(cfg.validate())
+        _current = session
+    try:
+        return session.start()
+    except Exception:
+        with _lock:
+            _current = None
+        raise
+
+
+def _forget_in_child() -> None:
+    # A forked child (a DataLoader worker) inherits the hooks but not the threads: switch the
+    # hooks off and forget the session, so the child neither records nor claims the socket.
+    global _current
+    session = _current
+    _current = None
+    if session is not None and session.telemetry is not None:
+        session.telemetry.disable_in_child()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)

@@ -1,0 +1,1 @@
+"""DuckDB over torchdoctor's tables: external access off, time-limited, schema `python`."""

@@ -1,0 +1,154 @@
+"""Runs user SQL over the tables with DuckDB, safely.
+
+The database is in memory, with external access disabled (no files, no network, no extensions)
+and its configuration locked, one thread and a memory cap so a query cannot starve training.
+Each query sees fresh snapshots of the tables it names; the rest are present but empty, so
+catalog queries still list every table and column.
+
+DuckDB reads NaN in a numpy float column as NULL. A NaN loss is the whole point of some
+queries, so each float column travels with a NaN flag column and the view puts NaN back.
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import re
+import threading
+from collections.abc import Iterable
+from typing import Any, Protocol
+
+import numpy as np
+
+from torchdoctor.store.columns import Block
+from torchdoctor.store.schema import BOOL, BY_NAME, FLOAT, INT, STR, TableSpec
+
+SCHEMA = "python"
+DEFAULT_TIMEOUT = 10.0
+MAX_ROWS = 100_000
+_SQL_TYPES = {INT: "BIGINT", FLOAT: "DOUBLE", STR: "VARCHAR", BOOL: "BOOLEAN"}
+_STRINGS_AND_COMMENTS = re.compile(r"'(?:[^']|'')*'|--[^\n]*|/\*.*?\*/", re.S)
+_TABLE_REF = re.compile(r'\bpython\s*\.\s*"?([A-Za-z_][A-Za-z0-9_]*)"?', re.I)
+
+
+class SqlError(Exception):
+    """The query failed: DuckDB's own message, or the time limit."""
+
+
+class TableSource(Protocol):
+    def table_names(self) -> Iterable[str]: ...
+
+    def block(self, name: str) -> Block: ...
+
+
+@dataclasses.dataclass
+class Result:
+    columns: list[str]
+    types: list[str]
+    rows: list[tuple[Any, ...]]
+    truncated: bool = False
+
+
+def referenced_tables(sql: str) -> set[str]:
+    """Names of python.<table> the query mentions, outside string literals and comments."""
+    code = _STRINGS_AND_COMMENTS.sub(" ", sql)
+    return {m.group(1).lower() for m in _TABLE_REF.finditer(code)}
+
+
+class SqlEngine:
+    def __init__(self, source: TableSource, memory_limit: str = "512MB") -> None:
+        self.source = source
+        self._memory_limit = memory_limit
+        self._con: Any = None
+        self._lock = threading.Lock()
+
+    def _connect(self) -> Any:
+        import duckdb  # imported on first query: nothing to pay until someone asks
+
+        con = duckdb.connect(
+            ":memory:",
+            config={
+                "enable_external_access": False,
+                "autoinstall_known_extensions": False,
+                "autoload_known_extensions": False,
+                "threads": 1,
+                "memory_limit": self._memory_limit,
+            },
+        )
+        con.execute(f"CREATE SCHEMA {SCHEMA}")
+        con.execute("SET lock_configuration = true")
+        # An open DuckDB connection at interpreter exit can abort the process: close it first.
+        atexit.register(self.close)
+        return con
+
+    def close(self) -> None:
+        with self._lock:
+            if self._con is not None:
+                self._con.close()
+                self._con = None
+
+    def execute(self, sql: str, timeout: float | None = None, max_rows: int = MAX_ROWS) -> Result:
+        if not sql or not sql.strip():
+            raise SqlError("empty query")
+        wanted = referenced_tables(sql)
+        with self._lock:
+            if self._con is None:
+                self._con = self._connect()
+            con = self._con
+            for name in self.source.table_names():
+                spec = BY_NAME[name]
+                block = self.source.block(name) if name in wanted else Block.empty(spec)
+                con.register(f"__td_{name}", _arrays(block))
+                con.execute(_view_sql(spec))
+            timer = threading.Timer(timeout or DEFAULT_TIMEOUT, con.interrupt)
+            timer.daemon = True
+            timer.start()
+            try:
+                cursor = con.execute(sql)
+                if cursor.description is None:
+                    return Result([], [], [])
+                rows = cursor.fetchmany(max_rows + 1)
+                description = cursor.description
+            except Exception as exc:
+                if type(exc).__name__ == "InterruptException":
+                    raise SqlError(
+                        f"query stopped after the {timeout or DEFAULT_TIMEOUT:g} s time limit"
+                    ) from None
+                raise SqlError(_clean(str(exc))) from None
+            finally:
+                timer.cancel()
+        columns = [d[0] for d in description]
+        types = [str(d[1]) for d in description]
+        truncated = len(rows) > max_rows
+        return Result(columns, types, [tuple(r) for r in rows[:max_rows]], truncated)
+
+
+def _arrays(block: Block) -> dict[str, np.ndarray]:
+    out: dict[str, np.ndarray] = {}
+    for col in block.spec.columns:
+        values = block.data[col.name]
+        mask = block.nulls.get(col.name)
+        if col.type == FLOAT:
+            nan = np.isnan(values)
+            out[f"__nan_{col.name}"] = nan if mask is None else nan & ~mask
+        out[col.name] = values if mask is None else np.ma.masked_array(values, mask=mask)
+    return out
+
+
+def _view_sql(spec: TableSpec) -> str:
+    exprs = []
+    for col in spec.columns:
+        name = f'"{col.name}"'
+        sql_type = _SQL_TYPES[col.type]
+        if col.type == FLOAT:
+            value = f"CASE WHEN \"__nan_{col.name}\" THEN 'NaN'::DOUBLE ELSE {name} END"
+        else:
+            value = name
+        exprs.append(f"CAST({value} AS {sql_type}) AS {name}")
+    columns = ", ".join(exprs)
+    return f"CREATE OR REPLACE VIEW {SCHEMA}.{spec.name} AS SELECT {columns} FROM __td_{spec.name}"
+
+
+def _clean(message: str) -> str:
+    # DuckDB names our hidden objects in some messages; say the user's names instead.
+    return re.sub(r"__td_([A-Za-z_]+)", r"python.\1", message)

@@ -1,0 +1,64 @@
+"""The run directory: one record format for live and finished runs.
+
+<run_dir>/meta.json         who, what, when, how it ended (rewritten atomically)
+<run_dir>/diagnoses.jsonl   one diagnosis per line, written as found
+<run_dir>/tables/<t>.seg    every stored table, appended every second
+<run_dir>/token             the TCP token, 0600, when --listen was given
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import socket
+from pathlib import Path
+from typing import Any
+
+META_FILE = "meta.json"
+DIAGNOSES_FILE = "diagnoses.jsonl"
+TABLES_DIR = "tables"
+TABLE_SUFFIX = ".seg"
+TOKEN_FILE = "token"
+DEFAULT_PARENT = "torchdoctor-runs"
+
+
+def default_path(pid: int | None = None) -> Path:
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    host = socket.gethostname().split(".")[0] or "host"
+    return Path.cwd() / DEFAULT_PARENT / f"{stamp}-{host}-{pid or os.getpid()}"
+
+
+def create(path: str | os.PathLike[str] | None) -> Path:
+    out = Path(path) if path else default_path()
+    (out / TABLES_DIR).mkdir(parents=True, exist_ok=True)
+    return out.resolve()
+
+
+def is_run_dir(path: str | os.PathLike[str]) -> bool:
+    p = Path(path)
+    return p.is_dir() and ((p / META_FILE).exists() or (p / TABLES_DIR).is_dir())
+
+
+def write_meta(run_dir: Path, meta: dict[str, Any]) -> None:
+    tmp = run_dir / f".{META_FILE}.{os.getpid()}.tmp"
+    tmp.write_text(json.dumps(meta, indent=2, sort_keys=True, default=str))
+    os.replace(tmp, run_dir / META_FILE)
+
+
+def read_meta(run_dir: Path) -> dict[str, Any]:
+    try:
+        return dict(json.loads((run_dir / META_FILE).read_text()))
+    except (OSError, ValueError):
+        return {}
+
+
+def write_token(run_dir: Path, token: str) -> Path:
+    path = run_dir / TOKEN_FILE
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        os.write(fd, token.encode())
+    finally:
+        os.close(fd)
+    return path

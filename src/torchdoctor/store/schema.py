@@ -1,0 +1,237 @@
+"""Every table torchdoctor serves under schema `python`: its columns, their types, what a row is.
+
+The SQL views, the saved format, `torchdoctor tables` and docs/tables.md all come from this one
+list. Units are seconds and bytes throughout.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+INT, FLOAT, STR, BOOL = "int", "float", "str", "bool"
+
+
+@dataclasses.dataclass(frozen=True)
+class Column:
+    name: str
+    type: str  # INT, FLOAT, STR or BOOL
+    doc: str = ""
+    nullable: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class TableSpec:
+    name: str
+    doc: str
+    columns: tuple[Column, ...]
+    live: bool = False  # computed when queried (stacks, tensors), never stored
+    capacity: int = 1_000_000  # rows kept in memory; the oldest go first
+
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns)
+
+    def index(self, name: str) -> int:
+        return self.column_names.index(name)
+
+
+def _c(name: str, type_: str, doc: str = "", nullable: bool = False) -> Column:
+    return Column(name, type_, doc, nullable)
+
+
+BACKTRACE = TableSpec(
+    "backtrace",
+    "a frame of a live thread, taken at query time (torchdoctor's own threads left out)",
+    (
+        _c("thread_id", INT, "Python thread identifier"),
+        _c("thread_name", STR),
+        _c("depth", INT, "0 = innermost frame"),
+        _c("func", STR, "function name"),
+        _c("file", STR),
+        _c("lineno", INT),
+        _c("code", STR, "the source line, stripped", nullable=True),
+        _c("is_main", BOOL, "frame of the main thread"),
+    ),
+    live=True,
+)
+
+THREADS = TableSpec(
+    "threads",
+    "a live thread, taken at query time",
+    (
+        _c("thread_id", INT),
+        _c("name", STR),
+        _c("daemon", BOOL),
+        _c("alive", BOOL),
+        _c("is_main", BOOL),
+        _c("probe", BOOL, "a thread of torchdoctor itself"),
+    ),
+    live=True,
+)
+
+STEPS = TableSpec(
+    "steps",
+    "a training step (an optimizer step; micro-batches of gradient accumulation inside it)",
+    (
+        _c("step", INT, "optimizer steps counted from 0"),
+        _c("time", FLOAT, "wall-clock time at the end of the step (Unix seconds)"),
+        _c("duration", FLOAT, "from the end of the previous step to the end of this one"),
+        _c("data_wait", FLOAT, "time inside DataLoader iterators"),
+        _c("forward", FLOAT, "time inside top-level module calls"),
+        _c("backward", FLOAT, "time inside backward()"),
+        _c("optimizer", FLOAT, "time inside optimizer.step()"),
+        _c("other", FLOAT, "the rest of the step: logging, zero_grad, your own code"),
+        _c("loss", FLOAT, "value of the tensor backward() was called on (unscaled)", True),
+        _c("grad_norm", FLOAT, "total L2 norm of the gradients before the update", True),
+        _c("lr", FLOAT, "learning rate of the first parameter group", True),
+        _c("allocated", INT, "CUDA: allocator's allocated bytes; CPU: resident set size"),
+        _c("max_allocated", INT, "CUDA: allocator peak; CPU: peak resident set size"),
+        _c("reserved", INT, "CUDA: reserved by the caching allocator; CPU: same as rss"),
+        _c("rss", INT, "resident set size of the process"),
+        _c("rank", INT),
+        _c("micro_batches", INT, "backward() calls in the step"),
+        _c("skipped", BOOL, "the update was skipped (--guard, non-finite gradients)"),
+        _c("traced", BOOL, "module calls of this step are in torch_trace"),
+    ),
+)
+
+TORCH_TRACE = TableSpec(
+    "torch_trace",
+    "one module call in a traced step",
+    (
+        _c("step", INT),
+        _c("module", STR, "qualified name, e.g. encoder.layers.3.attn"),
+        _c("type", STR, "module class"),
+        _c("stage", STR, "forward or backward"),
+        _c("duration", FLOAT),
+        _c("allocated", INT, "memory after the call (see steps.allocated)"),
+        _c("max_allocated", INT, "peak so far (see steps.max_allocated)"),
+        _c("time", FLOAT, "wall-clock time at the start of the call"),
+        _c("depth", INT, "nesting depth, 0 = a model"),
+        _c("rank", INT),
+    ),
+)
+
+MODULES = TableSpec(
+    "modules",
+    "a module of a watched model",
+    (
+        _c("model", STR, "name of the model it belongs to"),
+        _c("name", STR, "qualified name ('' for the model itself)"),
+        _c("type", STR),
+        _c("params", INT, "parameters owned directly by this module"),
+        _c("trainable", INT, "of those, the ones with requires_grad"),
+        _c("device", STR, nullable=True),
+        _c("dtype", STR, nullable=True),
+        _c("depth", INT),
+    ),
+    capacity=200_000,
+)
+
+MODULE_GRADS = TableSpec(
+    "module_grads",
+    "gradient and weight norms of one module's own parameters, on traced steps",
+    (
+        _c("step", INT),
+        _c("module", STR),
+        _c("grad_norm", FLOAT, "L2 norm of the gradients (NULL: no parameter got one)", True),
+        _c("param_norm", FLOAT, "L2 norm of the weights"),
+        _c("with_grad", INT, "parameters that received a gradient"),
+        _c("trainable", INT, "parameters with requires_grad"),
+        _c("rank", INT),
+    ),
+)
+
+MEMORY = TableSpec(
+    "memory",
+    "memory at a phase boundary of a traced step (setup, forward, backward, optimizer)",
+    (
+        _c("step", INT),
+        _c("phase", STR, "setup, forward, backward or optimizer: memory at its end"),
+        _c("allocated", INT),
+        _c("max_allocated", INT),
+        _c("reserved", INT),
+        _c("time", FLOAT),
+        _c("rank", INT),
+    ),
+)
+
+TENSORS = TableSpec(
+    "tensors",
+    "a live tensor, taken at query time (shared storage counted once)",
+    (
+        _c("kind", STR, "parameter, gradient, optimizer_state, buffer, activation or other"),
+        _c("name", STR, "e.g. encoder.0.weight, exp_avg of encoder.0.weight", nullable=True),
+        _c("shape", STR),
+        _c("dtype", STR),
+        _c("device", STR),
+        _c("bytes", INT, "bytes of storage owned (0 when another row owns the storage)"),
+        _c("requires_grad", BOOL),
+        _c("grad_fn", STR, nullable=True),
+    ),
+    live=True,
+)
+
+DIAGNOSES = TableSpec(
+    "diagnoses",
+    "a problem found",
+    (
+        _c("time", FLOAT),
+        _c("step", INT, nullable=True),
+        _c("rank", INT),
+        _c("kind", STR, "stable code: nan, divergence, hang, ..."),
+        _c("severity", STR, "info, warning or error"),
+        _c("location", STR, "module qualified name or file:line", nullable=True),
+        _c("summary", STR),
+        _c("evidence", STR, "JSON object of the measured numbers"),
+        _c("fix", STR, "ranked remedies, one per line"),
+    ),
+    capacity=100_000,
+)
+
+EVENTS = TableSpec(
+    "events",
+    "something torchdoctor noticed: a model or loader seen, a hook disabled, a replay done",
+    (
+        _c("time", FLOAT),
+        _c("step", INT, nullable=True),
+        _c("kind", STR),
+        _c("data", STR, "JSON object"),
+    ),
+    capacity=100_000,
+)
+
+ALL_TABLES: tuple[TableSpec, ...] = (
+    BACKTRACE,
+    THREADS,
+    STEPS,
+    TORCH_TRACE,
+    MODULES,
+    MODULE_GRADS,
+    MEMORY,
+    TENSORS,
+    DIAGNOSES,
+    EVENTS,
+)
+BY_NAME: dict[str, TableSpec] = {t.name: t for t in ALL_TABLES}
+STORED: tuple[TableSpec, ...] = tuple(t for t in ALL_TABLES if not t.live)
+
+
+def describe_tables(names: list[str]) -> list[dict[str, Any]]:
+    out = []
+    for name in names:
+        spec = BY_NAME[name]
+        out.append(
+            {
+                "schema": "python",
+                "name": spec.name,
+                "doc": spec.doc,
+                "live": spec.live,
+                "columns": [
+                    {"name": c.name, "type": c.type, "nullable": c.nullable, "doc": c.doc}
+                    for c in spec.columns
+                ],
+            }
+        )
+    return out

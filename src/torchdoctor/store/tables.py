@@ -1,0 +1,115 @@
+"""The in-memory tables of one process, and the thread that spills them to the run directory."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from pathlib import Path
+
+from torchdoctor.store import rundir
+from torchdoctor.store.columns import Block
+from torchdoctor.store.schema import BY_NAME, DIAGNOSES, STORED
+from torchdoctor.store.segment import SegmentWriter
+from torchdoctor.store.table import RingTable
+
+log = logging.getLogger("torchdoctor")
+
+
+class Tables:
+    """The stored tables of a live process, by name."""
+
+    def __init__(self, capacities: dict[str, int] | None = None) -> None:
+        caps = capacities or {}
+        self._tables = {spec.name: RingTable(spec, caps.get(spec.name)) for spec in STORED}
+
+    def __getitem__(self, name: str) -> RingTable:
+        return self._tables[name]
+
+    def names(self) -> list[str]:
+        return list(self._tables)
+
+    def items(self) -> list[tuple[str, RingTable]]:
+        return list(self._tables.items())
+
+
+class Spiller:
+    """Writes what the tables gained since the last flush, every `interval` seconds.
+
+    Diagnoses go to diagnoses.jsonl (one JSON object per line, readable by anything); every
+    other table to tables/<name>.seg. A `kill -9` loses at most the last interval.
+    """
+
+    def __init__(self, tables: Tables, directory: Path, interval: float = 1.0) -> None:
+        self.tables = tables
+        self.directory = directory
+        self.interval = interval
+        self._writers: dict[str, SegmentWriter] = {}
+        self._flush_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="torchdoctor-spill", daemon=True)
+        (directory / rundir.TABLES_DIR).mkdir(parents=True, exist_ok=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.flush()
+            except Exception as exc:  # disk full, directory removed: keep training, say once
+                log.warning("torchdoctor: cannot save tables to %s: %s", self.directory, exc)
+                return
+
+    def flush(self, only: str | None = None) -> None:
+        with self._flush_lock:
+            for name, table in self.tables.items():
+                if only is not None and name != only:
+                    continue
+                blocks = table.take_unspilled()
+                if not blocks:
+                    continue
+                if name == DIAGNOSES.name:
+                    _append_jsonl(self.directory / rundir.DIAGNOSES_FILE, blocks)
+                    continue
+                writer = self._writers.get(name)
+                if writer is None:
+                    path = self.directory / rundir.TABLES_DIR / f"{name}{rundir.TABLE_SUFFIX}"
+                    writer = self._writers[name] = SegmentWriter(path)
+                writer.write(blocks)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
+        try:
+            self.flush()
+        finally:
+            for writer in self._writers.values():
+                writer.close()
+            self._writers.clear()
+
+
+def _append_jsonl(path: Path, blocks: list[Block]) -> None:
+    with open(path, "a", encoding="utf-8") as f:
+        for block in blocks:
+            for record in block.to_records():
+                f.write(json.dumps(diagnosis_to_json(record), allow_nan=False) + "\n")
+
+
+def diagnosis_to_json(record: dict) -> dict:
+    """A diagnoses row as saved: `evidence` becomes an object again, not a string."""
+    out = dict(record)
+    try:
+        out["evidence"] = json.loads(record.get("evidence") or "{}")
+    except ValueError:
+        pass
+    return out
+
+
+def diagnosis_from_json(obj: dict) -> tuple:
+    spec = BY_NAME["diagnoses"]
+    values = dict(obj)
+    if not isinstance(values.get("evidence"), str):
+        values["evidence"] = json.dumps(values.get("evidence") or {}, allow_nan=False)
+    return tuple(values.get(c) for c in spec.column_names)

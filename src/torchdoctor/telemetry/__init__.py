@@ -1,0 +1,1 @@
+"""What the training did, recorded by hooks that can always be removed."""

@@ -1,0 +1,47 @@
+"""Gradient norms: the total one every step (also the finiteness check), per module on traced
+steps. On CUDA everything stays on the device; the values are read back later."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def collect(optimizer: Any) -> tuple[list[Any], list[Any]]:
+    """(params with a gradient, their gradients) over the optimizer's groups."""
+    params, grads = [], []
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            g = p.grad
+            if g is not None:
+                params.append(p)
+                grads.append(g)
+    return params, grads
+
+
+def total_norm(torch: Any, grads: list[Any]) -> Any:
+    """The L2 norm of all gradients as a 0-dim tensor (on the gradients' device), or None."""
+    if not grads:
+        return None
+    by_device: dict[Any, list[Any]] = {}
+    for g in grads:
+        if g.is_sparse:
+            g = g.coalesce()._values()
+        by_device.setdefault(g.device, []).append(g)
+    parts = []
+    for gs in by_device.values():
+        norms = (
+            torch._foreach_norm(gs) if hasattr(torch, "_foreach_norm") else [g.norm() for g in gs]
+        )
+        parts.append(torch.linalg.vector_norm(torch.stack([n.float() for n in norms])))
+    if len(parts) == 1:
+        return parts[0]
+    device = parts[0].device
+    return torch.linalg.vector_norm(torch.stack([p.to(device, non_blocking=True) for p in parts]))
+
+
+def norms(torch: Any, tensors: list[Any]) -> list[float]:
+    """Per-tensor L2 norms as floats (one device read; used on traced steps only)."""
+    if not tensors:
+        return []
+    values = torch._foreach_norm([t.detach() for t in tensors])
+    return [float(v) for v in torch.stack([v.float() for v in values]).cpu().tolist()]

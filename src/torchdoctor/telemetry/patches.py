@@ -1,0 +1,39 @@
+"""Hooks that can always be removed: monkeypatches and torch hook handles, kept in one list."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+
+class Hooks:
+    """Every handle and patch torchdoctor installed, removed together in reverse order."""
+
+    def __init__(self) -> None:
+        self._undo: list[Callable[[], None]] = []
+
+    def patch(self, owner: Any, name: str, replacement: Any) -> Any:
+        """Replace owner.name, keeping the original for restore; returns the original."""
+        original = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
+        setattr(owner, name, replacement)
+        self._undo.append(lambda: setattr(owner, name, original))
+        return original
+
+    def handle(self, handle: Any) -> Any:
+        """A torch RemovableHandle (or anything with .remove())."""
+        self._undo.append(handle.remove)
+        return handle
+
+    def on_remove(self, fn: Callable[[], None]) -> None:
+        self._undo.append(fn)
+
+    def remove(self) -> None:
+        while self._undo:
+            undo = self._undo.pop()
+            try:
+                undo()
+            except Exception:
+                pass
+
+    def __len__(self) -> int:
+        return len(self._undo)

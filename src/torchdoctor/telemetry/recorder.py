@@ -1,0 +1,609 @@
+"""Training telemetry with no code changes: one python.steps row per optimizer step.
+
+Where each phase is measured:
+  data_wait  DataLoader iterators' __next__ (patched on the base iterator class)
+  forward    calls of the models (instance hooks on the outermost modules only)
+  backward   torch.autograd.backward (which Tensor.backward calls)
+  optimizer  global optimizer step pre/post hooks
+  other      the rest of the step (zero_grad, logging, your own code)
+
+The first step finds the models with global module hooks, then those are replaced by hooks on
+the models alone; global hooks return only on traced steps (one in `trace_every`). Every hook
+body runs behind a switch that an exception turns off (the training goes on), and every hook
+is removed by `remove()`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from typing import Any
+
+from torchdoctor._guard import Switch, warn_once
+from torchdoctor.telemetry import gradients
+from torchdoctor.telemetry.clock import CpuClock, CudaClock
+from torchdoctor.telemetry.memory import MemoryReader
+from torchdoctor.telemetry.models import Models
+from torchdoctor.telemetry.patches import Hooks
+from torchdoctor.telemetry.tracer import Tracer
+
+TAPE_LIMIT = 8  # root-module calls kept per step for a NaN replay
+
+
+class StepState:
+    """What the step in progress has gathered so far."""
+
+    __slots__ = (
+        "backward",
+        "clip_norm",
+        "data_wait",
+        "forward",
+        "losses",
+        "micro",
+        "optimizer",
+        "rng",
+        "start",
+        "tape",
+    )
+
+    def __init__(self, start: float | None) -> None:
+        self.start = start  # None until the first step's first activity
+        self.data_wait = 0.0
+        self.forward = 0.0
+        self.backward = 0.0
+        self.optimizer = 0.0
+        self.losses: list[Any] = []
+        self.micro = 0
+        self.clip_norm: Any = None
+        self.tape: list[tuple[Any, tuple[Any, ...], dict[str, Any]]] = []
+        self.rng: Any = None
+
+
+class Recorder:
+    def __init__(self, session: Any) -> None:
+        import torch
+
+        self.torch = torch
+        self.session = session
+        self.tables = session.tables
+        self.switch = Switch("torchdoctor telemetry")
+        self.hooks = Hooks()
+        self._root_hooks = Hooks()
+        self._global_hooks = Hooks()
+        self.memory = MemoryReader(torch)
+        self.models = Models()
+        self.tracer = Tracer(self)
+        self.clock: Any = CpuClock()
+        self.step = 0  # the step in progress
+        self.steps_done = 0
+        self.state = StepState(None)
+        self.last: dict[str, Any] = {}
+        self.rank = _rank_from_env()
+        self.train_thread = threading.main_thread().ident
+        self.tracing = False
+        self.discovering = True
+        self.nonfinite_steps = 0
+        self.skipped_steps = 0
+        self.on_nonfinite: list[Any] = []  # callbacks(recorder, info) before the update
+        self._primary: Any = None
+        self._opt_t0 = 0.0
+        self._fwd_t0 = 0.0
+        self._root_depth = 0
+        self._adhoc: Any = None
+        self._pending_roots: list[Any] = []
+        self._scaled: tuple[Any, Any] | None = None
+        self._optimizer_calls = 0
+        self._setup_memory_done = False
+        self._deferred: list[tuple[Any, ...]] = []
+
+    # -- install / remove ------------------------------------------------------------------
+    def install(self) -> None:
+        torch = self.torch
+        from torch.optim.optimizer import (
+            register_optimizer_step_post_hook,
+            register_optimizer_step_pre_hook,
+        )
+
+        self.hooks.handle(register_optimizer_step_pre_hook(self._opt_pre))
+        self.hooks.handle(register_optimizer_step_post_hook(self._opt_post))
+        self._patch_backward(torch)
+        self._patch_dataloader(torch)
+        self._patch_scaler(torch)
+        self._patch_clip(torch)
+        self._set_global_hooks(True)
+        self.hooks.on_remove(self._root_hooks.remove)
+        self.hooks.on_remove(lambda: self._set_global_hooks(False))
+        self.hooks.on_remove(self.memory.close)
+
+    def remove(self) -> None:
+        try:
+            self._flush_deferred(force=True)
+            self.tracer.flush(force=True)
+        except Exception as exc:
+            warn_once("final-flush", f"could not read back the last steps: {exc}")
+        self.switch.on = False
+        self.hooks.remove()
+
+    def disable_in_child(self) -> None:
+        self.switch.on = False
+
+    def _set_global_hooks(self, on: bool) -> None:
+        if on and not len(self._global_hooks):
+            from torch.nn.modules.module import (
+                register_module_forward_hook,
+                register_module_forward_pre_hook,
+            )
+
+            self._global_hooks.handle(register_module_forward_pre_hook(self._g_pre))
+            self._global_hooks.handle(register_module_forward_hook(self._g_post, always_call=True))
+        elif not on:
+            self._global_hooks.remove()
+
+    # -- patches -----------------------------------------------------------------------------
+    def _patch_backward(self, torch: Any) -> None:
+        original = torch.autograd.backward
+        rec = self
+
+        def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+            if not rec.switch.on or threading.get_ident() != rec.train_thread:
+                return original(tensors, *args, **kwargs)
+            t0 = time.perf_counter()
+            rec._before_backward(tensors)
+            try:
+                return original(tensors, *args, **kwargs)
+            finally:
+                rec._after_backward(t0)
+
+        backward.__wrapped__ = original  # type: ignore[attr-defined]
+        self.hooks.patch(torch.autograd, "backward", backward)
+
+    def _patch_dataloader(self, torch: Any) -> None:
+        from torch.utils.data import dataloader as dl
+
+        base = dl._BaseDataLoaderIter
+        original_next = base.__dict__["__next__"]
+        rec = self
+
+        def __next__(it: Any) -> Any:
+            if not rec.switch.on:
+                return original_next(it)
+            t0 = time.perf_counter()
+            try:
+                return original_next(it)
+            finally:
+                if threading.get_ident() == rec.train_thread:
+                    state = rec.state
+                    state.data_wait += time.perf_counter() - t0
+                    if state.start is None:
+                        state.start = t0
+
+        self.hooks.patch(base, "__next__", __next__)
+        seen: set[int] = set()
+        original_iter = dl.DataLoader.__dict__["__iter__"]
+
+        def __iter__(loader: Any) -> Any:
+            it = original_iter(loader)
+            if rec.switch.on and id(loader) not in seen:
+                seen.add(id(loader))
+                rec._loader_seen(loader)
+            return it
+
+        self.hooks.patch(dl.DataLoader, "__iter__", __iter__)
+
+    def _patch_scaler(self, torch: Any) -> None:
+        scaler_cls = getattr(getattr(torch, "amp", None), "GradScaler", None)
+        if scaler_cls is None:
+            return
+        rec = self
+        original_scale = scaler_cls.__dict__["scale"]
+        original_step = scaler_cls.__dict__["step"]
+
+        def scale(scaler: Any, outputs: Any) -> Any:
+            result = original_scale(scaler, outputs)
+            if rec.switch.on and isinstance(outputs, torch.Tensor):
+                rec._scaled = (result, outputs)  # backward(result) reports `outputs`
+            return result
+
+        def step(scaler: Any, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
+            before = rec._optimizer_calls
+            out = original_step(scaler, optimizer, *args, **kwargs)
+            if rec.switch.on and rec._optimizer_calls == before:
+                rec._scaler_skipped(optimizer)  # inf/NaN gradients: GradScaler skipped the step
+            return out
+
+        self.hooks.patch(scaler_cls, "scale", scale)
+        self.hooks.patch(scaler_cls, "step", step)
+
+    def _patch_clip(self, torch: Any) -> None:
+        utils = torch.nn.utils
+        original = utils.clip_grad_norm_
+        rec = self
+
+        def clip_grad_norm_(*args: Any, **kwargs: Any) -> Any:
+            norm = original(*args, **kwargs)
+            if rec.switch.on and threading.get_ident() == rec.train_thread:
+                rec.state.clip_norm = norm  # the total norm before clipping: no need to recompute
+            return norm
+
+        clip_grad_norm_.__wrapped__ = original  # type: ignore[attr-defined]
+        self.hooks.patch(utils, "clip_grad_norm_", clip_grad_norm_)
+
+    # -- module hooks ------------------------------------------------------------------------
+    def _g_pre(self, module: Any, args: Any) -> None:
+        if not self.switch.on or threading.get_ident() != self.train_thread:
+            return
+        try:
+            top = self._root_depth == 0 and self.tracer.depth == 0 and self._adhoc is None
+            if top and not self.models.is_root(module):
+                self._adhoc = module
+                self._root_enter(module, args, {})
+                if self.models.add(module):
+                    self._pending_roots.append(module)
+            if self.tracing:
+                self.tracer.enter(module, self.models.name_of(module), time.time())
+        except Exception as exc:
+            self.switch.fail(exc)
+
+    def _g_post(self, module: Any, args: Any, output: Any) -> None:
+        if not self.switch.on or threading.get_ident() != self.train_thread:
+            return
+        try:
+            if self.tracing:
+                self.tracer.exit(module, output)
+            if self._adhoc is module and self.tracer.depth == 0:
+                self._adhoc = None
+                self._root_exit()
+        except Exception as exc:
+            self.switch.fail(exc)
+
+    def _root_pre(self, module: Any, args: Any, kwargs: Any) -> None:
+        if not self.switch.on or threading.get_ident() != self.train_thread:
+            return
+        if self._root_depth == 0 and self._adhoc is None:
+            self._root_enter(module, args, kwargs)
+        self._root_depth += 1
+
+    def _root_post(self, module: Any, args: Any, output: Any) -> None:
+        if not self.switch.on or self._root_depth == 0:
+            return
+        if threading.get_ident() != self.train_thread:
+            return
+        self._root_depth -= 1
+        if self._root_depth == 0 and self._adhoc is None:
+            self._root_exit()
+
+    def _root_enter(self, module: Any, args: Any, kwargs: Any) -> None:
+        state = self.state
+        if not self._setup_memory_done:
+            self._setup_memory_done = True
+            self._memory_row("setup")
+        if not state.tape:
+            state.rng = self.torch.get_rng_state()
+        self._fwd_t0 = time.perf_counter()
+        if state.start is None:
+            state.start = self._fwd_t0
+        if len(state.tape) < TAPE_LIMIT:
+            state.tape.append((module, args, kwargs))
+
+    def _root_exit(self) -> None:
+        self.state.forward += time.perf_counter() - self._fwd_t0
+        if self.tracing:
+            self._memory_row("forward")
+
+    def _hook_roots(self, modules: list[Any]) -> None:
+        for module in modules:
+            self._root_hooks.handle(
+                module.register_forward_pre_hook(self._root_pre, with_kwargs=True)
+            )
+            self._root_hooks.handle(module.register_forward_hook(self._root_post, always_call=True))
+            for root, label in self.models.models():
+                if root is module:
+                    self.tables["modules"].extend(self.models.module_rows(module, label))
+                    self.event("model", {"name": label, "type": type(module).__name__})
+
+    # -- backward ----------------------------------------------------------------------------
+    def _before_backward(self, tensors: Any) -> None:
+        loss = tensors
+        if isinstance(loss, (tuple, list)):
+            loss = loss[0] if len(loss) == 1 else None
+        if loss is None or not isinstance(loss, self.torch.Tensor) or loss.numel() != 1:
+            return
+        scaled = self._scaled
+        if scaled is not None and scaled[0] is loss:
+            loss = scaled[1]
+        self.state.losses.append(loss.detach() if self.clock.cuda else float(loss.detach()))
+
+    def _after_backward(self, t0: float) -> None:
+        state = self.state
+        state.backward += time.perf_counter() - t0
+        state.micro += 1
+        if self.tracing:
+            self._memory_row("backward")
+
+    # -- optimizer ---------------------------------------------------------------------------
+    @property
+    def primary(self) -> Any:
+        return self._primary() if self._primary is not None else None
+
+    def _opt_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self._optimizer_calls += 1
+        if not self.switch.on:
+            return
+        self._opt_t0 = time.perf_counter()
+        try:
+            if self._primary is None or self.primary is None:
+                import weakref
+
+                self._primary = weakref.ref(optimizer)
+                self.train_thread = threading.get_ident()
+            if optimizer is self.primary:
+                self._check_gradients(optimizer)
+        except Exception as exc:
+            self.switch.fail(exc)
+
+    def _opt_post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if not self.switch.on:
+            return
+        now = time.perf_counter()
+        self.state.optimizer += now - self._opt_t0
+        if optimizer is not self.primary:
+            return
+        try:
+            if self.tracing:
+                self._memory_row("optimizer")
+            self._end_step(now, skipped=self._skip_this_step)
+        except Exception as exc:
+            self.switch.fail(exc)
+
+    _skip_this_step = False
+    _grad_norm: Any = None
+
+    def _check_gradients(self, optimizer: Any) -> None:
+        params, grads = gradients.collect(optimizer)
+        state = self.state
+        norm = (
+            state.clip_norm
+            if state.clip_norm is not None
+            else gradients.total_norm(self.torch, grads)
+        )
+        self._grad_norm = norm
+        self._skip_this_step = False
+        if self.tracing:
+            self._module_grads(optimizer)
+        if norm is None:
+            return
+        if self.clock.cuda and not self.session.config.guard:
+            return  # read back later with the step row: no sync here
+        value = float(norm)
+        loss_bad = any(isinstance(v, float) and not math.isfinite(v) for v in state.losses)
+        if math.isfinite(value) and not loss_bad:
+            return
+        self.nonfinite_steps += 1
+        info = {
+            "step": self.step,
+            "grad_norm": value,
+            "losses": list(state.losses),
+            "params": params,
+        }
+        for callback in list(self.on_nonfinite):
+            try:
+                callback(self, info)
+            except Exception as exc:
+                warn_once("nan-callback", f"NaN localization failed: {type(exc).__name__}: {exc}")
+        if self.session.config.guard and not math.isfinite(value):
+            for p in params:
+                p.grad = None  # the optimizer skips parameters without a gradient
+            self._skip_this_step = True
+            self.event("guard_skip", {"grad_norm": _jsonable(value)})
+
+    def _module_grads(self, optimizer: Any) -> None:
+        by_module: dict[str, list[Any]] = {}
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                named = self.models.param_name(p)
+                by_module.setdefault(named[0] if named else "?", []).append(p)
+        names = list(by_module)
+        with_grad = [[p for p in by_module[n] if p.grad is not None] for n in names]
+        flat_grads = [p.grad for ps in with_grad for p in ps]
+        flat_params = [p for n in names for p in by_module[n]]
+        gnorms = iter(gradients.norms(self.torch, flat_grads))
+        pnorms = iter(gradients.norms(self.torch, flat_params))
+        rows = []
+        for name, ps, gs in zip(names, (by_module[n] for n in names), with_grad, strict=True):
+            g2 = sum(next(gnorms) ** 2 for _ in gs)
+            p2 = sum(next(pnorms) ** 2 for _ in ps)
+            trainable = sum(1 for p in ps if p.requires_grad)
+            grad_norm = math.sqrt(g2) if gs else None
+            rows.append((self.step, name, grad_norm, math.sqrt(p2), len(gs), trainable, self.rank))
+        self.tables["module_grads"].extend(rows)
+
+    def _scaler_skipped(self, optimizer: Any) -> None:
+        if self.primary is None:
+            import weakref
+
+            self._primary = weakref.ref(optimizer)
+        if optimizer is self.primary:
+            self._end_step(time.perf_counter(), skipped=True)
+
+    # -- step boundary -----------------------------------------------------------------------
+    def manual_step(self, loss: Any = None) -> None:
+        """torchdoctor.step(): the end of a step in a loop without torch.optim."""
+        if not self.switch.on:
+            return
+        if loss is not None and not self.state.losses:
+            self._before_backward(loss)
+        self._end_step(time.perf_counter(), skipped=False)
+
+    def _end_step(self, now: float, skipped: bool) -> None:
+        state = self.state
+        if self.tracing:
+            self.tracer.end(self.clock.mark())
+        allocated, peak, reserved, rss = self.memory.read()
+        duration = max(0.0, now - (state.start if state.start is not None else now))
+        phases = state.data_wait + state.forward + state.backward + state.optimizer
+        row = [
+            self.step,
+            time.time(),
+            duration,
+            state.data_wait,
+            state.forward,
+            state.backward,
+            state.optimizer,
+            max(0.0, duration - phases),
+            None,  # loss, filled by _emit
+            None,  # grad_norm, filled by _emit
+            self._lr(),
+            allocated,
+            peak,
+            reserved,
+            rss,
+            self.rank,
+            state.micro,
+            skipped,
+            self.tracing,
+        ]
+        self._emit(row, state.losses, self._grad_norm)
+        if skipped:
+            self.skipped_steps += 1
+        self.step += 1
+        self.steps_done += 1
+        self._grad_norm = None
+        self._skip_this_step = False
+        self._scaled = None
+        self.state = StepState(time.perf_counter())
+        self._after_step()
+
+    _LOSS, _NORM = 8, 9
+
+    def _emit(self, row: list[Any], losses: list[Any], norm: Any) -> None:
+        """Append the step row. On CUDA, loss and gradient norm are copied to pinned memory
+        asynchronously and the row waits until the copy has landed: no sync per step."""
+        if not self.clock.cuda:
+            row[self._LOSS] = sum(losses) / len(losses) if losses else None
+            row[self._NORM] = None if norm is None else float(norm)
+            self._append_step(row)
+            return
+        torch = self.torch
+        device = torch.device("cuda", torch.cuda.current_device())
+        nan = torch.full((), float("nan"), device=device)
+        loss = torch.stack([v.float().reshape(()) for v in losses]).mean() if losses else nan
+        value = norm.float().reshape(()).to(device) if norm is not None else nan
+        host = torch.empty(2, dtype=torch.float32, pin_memory=True)
+        host.copy_(torch.stack([loss, value]), non_blocking=True)
+        event = torch.cuda.Event()
+        event.record()
+        self._deferred.append((row, host, event, bool(losses), norm is not None))
+        self._flush_deferred()
+
+    def _flush_deferred(self, force: bool = False) -> None:
+        while self._deferred:
+            row, host, event, has_loss, has_norm = self._deferred[0]
+            if not force and not event.query():
+                return
+            if force:
+                event.synchronize()
+            self._deferred.pop(0)
+            loss, norm = host.tolist()
+            row[self._LOSS] = loss if has_loss else None
+            row[self._NORM] = norm if has_norm else None
+            self._append_step(row)
+            if (has_loss and not math.isfinite(loss)) or (has_norm and not math.isfinite(norm)):
+                self.nonfinite_steps += 1
+                info = {"step": row[0], "grad_norm": norm, "losses": [loss], "late": True}
+                for callback in list(self.on_nonfinite):
+                    try:
+                        callback(self, info)
+                    except Exception as exc:
+                        warn_once("nan-callback", f"NaN check failed: {type(exc).__name__}: {exc}")
+
+    def _append_step(self, row: list[Any]) -> None:
+        self.tables["steps"].append(tuple(row))
+        self.last = {"step": row[0], "loss": row[self._LOSS], "duration": row[2], "time": row[1]}
+
+    def _after_step(self) -> None:
+        if self._pending_roots:
+            roots, self._pending_roots = self._pending_roots, []
+            self._hook_roots(roots)
+        if self.discovering:
+            self.discovering = False
+            self.clock = CudaClock(self.torch) if self.memory.on_cuda() else CpuClock()
+            if self.clock.cuda:
+                warn_once("cuda-clock", "timing phases with CUDA events")
+        self.tracer.flush()
+        every = self.session.config.trace_every
+        self.tracing = bool(every) and (every == 1 or self.step % every == 1)
+        if self.tracing:
+            self.tracer.begin(self.step, self.clock)
+        self._set_global_hooks(self.tracing)
+
+    # -- helpers -----------------------------------------------------------------------------
+    def _lr(self) -> float | None:
+        opt = self.primary
+        try:
+            lr = opt.param_groups[0]["lr"] if opt is not None else None
+        except (AttributeError, IndexError, KeyError):
+            return None
+        if isinstance(lr, (int, float)):
+            return float(lr)
+        if isinstance(lr, self.torch.Tensor) and lr.device.type == "cpu":
+            return float(lr)
+        return None
+
+    def _memory_row(self, phase: str) -> None:
+        allocated, peak, reserved, _rss = self.memory.read()
+        self.tables["memory"].append(
+            (self.step, phase, allocated, peak, reserved, time.time(), self.rank)
+        )
+
+    def _loader_seen(self, loader: Any) -> None:
+        self.event(
+            "dataloader",
+            {
+                "num_workers": getattr(loader, "num_workers", None),
+                "pin_memory": getattr(loader, "pin_memory", None),
+                "persistent_workers": getattr(loader, "persistent_workers", None),
+                "prefetch_factor": getattr(loader, "prefetch_factor", None),
+                "batch_size": getattr(loader, "batch_size", None),
+                "dataset": type(getattr(loader, "dataset", None)).__name__,
+            },
+        )
+
+    def event(self, kind: str, data: dict[str, Any]) -> None:
+        import json
+
+        self.tables["events"].append(
+            (time.time(), self.step, kind, json.dumps(data, default=str, allow_nan=False))
+        )
+
+    def watch(self, model: Any, optimizer: Any = None, name: str | None = None) -> None:
+        if self.models.add(model, name):
+            self._hook_roots([model])
+        if optimizer is not None:
+            import weakref
+
+            self._primary = weakref.ref(optimizer)
+
+    def status(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "step": self.steps_done,
+            "last_step": self.last.get("step"),
+            "loss": self.last.get("loss"),
+            "step_time": self.last.get("duration"),
+            "rank": self.rank,
+            "hooks_on": self.switch.on,
+        }
+        return out
+
+
+def _rank_from_env() -> int:
+    for var in ("RANK", "LOCAL_RANK"):
+        value = os.environ.get(var, "")
+        if value.isdigit():
+            return int(value)
+    return 0
+
+
+def _jsonable(value: float) -> Any:
+    return value if math.isfinite(value) else str(value)

@@ -1,0 +1,83 @@
+"""Stacks and threads of the live process, read from any thread (the main one may be stuck)."""
+
+from __future__ import annotations
+
+import linecache
+import sys
+import threading
+from types import FrameType
+from typing import Any
+
+PROBE_THREAD_PREFIX = "torchdoctor-"
+
+
+def _thread_names() -> dict[int, threading.Thread]:
+    return {t.ident: t for t in threading.enumerate() if t.ident is not None}
+
+
+def _is_probe(thread: threading.Thread | None) -> bool:
+    return thread is not None and thread.name.startswith(PROBE_THREAD_PREFIX)
+
+
+def frames_of(frame: FrameType | None, limit: int = 200) -> list[FrameType]:
+    """A thread's frames, innermost first."""
+    out: list[FrameType] = []
+    while frame is not None and len(out) < limit:
+        out.append(frame)
+        frame = frame.f_back
+    return out
+
+
+def source_line(filename: str, lineno: int) -> str | None:
+    line = linecache.getline(filename, lineno)
+    return line.strip() or None
+
+
+def backtrace_rows(include_probe: bool = False) -> list[tuple[Any, ...]]:
+    """python.backtrace rows: every frame of every thread, innermost first."""
+    threads = _thread_names()
+    main_id = threading.main_thread().ident
+    me = threading.get_ident()
+    rows = []
+    for tid, top in sys._current_frames().items():
+        thread = threads.get(tid)
+        if tid == me or (not include_probe and _is_probe(thread)):
+            continue
+        name = thread.name if thread is not None else f"thread-{tid}"
+        for depth, frame in enumerate(frames_of(top)):
+            code = frame.f_code
+            rows.append(
+                (
+                    tid,
+                    name,
+                    depth,
+                    code.co_name,
+                    code.co_filename,
+                    frame.f_lineno,
+                    source_line(code.co_filename, frame.f_lineno or 0),
+                    tid == main_id,
+                )
+            )
+    rows.sort(key=lambda r: (not r[7], r[0], r[2]))
+    return rows
+
+
+def thread_rows() -> list[tuple[Any, ...]]:
+    """python.threads rows."""
+    threads = _thread_names()
+    main_id = threading.main_thread().ident
+    rows = []
+    for tid in set(threads) | set(sys._current_frames()):
+        thread = threads.get(tid)
+        rows.append(
+            (
+                tid,
+                thread.name if thread is not None else f"thread-{tid}",
+                bool(thread.daemon) if thread is not None else True,
+                thread.is_alive() if thread is not None else True,
+                tid == main_id,
+                _is_probe(thread),
+            )
+        )
+    rows.sort(key=lambda r: (not r[4], r[1]))
+    return rows
