@@ -58,7 +58,10 @@ class Context:
         from torchdoctor.cli.client import DEFAULT_TIMEOUT, ProbeClient
         from torchdoctor.cli.endpoint import resolve
 
-        return ProbeClient(resolve(self.endpoint, self.token), self.timeout or DEFAULT_TIMEOUT)
+        # --timeout bounds the work in the target (a query's time limit); the answer may take
+        # a little longer to arrive.
+        wait = (self.timeout + 5.0) if self.timeout else DEFAULT_TIMEOUT
+        return ProbeClient(resolve(self.endpoint, self.token), wait)
 
     def print(self, text: str = "") -> None:
         print(text, file=self.out)
@@ -130,6 +133,10 @@ def dispatch(argv: list[str]) -> int:
         if endpoint is not None:
             raise CliError(f"two endpoints given: {endpoint!r} and {rest[0]!r}")
         endpoint, rest = rest[0], rest[1:]
+        more, rest = _split_globals(rest)  # `torchdoctor PID --timeout 5 query ...`
+        opts.update({k: v for k, v in more.items() if v is not None})
+        if opts["target"] not in (None, endpoint):
+            raise CliError(f"two endpoints given: {endpoint!r} and {opts['target']!r}")
         if not rest or rest[0] not in COMMANDS:
             what = repr(rest[0]) if rest else "nothing"
             raise CliError(f"expected a verb after ENDPOINT {endpoint!r}, got {what}")

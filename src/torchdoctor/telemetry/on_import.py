@@ -64,12 +64,29 @@ class _Finder(importlib.abc.MetaPathFinder):
             pass
 
 
+def _initializing(module: ModuleType) -> bool:
+    return bool(getattr(getattr(module, "__spec__", None), "_initializing", False))
+
+
 def when_imported(name: str, callback: Callback) -> Callable[[], None]:
     """Call `callback(module)` now if `name` is imported, else right after its import.
 
     Returns a function that cancels the wait.
     """
     module = sys.modules.get(name)
+    if module is not None and _initializing(module):
+        # Imported halfway (we were attached while the script was importing it): wait for
+        # the import to finish on a side thread rather than touch a half-built module.
+        cancelled = threading.Event()
+
+        def wait() -> None:
+            while _initializing(module) and not cancelled.wait(0.05):
+                pass
+            if not cancelled.is_set():
+                callback(module)
+
+        threading.Thread(target=wait, name="torchdoctor-wait-import", daemon=True).start()
+        return cancelled.set
     if module is not None:
         callback(module)
         return lambda: None

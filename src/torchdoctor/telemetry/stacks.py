@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import linecache
+import os
 import sys
 import threading
 from types import FrameType
 from typing import Any
 
 PROBE_THREAD_PREFIX = "torchdoctor-"
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_RUNNER = os.path.join(_PACKAGE, "cli") + os.sep
 
 
 def _thread_names() -> dict[int, threading.Thread]:
@@ -28,6 +31,18 @@ def frames_of(frame: FrameType | None, limit: int = 200) -> list[FrameType]:
     return out
 
 
+def user_frames(frames: list[FrameType]) -> list[FrameType]:
+    """Frames innermost first, without the frames of `torchdoctor run` that started the script
+    (its CLI, runpy): the stack reads as it would under `python train.py`."""
+    for i, frame in enumerate(frames):
+        if frame.f_code.co_filename.startswith(_RUNNER):
+            kept = frames[:i]
+            while kept and "runpy" in kept[-1].f_code.co_filename:
+                kept.pop()
+            return kept
+    return frames
+
+
 def source_line(filename: str, lineno: int) -> str | None:
     line = linecache.getline(filename, lineno)
     return line.strip() or None
@@ -44,7 +59,7 @@ def backtrace_rows(include_probe: bool = False) -> list[tuple[Any, ...]]:
         if tid == me or (not include_probe and _is_probe(thread)):
             continue
         name = thread.name if thread is not None else f"thread-{tid}"
-        for depth, frame in enumerate(frames_of(top)):
+        for depth, frame in enumerate(user_frames(frames_of(top))):
             code = frame.f_code
             rows.append(
                 (

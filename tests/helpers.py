@@ -1,0 +1,138 @@
+"""Test helpers: real training scripts in real subprocesses, driven through the real CLI."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
+
+
+def wait_for(condition: Callable[[], Any], timeout: float = 60.0, what: str = "condition") -> Any:
+    """Poll an external condition (another process's state) until it holds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(0.02)
+
+
+class Run:
+    """A training script in a subprocess, and the CLI pointed at it."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], cwd: Path) -> None:
+        self.env = env
+        self.cwd = cwd
+        self.stdout_path = cwd / "stdout.txt"
+        self.stderr_path = cwd / "stderr.txt"
+        self._out = open(self.stdout_path, "w")  # noqa: SIM115
+        self._err = open(self.stderr_path, "w")  # noqa: SIM115
+        self.proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=self._out, stderr=self._err)
+        self.pid = self.proc.pid
+
+    # -- the CLI -------------------------------------------------------------------------------
+    def cli(
+        self, *args: str, input: str | None = None, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
+        return cli(*args, env=self.env, cwd=self.cwd, input=input, timeout=timeout)
+
+    def query(self, sql: str) -> list[dict[str, Any]]:
+        out = self.cli(str(self.pid), "query", sql, "--format", "json")
+        assert out.returncode == 0, out.stderr
+        return list(json.loads(out.stdout))
+
+    # -- waiting on the process ------------------------------------------------------------------
+    def entry(self) -> dict[str, Any] | None:
+        path = Path(self.env["TORCHDOCTOR_SOCKET_DIR"]) / f"{self.pid}.json"
+        try:
+            return dict(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            return None
+
+    def wait_probe(self, timeout: float = 60) -> dict[str, Any]:
+        def up() -> Any:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"the script exited early:\n{self.output()}")
+            return self.entry()
+
+        return dict(wait_for(up, timeout, "the probe to come up"))
+
+    def steps(self) -> int:
+        rows = self.query("SELECT count(*) AS n FROM python.steps")
+        return int(rows[0]["n"])
+
+    def wait_steps(self, n: int, timeout: float = 60) -> int:
+        return int(wait_for(lambda: self.steps() >= n and self.steps(), timeout, f"{n} steps"))
+
+    def stop_file(self) -> Path:
+        return self.cwd / "stop"
+
+    def stop(self, timeout: float = 60) -> int:
+        self.stop_file().touch()
+        return self.wait(timeout)
+
+    def wait(self, timeout: float = 60) -> int:
+        try:
+            code = self.proc.wait(timeout)
+        finally:
+            self._out.close()
+            self._err.close()
+        return code
+
+    def stdout(self) -> str:
+        if not self._out.closed:
+            self._out.flush()
+        return self.stdout_path.read_text()
+
+    def stderr(self) -> str:
+        if not self._err.closed:
+            self._err.flush()
+        return self.stderr_path.read_text()
+
+    def output(self) -> str:
+        return f"--- stdout\n{self.stdout()}\n--- stderr\n{self.stderr()}"
+
+    def run_dirs(self) -> list[Path]:
+        return sorted((self.cwd / "torchdoctor-runs").glob("*"))
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+
+def cli(
+    *args: str,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    input: str | None = None,
+    timeout: float = 60,
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "torchdoctor", *args],
+        env=env,
+        cwd=cwd,
+        input=input,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def td_run(*args: str) -> list[str]:
+    """argv for `torchdoctor run ...` in a subprocess."""
+    return [sys.executable, "-m", "torchdoctor", "run", *args]
+
+
+def script(name: str) -> str:
+    return str(SCRIPTS / name)
