@@ -35,7 +35,26 @@ from torchdoctor.telemetry.on_import import when_imported
 log = logging.getLogger("torchdoctor")
 
 _lock = threading.Lock()
+_print_lock = threading.Lock()
 _current: Session | None = None
+_status_shown = False
+
+
+def clear_status_line() -> str:
+    """What erases the live status line before other output goes to stderr."""
+    global _status_shown
+    if not _status_shown:
+        return ""
+    _status_shown = False
+    return "\r\x1b[K"
+
+
+def show_status_line(text: str) -> None:
+    global _status_shown
+    with _print_lock:
+        sys.stderr.write("\r\x1b[K" + text)
+        sys.stderr.flush()
+        _status_shown = True
 
 
 class LiveSource:
@@ -69,7 +88,8 @@ class Session:
         self.tables = Tables()
         self.spiller = Spiller(self.tables, self.run_dir)
         self.sql = SqlEngine(LiveSource(self))
-        self.live_providers: dict[str, Any] = {}
+        # Live tables computed at query time, by name (the census needs the live objects).
+        self.live_providers: dict[str, Any] = {"tensors": self._census}
         self.telemetry: Any = None  # telemetry.recorder.Recorder once torch is imported
         self.doctor: Any = None
         self.token: str | None = None
@@ -87,6 +107,7 @@ class Session:
         self._start_servers()
         self._start_doctor()
         self._cancel_torch_wait = when_imported("torch", self._on_torch)
+        self._install_excepthook()
         atexit.register(self.stop)
         return self
 
@@ -125,6 +146,34 @@ class Session:
             entry["tcp"] = f"{self.tcp_address[0]}:{self.tcp_address[1]}"
             entry["token_file"] = str(self.run_dir / rundir.TOKEN_FILE)
         return entry
+
+    def _census(self) -> list[tuple[Any, ...]]:
+        from torchdoctor.memory.census import census_rows
+
+        return census_rows(self)
+
+    def on_cuda_detected(self) -> None:
+        """Telemetry saw the run use CUDA: start the bounded allocator history."""
+        try:
+            from torchdoctor.memory.cuda_history import start_history
+        except ImportError:
+            return
+        try:
+            start_history(self)
+        except Exception as exc:
+            warn_once("cuda-history", f"no CUDA allocator history: {exc}")
+
+    def _install_excepthook(self) -> None:
+        # Without `torchdoctor run` (TORCHDOCTOR=1, start(), attach) a crash still gets its
+        # out-of-memory analysis before the interpreter exits.
+        previous = sys.excepthook
+
+        def hook(kind: Any, value: BaseException, tb: Any) -> None:
+            if not isinstance(value, KeyboardInterrupt) and not self._stopped:
+                self.report_crash(value)
+            previous(kind, value, tb)
+
+        sys.excepthook = hook
 
     def _start_doctor(self) -> None:
         from torchdoctor.diagnose.doctor import Doctor
@@ -213,6 +262,55 @@ class Session:
 
     def table_names(self) -> list[str]:
         return [spec.name for spec in ALL_TABLES]
+
+    # -- what the user sees ----------------------------------------------------------------------
+    def alert(self, diagnosis: Any) -> None:
+        """A diagnosis, as it is found, on stderr (unless quiet)."""
+        if self.config.quiet or not self.config.alerts:
+            return
+        from torchdoctor.report.alerts import render_alert
+
+        text = render_alert(diagnosis)
+        with _print_lock:
+            try:
+                sys.stderr.write(clear_status_line() + text + "\n")
+                sys.stderr.flush()
+            except Exception:
+                pass
+
+    def report_crash(self, exc: BaseException) -> None:
+        """The script died of `exc`: explain an out-of-memory with numbers, before the process
+        exits, and keep the diagnosis on disk."""
+        self.crash = exc
+        try:
+            from torchdoctor.memory.oom import diagnose_exception
+        except ImportError:
+            return
+        try:
+            diagnosis = diagnose_exception(exc, self)
+        except Exception as err:
+            warn_once("oom-capture", f"could not analyse the crash: {type(err).__name__}: {err}")
+            return
+        if diagnosis is not None and self.doctor is not None:
+            self.doctor.report(diagnosis)
+
+    def summary(self) -> dict[str, Any]:
+        """The end-of-run numbers: steps, time by phase, diagnoses, where the run is saved."""
+        steps = self.tables["steps"].snapshot()
+        phases = {}
+        for name in ("data_wait", "forward", "backward", "optimizer", "other"):
+            phases[name] = float(steps.data[name].sum()) if steps.rows else 0.0
+        found = self.doctor.found() if self.doctor is not None else []
+        return {
+            "steps": int(steps.rows),
+            "duration": float(steps.data["duration"].sum()) if steps.rows else 0.0,
+            "phases": phases,
+            "skipped": int(steps.data["skipped"].sum()) if steps.rows else 0,
+            "last_loss": steps.column("loss")[-1] if steps.rows else None,
+            "diagnoses": found,
+            "run_dir": str(self.run_dir),
+            "exit_code": self.exit_code,
+        }
 
     def configure(self, **changes: Any) -> dict[str, Any]:
         allowed = {"trace_every", "guard", "hang_timeout", "alerts"}

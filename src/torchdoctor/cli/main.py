@@ -26,9 +26,11 @@ COMMANDS: tuple[str, ...] = (
     "query",
     "tables",
     "diagnoses",
+    "memory",
     "list",
     "explain",
     "lint",
+    "batch-size",
     "demo",
 )
 

@@ -1,26 +1,169 @@
-"""The doctor thread: runs every diagnosis over fresh snapshots about once a second.
+"""The doctor thread: about once a second it snapshots the tables, runs every diagnosis
+module, and reports what is new. It also keeps the hang watchdog: while no step comes it
+samples the main thread's stack, so a hang is told from a long but busy phase.
 
-Placeholder until the diagnoses land: it only keeps the thread's shape.
+Reporting a diagnosis = a python.diagnoses row, a line in diagnoses.jsonl (written at once,
+so it survives a crash) and, unless quiet, an alert on stderr.
 """
 
 from __future__ import annotations
 
+import importlib
+import statistics
+import sys
 import threading
+import time
+from types import ModuleType
 from typing import Any
+
+from torchdoctor._guard import warn_once
+from torchdoctor.diagnose.inputs import Inputs, decode_events
+from torchdoctor.diagnose.record import SEVERITIES, Diagnosis
+from torchdoctor.telemetry import stacks
+
+# One module per kind (torchdoctor.diagnose.<name>), each with diagnose(Inputs) -> list.
+MODULES: tuple[str, ...] = (
+    "nan",
+    "divergence",
+    "exploding_gradients",
+    "vanishing_gradients",
+    "no_gradient",
+    "not_learning",
+    "dataloader_bound",
+    "hang",
+    "memory_leak",
+    "oom",
+)
+
+TICK = 1.0
+STARTUP_GRACE = 300.0  # before the first step: imports, data set loading, compilation
+
+
+def load_modules() -> list[ModuleType]:
+    return [importlib.import_module(f"torchdoctor.diagnose.{name}") for name in MODULES]
 
 
 class Doctor:
     def __init__(self, session: Any) -> None:
         self.session = session
+        self.modules = load_modules()
+        self.reported: dict[str, Diagnosis] = {}
+        self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._samples: list[tuple[int, float]] = []  # (main thread's stack signature, time)
+        self._hang_since_step: int | None = None
         self._thread = threading.Thread(target=self._loop, name="torchdoctor-doctor", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
 
-    def _loop(self) -> None:
-        while not self._stop.wait(1.0):
-            pass
-
     def stop(self) -> None:
         self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
+        try:
+            self.examine(final=True)
+        except Exception as exc:
+            warn_once("doctor-final", f"the last diagnosis pass failed: {exc}")
+
+    def _loop(self) -> None:
+        while not self._stop.wait(TICK):
+            try:
+                self.examine()
+            except Exception as exc:  # a bug in a diagnosis must not stop the others next time
+                warn_once("doctor", f"a diagnosis pass failed: {type(exc).__name__}: {exc}")
+
+    # -- one pass ----------------------------------------------------------------------------
+    def examine(self, final: bool = False) -> list[Diagnosis]:
+        inputs = self.inputs(final)
+        found: list[Diagnosis] = []
+        for module in self.modules:
+            try:
+                found.extend(module.diagnose(inputs))
+            except Exception as exc:
+                warn_once(
+                    f"diagnose:{module.__name__}",
+                    f"{module.__name__} failed: {type(exc).__name__}: {exc}",
+                )
+        return [d for d in found if self.report(d)]
+
+    def inputs(self, final: bool = False) -> Inputs:
+        tables = self.session.tables
+        steps = tables["steps"].snapshot()
+        events = decode_events(tables["events"].snapshot())
+        now = time.time()
+        last = float(steps.data["time"][-1]) if steps.rows else None
+        hang = None if final else self._watch(steps, last, now)
+        return Inputs(
+            steps=steps,
+            module_grads=tables["module_grads"].snapshot(),
+            events=events,
+            config=self.session.config,
+            now=now,
+            last_step_time=last,
+            hang=hang,
+        )
+
+    def report(self, diagnosis: Diagnosis) -> bool:
+        """Record a diagnosis unless it was reported already (a rise in severity is new)."""
+        if self.session.telemetry is not None and diagnosis.rank == 0:
+            diagnosis.rank = self.session.telemetry.rank
+        with self._lock:
+            old = self.reported.get(diagnosis.identity)
+            if old is not None and SEVERITIES.index(diagnosis.severity) <= SEVERITIES.index(
+                old.severity
+            ):
+                return False
+            self.reported[diagnosis.identity] = diagnosis
+        self.session.tables["diagnoses"].append(diagnosis.row())
+        try:
+            self.session.spiller.flush(only="diagnoses")
+        except Exception as exc:
+            warn_once("diagnoses-file", f"cannot write diagnoses.jsonl: {exc}")
+        self.session.alert(diagnosis)
+        return True
+
+    def found(self) -> list[Diagnosis]:
+        with self._lock:
+            return list(self.reported.values())
+
+    # -- hang watchdog -----------------------------------------------------------------------
+    def hang_timeout(self, steps: Any) -> float:
+        configured = self.session.config.hang_timeout
+        if configured:
+            return float(configured)
+        if not steps.rows:
+            return STARTUP_GRACE
+        recent = [float(d) for d in steps.data["duration"][-50:]]
+        return min(1800.0, max(60.0, 20.0 * statistics.median(recent)))
+
+    def _watch(self, steps: Any, last: float | None, now: float) -> dict[str, Any] | None:
+        """The hang capture, when no step came for the timeout and the main thread stood still."""
+        started = self.session.started
+        idle = now - (last if last is not None else started)
+        step_count = int(steps.rows)
+        if self._hang_since_step is not None and self._hang_since_step != step_count:
+            self._hang_since_step = None  # steps came again: a later hang is a new one
+        main = sys._current_frames().get(threading.main_thread().ident or 0)
+        if main is None:
+            return None
+        # The same code at the same lines, frame after frame: a wait loop that re-enters the
+        # same call (a queue polled with a timeout) counts as standing still too.
+        signature = hash(tuple((f.f_code, f.f_lineno) for f in stacks.frames_of(main, 64)))
+        sample = (signature, now)
+        self._samples = [s for s in self._samples if now - s[1] <= idle] + [sample]
+        timeout = self.hang_timeout(steps)
+        if idle < timeout or self._hang_since_step is not None:
+            return None
+        window = [s for s in self._samples if now - s[1] <= timeout]
+        covered = bool(window) and now - window[0][1] >= 0.8 * timeout - TICK
+        still = covered and all(s[0] == signature for s in window)
+        if not still:
+            return None
+        self._hang_since_step = step_count
+        return {
+            "seconds": idle,
+            "timeout": timeout,
+            "steps": step_count,
+            "threads": stacks.capture_all(),
+        }

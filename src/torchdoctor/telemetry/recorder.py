@@ -84,6 +84,7 @@ class Recorder:
         self.train_thread = threading.main_thread().ident
         self.tracing = False
         self.discovering = True
+        self.phase = "other"  # data, forward, backward, optimizer or other: what runs now
         self.nonfinite_steps = 0
         self.skipped_steps = 0
         self.on_nonfinite: list[Any] = []  # callbacks(recorder, info) before the update
@@ -151,9 +152,11 @@ class Recorder:
                 return original(tensors, *args, **kwargs)
             t0 = time.perf_counter()
             rec._before_backward(tensors)
+            rec.phase = "backward"
             try:
                 return original(tensors, *args, **kwargs)
             finally:
+                rec.phase = "other"
                 rec._after_backward(t0)
 
         backward.__wrapped__ = original  # type: ignore[attr-defined]
@@ -170,9 +173,11 @@ class Recorder:
             if not rec.switch.on:
                 return original_next(it)
             t0 = time.perf_counter()
+            rec.phase = "data"
             try:
                 return original_next(it)
             finally:
+                rec.phase = "other"
                 if threading.get_ident() == rec.train_thread:
                     state = rec.state
                     state.data_wait += time.perf_counter() - t0
@@ -286,8 +291,10 @@ class Recorder:
             state.start = self._fwd_t0
         if len(state.tape) < TAPE_LIMIT:
             state.tape.append((module, args, kwargs))
+        self.phase = "forward"
 
     def _root_exit(self) -> None:
+        self.phase = "other"
         self.state.forward += time.perf_counter() - self._fwd_t0
         if self.tracing:
             self._memory_row("forward")
@@ -332,6 +339,7 @@ class Recorder:
         if not self.switch.on:
             return
         self._opt_t0 = time.perf_counter()
+        self.phase = "optimizer"
         try:
             if self._primary is None or self.primary is None:
                 import weakref
@@ -347,6 +355,7 @@ class Recorder:
         if not self.switch.on:
             return
         now = time.perf_counter()
+        self.phase = "other"
         self.state.optimizer += now - self._opt_t0
         if optimizer is not self.primary:
             return
@@ -530,7 +539,7 @@ class Recorder:
             self.discovering = False
             self.clock = CudaClock(self.torch) if self.memory.on_cuda() else CpuClock()
             if self.clock.cuda:
-                warn_once("cuda-clock", "timing phases with CUDA events")
+                self.session.on_cuda_detected()
         self.tracer.flush()
         every = self.session.config.trace_every
         self.tracing = bool(every) and (every == 1 or self.step % every == 1)

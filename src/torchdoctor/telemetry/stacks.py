@@ -96,3 +96,35 @@ def thread_rows() -> list[tuple[Any, ...]]:
         )
     rows.sort(key=lambda r: (not r[4], r[1]))
     return rows
+
+
+def capture_all(limit: int = 64) -> list[dict[str, Any]]:
+    """Every thread's stack (torchdoctor's own left out), innermost frame first."""
+    threads = _thread_names()
+    main_id = threading.main_thread().ident
+    out = []
+    for tid, top in sys._current_frames().items():
+        thread = threads.get(tid)
+        if _is_probe(thread):
+            continue
+        frames = []
+        for frame in user_frames(frames_of(top, limit)):
+            code = frame.f_code
+            frames.append(
+                {
+                    "func": code.co_name,
+                    "file": code.co_filename,
+                    "lineno": frame.f_lineno,
+                    "code": source_line(code.co_filename, frame.f_lineno or 0),
+                }
+            )
+        out.append(
+            {
+                "thread_id": tid,
+                "name": thread.name if thread is not None else f"thread-{tid}",
+                "is_main": tid == main_id,
+                "frames": frames,
+            }
+        )
+    out.sort(key=lambda t: not t["is_main"])
+    return out

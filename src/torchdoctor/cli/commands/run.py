@@ -65,6 +65,21 @@ def parse_argv(parser: argparse.ArgumentParser, argv: list[str]) -> Any:
     return args
 
 
+def _explain(exc: BaseException, ctx: Any) -> None:
+    """After the traceback: what the error means and what to do, briefly."""
+    try:
+        from torchdoctor.errors.api import explain_exception
+        from torchdoctor.report.explanation import render_text
+    except ImportError:
+        return
+    try:
+        explanation = explain_exception(exc)
+        if explanation.recognised:
+            ctx.warn(render_text(explanation, brief=True))
+    except Exception as err:
+        ctx.warn(f"torchdoctor: could not explain the error: {err}")
+
+
 def main(args: Any, ctx: Any) -> int:
     from torchdoctor import session
     from torchdoctor.cli import script
@@ -83,8 +98,15 @@ def main(args: Any, ctx: Any) -> int:
         outcome = script.run_module(args.module, args.args)
     else:
         outcome = script.run_script(args.script, args.args)
-    probe.crash = outcome.exception
+    if outcome.exception is not None and not outcome.interrupted:
+        probe.report_crash(outcome.exception)
+        if not config.quiet:
+            _explain(outcome.exception, ctx)
     probe.stop(outcome.code)
+    if not config.quiet:
+        from torchdoctor.report.summary import render_summary
+
+        ctx.warn(render_summary(probe.summary()))
     sys.stdout.flush()
     if outcome.interrupted:
         # End as an interrupted Python ends: killed by SIGINT, so shells see 130.

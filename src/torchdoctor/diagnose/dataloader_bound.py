@@ -1,0 +1,10 @@
+"""`dataloader_bound` (not built yet)."""
+
+from __future__ import annotations
+
+from torchdoctor.diagnose.inputs import Inputs
+from torchdoctor.diagnose.record import Diagnosis
+
+
+def diagnose(inputs: Inputs) -> list[Diagnosis]:
+    return []

@@ -1,0 +1,44 @@
+"""What every diagnosis module reads: table snapshots and events, nothing live."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+import numpy as np
+
+from torchdoctor.store.columns import Block
+
+
+@dataclasses.dataclass
+class Inputs:
+    steps: Block  # python.steps, oldest first
+    module_grads: Block  # python.module_grads
+    events: list[dict[str, Any]]  # python.events rows, `data` decoded
+    config: Any  # the run's Config (hang_timeout, guard, ...)
+    now: float  # wall-clock time of this pass
+    last_step_time: float | None = None  # wall-clock time of the last step, if any
+    hang: dict[str, Any] | None = None  # the watchdog's capture when no step came for long
+
+    def column(self, name: str) -> np.ndarray:
+        return self.steps.data[name]
+
+    def valid(self, name: str) -> np.ndarray:
+        """Mask of rows where a nullable steps column has a value."""
+        mask = self.steps.nulls.get(name)
+        return np.ones(self.steps.rows, dtype=bool) if mask is None else ~mask
+
+    def events_of(self, kind: str) -> list[dict[str, Any]]:
+        return [e for e in self.events if e["kind"] == kind]
+
+
+def decode_events(block: Block) -> list[dict[str, Any]]:
+    out = []
+    for record in block.to_records():
+        try:
+            record["data"] = json.loads(record.get("data") or "{}")
+        except ValueError:
+            record["data"] = {}
+        out.append(record)
+    return out

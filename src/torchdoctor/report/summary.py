@@ -1,0 +1,52 @@
+"""The end-of-run summary on stderr: steps, where the time went, what was found, where it is."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torchdoctor.report.alerts import render_alert
+
+_LABELS = {
+    "data_wait": "data",
+    "forward": "forward",
+    "backward": "backward",
+    "optimizer": "optimizer",
+    "other": "other",
+}
+
+
+def seconds(value: float) -> str:
+    if value < 1e-3:
+        return f"{value * 1e6:.0f} us"
+    if value < 1:
+        return f"{value * 1e3:.1f} ms"
+    if value < 120:
+        return f"{value:.1f} s"
+    return f"{value / 60:.1f} min"
+
+
+def render_summary(summary: dict[str, Any]) -> str:
+    steps = summary["steps"]
+    lines = ["", "torchdoctor summary"]
+    if steps:
+        total = summary["duration"] or 1e-12
+        per = summary["duration"] / steps
+        split = ", ".join(
+            f"{_LABELS[k]} {100 * v / total:.0f}%" for k, v in summary["phases"].items()
+        )
+        lines.append(f"  {steps} steps in {seconds(summary['duration'])} ({seconds(per)}/step)")
+        lines.append(f"  time: {split}")
+        if summary.get("skipped"):
+            lines.append(f"  {summary['skipped']} updates skipped (non-finite gradients)")
+    else:
+        lines.append("  no optimizer step was seen (loops without torch.optim: torchdoctor.step())")
+    found = summary["diagnoses"]
+    if found:
+        lines.append(f"  {len(found)} diagnos{'i' if len(found) == 1 else 'e'}s:")
+        for diagnosis in found:
+            lines.extend("  " + line for line in render_alert(diagnosis, fixes=1).splitlines())
+    else:
+        lines.append("  no problems found")
+    lines.append(f"  run directory: {summary['run_dir']}")
+    lines.append(f'  query it: torchdoctor query {summary["run_dir"]} "SELECT * FROM python.steps"')
+    return "\n".join(lines)
