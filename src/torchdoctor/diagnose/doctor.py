@@ -85,7 +85,25 @@ class Doctor:
                     f"diagnose:{module.__name__}",
                     f"{module.__name__} failed: {type(exc).__name__}: {exc}",
                 )
-        return [d for d in found if self.report(d)]
+        return [d for d in found if self.is_new(d) and self.report(self._enrich(d))]
+
+    def is_new(self, diagnosis: Diagnosis) -> bool:
+        with self._lock:
+            old = self.reported.get(diagnosis.identity)
+        return old is None or SEVERITIES.index(diagnosis.severity) > SEVERITIES.index(old.severity)
+
+    def _enrich(self, diagnosis: Diagnosis) -> Diagnosis:
+        """Live detail a stateless module cannot see: who holds leaking memory."""
+        if diagnosis.kind != "memory_leak":
+            return diagnosis
+        try:
+            from torchdoctor.diagnose.memory_leak import with_holders
+            from torchdoctor.memory.holders import find_holders
+
+            return with_holders(diagnosis, find_holders(self.session))
+        except Exception as exc:
+            warn_once("leak-holders", f"could not name what holds the memory: {exc}")
+            return diagnosis
 
     def inputs(self, final: bool = False) -> Inputs:
         tables = self.session.tables
@@ -108,12 +126,9 @@ class Doctor:
         """Record a diagnosis unless it was reported already (a rise in severity is new)."""
         if self.session.telemetry is not None and diagnosis.rank == 0:
             diagnosis.rank = self.session.telemetry.rank
+        if not self.is_new(diagnosis):
+            return False
         with self._lock:
-            old = self.reported.get(diagnosis.identity)
-            if old is not None and SEVERITIES.index(diagnosis.severity) <= SEVERITIES.index(
-                old.severity
-            ):
-                return False
             self.reported[diagnosis.identity] = diagnosis
         self.session.tables["diagnoses"].append(diagnosis.row())
         try:

@@ -1,10 +1,153 @@
-"""`hang` (not built yet)."""
+"""`hang`: no step for the hang timeout while the main thread stands still. Where it is stuck
+(data loading, a collective, a CUDA synchronisation, a lock or event, user code) and the
+`file:line` of the blocking frame, from the watchdog's capture of every thread's stack."""
 
 from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+from typing import Any
 
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
 
+_STDLIB = sysconfig.get_paths().get("stdlib", "") + os.sep
+_TORCH_DIR = os.sep + "torch" + os.sep
+
+# (category, test on a frame, what it means, fixes)
+_SYNC_CALLS = (".item()", ".cpu()", ".tolist()", ".numpy()", "synchronize(")
+
 
 def diagnose(inputs: Inputs) -> list[Diagnosis]:
-    return []
+    capture = inputs.hang
+    if not capture:
+        return []
+    threads = capture.get("threads") or []
+    main = next((t for t in threads if t.get("is_main")), None)
+    if main is None or not main.get("frames"):
+        return []
+    category, blocking, user = classify(main["frames"])
+    where = user or blocking
+    location = f"{_short(where['file'])}:{where['lineno']}" if where else None
+    seconds = float(capture.get("seconds", 0))
+    summary = (
+        f"No training step for {seconds:.0f} s (timeout {capture.get('timeout', 0):.0f} s): the "
+        f"main thread is stuck {_WHAT[category]} in {blocking['func']}() "
+        f"({_short(blocking['file'])}:{blocking['lineno']})"
+    )
+    if user and user is not blocking:
+        summary += f", called from {location}"
+    summary += "."
+    return [
+        Diagnosis(
+            kind="hang",
+            severity="error",
+            step=int(capture.get("steps", 0)),
+            location=location,
+            summary=summary,
+            evidence={
+                "category": category,
+                "seconds": seconds,
+                "timeout": capture.get("timeout"),
+                "blocking_frame": blocking,
+                "user_frame": user,
+                "threads": _trim(threads),
+            },
+            fix=_FIXES[category],
+            key=f"hang:{capture.get('steps', 0)}",
+        )
+    ]
+
+
+def classify(frames: list[dict[str, Any]]) -> tuple[str, dict[str, Any], dict[str, Any] | None]:
+    """(category, the frame it blocks in, the innermost frame of the user's own code)."""
+    user = next((f for f in frames if is_user_file(f["file"])), None)
+    files = [f["file"].replace("\\", "/") for f in frames]
+    funcs = [f["func"] for f in frames]
+    blocking = frames[0]
+    for frame, path in zip(frames, files, strict=True):
+        if "/torch/utils/data/" in path:
+            return "dataloader", frame, user
+    for frame, path in zip(frames, files, strict=True):
+        if "/torch/distributed/" in path:
+            return "collective", frame, user
+    for frame, path in zip(frames, files, strict=True):
+        if "/torch/cuda/" in path and frame["func"] in ("synchronize", "wait", "query"):
+            return "cuda_sync", frame, user
+    syncing = user is not None and any(c in (user.get("code") or "") for c in _SYNC_CALLS)
+    if syncing and user is frames[0]:  # blocked in the C call a .item()/.cpu() line made
+        return "cuda_sync", frames[0], user
+    waits = ("wait", "acquire", "get", "join", "recv", "poll", "select", "sleep", "read")
+    if _in_stdlib(files[0]) and any(w in funcs[0] for w in waits):
+        return "lock", blocking, user
+    if any("/torch/_dynamo/" in p or "/torch/_inductor/" in p for p in files):
+        return "compile", blocking, user
+    return "user_code", user or blocking, user
+
+
+def is_user_file(path: str) -> bool:
+    if path.startswith("<") or "site-packages" in path or "dist-packages" in path:
+        return False
+    return not _in_stdlib(path) and _TORCH_DIR not in path
+
+
+def _in_stdlib(path: str) -> bool:
+    return path.startswith((_STDLIB, sys.base_prefix + os.sep))
+
+
+def _short(path: str) -> str:
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return path
+    return rel if not rel.startswith("..") else path
+
+
+def _trim(threads: list[dict[str, Any]], frames: int = 12) -> list[dict[str, Any]]:
+    return [dict(t, frames=t["frames"][:frames]) for t in threads[:20]]
+
+
+_WHAT = {
+    "dataloader": "waiting for a DataLoader batch",
+    "collective": "inside a distributed collective",
+    "cuda_sync": "waiting for the GPU (a synchronisation)",
+    "lock": "waiting on a lock, event, queue or sleep",
+    "compile": "compiling (torch.compile)",
+    "user_code": "in your own code",
+}
+
+_FIXES = {
+    "dataloader": [
+        "a worker is stuck or died: run with num_workers=0 once to see the error in-process",
+        "set DataLoader(timeout=120) so a stuck worker raises instead of hanging",
+        "look for locks, network file systems or CUDA use inside Dataset.__getitem__",
+    ],
+    "collective": [
+        "another rank never reached this collective: check every rank's stack "
+        "(torchdoctor PID backtrace on each) for a rank-dependent branch or an uneven batch count",
+        "use DistributedSampler(drop_last=True) so every rank runs the same number of steps",
+        "set a timeout so the hang becomes an error: "
+        "init_process_group(timeout=timedelta(minutes=5))",
+        "NCCL_DEBUG=INFO and TORCH_DISTRIBUTED_DEBUG=DETAIL tell which collective is pending",
+    ],
+    "cuda_sync": [
+        "a kernel is still running or hung: CUDA_LAUNCH_BLOCKING=1 pins the error to its line",
+        "a device-side assert or illegal access can surface here first: check the kernel log",
+        "avoid per-step .item()/.cpu() calls in the hot loop; they wait for the whole queue",
+    ],
+    "lock": [
+        "a thread waits for an event that never comes: check which thread should set it "
+        "(torchdoctor PID backtrace shows every thread)",
+        "add timeouts to queue.get()/event.wait() so a lost producer becomes an error",
+    ],
+    "compile": [
+        "torch.compile may just be slow here: compare with mode='default' or compile fewer regions",
+        "frequent recompilation: mark dynamic shapes or pad inputs to fixed sizes",
+    ],
+    "user_code": [
+        "the main thread is stuck in your code at the line named: check its loop condition "
+        "or the resource it waits for",
+        "torchdoctor PID eval can inspect the variables of the stuck loop live",
+    ],
+}

@@ -1,10 +1,253 @@
-"""`nan` (not built yet)."""
+"""`nan`: the first non-finite value, where it arose, and the likely causes, ranked.
+
+Reads the `nan_origin` event written by the replay (telemetry/nan_replay.py) and the steps
+table; without that event (replay off or impossible) it still reports the first bad step.
+"""
 
 from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
 
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
 
+_LOG = ("log", "log2", "log10", "log1p", "xlogy")
+_SQRT = ("sqrt", "rsqrt", "pow")
+_DIV = ("div", "true_divide", "reciprocal", "__truediv__", "__rtruediv__")
+_NORM = ("norm", "vector_norm", "normalize", "linalg_vector_norm")
+_FP16_MAX = 65504.0
+
 
 def diagnose(inputs: Inputs) -> list[Diagnosis]:
-    return []
+    origins = inputs.events_of("nan_origin")
+    if origins:
+        return [from_origin(origins[0]["data"], inputs)]
+    first = _first_bad_step(inputs)
+    if first is None:
+        return []
+    step, loss, norm = first
+    return [
+        Diagnosis(
+            kind="nan",
+            severity="error",
+            step=step,
+            summary=f"Step {step} went non-finite (loss {loss}, gradient norm {norm}); "
+            "it could not be replayed to find the origin.",
+            evidence={"loss": loss, "grad_norm": norm, "history": _history(inputs, step)},
+            fix=_generic_fixes(),
+        )
+    ]
+
+
+def from_origin(origin: dict[str, Any], inputs: Inputs | None = None) -> Diagnosis:
+    stage = origin.get("stage", "unknown")
+    step = origin.get("step")
+    evidence = dict(origin)
+    if inputs is not None and step is not None:
+        evidence["history"] = _history(inputs, step)
+    causes = rank_causes(evidence)
+    evidence["causes"] = causes
+    summary = _summary(stage, step, evidence)
+    fixes = [c["fix"] for c in causes]
+    if origin.get("guard"):
+        summary += " The update was skipped (--guard): the weights are still finite."
+    return Diagnosis(
+        kind="nan",
+        severity="error",
+        step=step,
+        location=origin.get("location"),
+        summary=summary,
+        evidence=evidence,
+        fix=fixes,
+    )
+
+
+def _summary(stage: str, step: Any, e: dict[str, Any]) -> str:
+    bad = _count(e)
+    if stage == "forward":
+        return (
+            f"First non-finite value at step {step}, in the forward pass of {e.get('module')}: "
+            f"{e.get('op')} at {e.get('site')} produced {bad} in a tensor of shape "
+            f"{e.get('shape')} from finite inputs."
+        )
+    if stage == "backward":
+        made = f", created by {e.get('op')} at {e.get('site')}" if e.get("op") else ""
+        return (
+            f"First non-finite value at step {step}, in the backward pass of "
+            f"{e.get('module') or 'the model'}: {e.get('node')} turned finite gradients into "
+            f"{bad} (shape {e.get('shape')}){made}. The forward pass was finite."
+        )
+    if stage == "loss":
+        return (
+            f"Step {step}: the model's outputs and their gradients are finite, but the loss "
+            f"computed from them at {e.get('location')} is not (loss = {e.get('loss')}); its "
+            f"graph: {' <- '.join((e.get('loss_graph') or [])[:5])}."
+        )
+    if stage == "optimizer":
+        weights = e.get("bad_weights") or [{}]
+        return (
+            f"Step {step}: the weights of {weights[0].get('module')} are already non-finite: "
+            "an earlier optimizer update put them there (its gradients were finite)."
+        )
+    if stage == "data":
+        return f"Step {step}: the input batch itself contains {_count(e.get('input') or {})}."
+    return f"Step {step} went non-finite; the origin could not be found ({e.get('note', '')})."
+
+
+def _count(e: dict[str, Any]) -> str:
+    parts = []
+    if e.get("nan"):
+        parts.append(f"{e['nan']} NaN")
+    if e.get("inf"):
+        parts.append(f"{e['inf']} Inf")
+    return " and ".join(parts) or "non-finite values"
+
+
+def rank_causes(e: dict[str, Any]) -> list[dict[str, str]]:
+    """The likely causes for this evidence, most likely first, each with its fix."""
+    stage = e.get("stage")
+    op = (e.get("op") or "").lower()
+    node = (e.get("node") or "").lower()
+    inputs = e.get("inputs") or []
+    first_in = inputs[0] if inputs else {}
+    causes: list[tuple[float, str, str]] = []
+
+    def add(weight: float, cause: str, fix: str) -> None:
+        causes.append((weight, cause, fix))
+
+    name = op + " " + node
+    if any(k in name for k in _LOG):
+        zeros = first_in.get("zeros", 0) + first_in.get("negatives", 0)
+        add(
+            0.9 if zeros or stage == "forward" else 0.7,
+            "log of zero or negative values" + (f" ({zeros} inputs <= 0)" if zeros else ""),
+            "clamp before the log: torch.log(x.clamp(min=1e-8)); for probabilities use "
+            "F.log_softmax / F.cross_entropy on logits instead of log(softmax(x))",
+        )
+    if any(k in name for k in _SQRT):
+        add(
+            0.9,
+            "square root at zero or below: sqrt(0) is finite but its gradient is infinite, and "
+            "sqrt of a negative is NaN",
+            "keep the argument positive: torch.sqrt(x.clamp(min=1e-12)) or torch.sqrt(x + eps)",
+        )
+    if any(k in name for k in _NORM):
+        add(
+            0.85,
+            "the norm of an all-zero vector: its gradient x / ||x|| is 0/0",
+            "add an epsilon: x / (x.norm(dim=-1, keepdim=True) + 1e-8), "
+            "or F.normalize(x, eps=1e-8)",
+        )
+    if any(k in name for k in _DIV):
+        add(
+            0.85,
+            "division by zero (a sum, norm, count or std that can be 0)",
+            "add an epsilon to the denominator: x / (d + 1e-8)",
+        )
+    if "exp" in name or "softmax" in name:
+        add(
+            0.7,
+            "overflow in exp: large logits exceed the float range",
+            "use F.softmax / F.log_softmax (they subtract the max), or scale the logits down",
+        )
+    dtype = str(e.get("dtype") or "")
+    autocast = e.get("autocast") or {}
+    if "float16" in dtype or autocast.get("cuda"):
+        add(
+            0.8 if "float16" in dtype else 0.5,
+            f"float16 overflow: values beyond +-{_FP16_MAX:g} become Inf",
+            "train in bfloat16 (torch.autocast(device_type, dtype=torch.bfloat16)), or keep "
+            "float16 with torch.amp.GradScaler",
+        )
+    if stage == "data":
+        add(
+            1.0,
+            "the data: the batch already holds NaN/Inf before the model sees it",
+            "check the dataset and its transforms; drop or repair bad samples "
+            "(assert torch.isfinite(x).all() in the loader while debugging)",
+        )
+    if stage == "optimizer":
+        add(
+            0.95,
+            "the update itself: finite gradients but a step so large (or an Adam eps so small) "
+            "that the weights overflowed",
+            "lower the learning rate (add warm-up), clip gradients "
+            "(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)), keep Adam eps >= 1e-8",
+        )
+    if stage == "loss":
+        add(
+            0.9,
+            "the loss computation: log(0), division by a zero count, or a hand-written "
+            "cross-entropy on probabilities",
+            "use F.cross_entropy on raw logits; clamp before log; guard divisions with an eps",
+        )
+    history = e.get("history") or {}
+    losses = [v for v in history.get("loss", []) if v is not None and math.isfinite(v) and v > 0]
+    if len(losses) >= 3 and losses[-1] > 1e3 * min(losses):
+        add(
+            0.97,
+            f"the run diverged first: the loss grew {losses[-1] / min(losses):.3g}x in "
+            f"{len(losses)} steps before overflowing",
+            f"lower the learning rate (now {e.get('lr')}), add warm-up and gradient clipping",
+        )
+    norms = [n for n in history.get("grad_norm", []) if n is not None and math.isfinite(n)]
+    rising = len(norms) >= 4 and norms[-1] > 10 * (np.median(norms[: len(norms) // 2]) or 1e-12)
+    add(
+        0.75 if rising else 0.35,
+        "learning rate too high" + (" (the gradient norm grew before the NaN)" if rising else ""),
+        f"lower the learning rate (now {e.get('lr')}) or add warm-up",
+    )
+    add(
+        0.6 if rising else 0.3,
+        "no gradient clipping: one large batch can push the weights to Inf",
+        "clip: torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)",
+    )
+    if stage not in ("data",):
+        add(
+            0.2,
+            "bad samples in the data",
+            "check the batch at this step for NaN/Inf or out-of-range values",
+        )
+    causes.sort(key=lambda c: -c[0])
+    seen: set[str] = set()
+    out = []
+    for _w, cause, fix in causes:
+        if cause in seen:
+            continue
+        seen.add(cause)
+        out.append({"cause": cause, "fix": fix})
+    return out
+
+
+def _generic_fixes() -> list[str]:
+    return [c["fix"] for c in rank_causes({"stage": "unknown"})]
+
+
+def _first_bad_step(inputs: Inputs) -> tuple[int, Any, Any] | None:
+    if not inputs.steps.rows:
+        return None
+    loss = inputs.column("loss")
+    norm = inputs.column("grad_norm")
+    bad = (inputs.valid("loss") & ~np.isfinite(loss)) | (
+        inputs.valid("grad_norm") & ~np.isfinite(norm)
+    )
+    idx = np.flatnonzero(bad)
+    if not idx.size:
+        return None
+    i = int(idx[0])
+    return int(inputs.column("step")[i]), float(loss[i]), float(norm[i])
+
+
+def _history(inputs: Inputs, step: int, n: int = 10) -> dict[str, list[Any]]:
+    steps = inputs.column("step")
+    keep = np.flatnonzero(steps < step)[-n:]
+    loss = inputs.steps.column("loss")
+    norm = inputs.steps.column("grad_norm")
+    return {
+        "steps": [int(steps[i]) for i in keep],
+        "loss": [loss[i] for i in keep],
+        "grad_norm": [norm[i] for i in keep],
+    }

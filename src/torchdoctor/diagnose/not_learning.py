@@ -1,10 +1,69 @@
-"""`not_learning` (not built yet)."""
+"""`not_learning`: after a warm-up the loss has not moved from where it started, while
+gradients do flow (a run that improved and then converged is not flagged)."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
+from torchdoctor.diagnose.series import finite
+
+MIN_STEPS = 100
+WINDOW = 20
+IMPROVEMENT = 0.02  # less than 2% better than at the start counts as flat
 
 
 def diagnose(inputs: Inputs) -> list[Diagnosis]:
-    return []
+    steps, loss = finite(inputs, "loss")
+    if loss.size < MIN_STEPS:
+        return []
+    start = loss[2 : 2 + WINDOW]
+    end = loss[-WINDOW:]
+    first, last = float(np.mean(start)), float(np.mean(end))
+    if first <= 0:
+        return []
+    # The best any window reached: a run that learned and then plateaued is fine.
+    windows = np.lib.stride_tricks.sliding_window_view(loss[2:], WINDOW).mean(axis=1)
+    best = float(windows.min())
+    noise = float(np.std(end)) / np.sqrt(WINDOW) + float(np.std(start)) / np.sqrt(WINDOW)
+    if first - best > max(IMPROVEMENT * first, 2 * noise):
+        return []
+    _s, norms = finite(inputs, "grad_norm")
+    if not norms.size or float(np.median(norms[-WINDOW:])) <= 0:
+        return []  # no gradients at all: other diagnoses say why
+    _l, lr = finite(inputs, "lr")
+    lr_now = float(lr[-1]) if lr.size else None
+    fixes = []
+    if lr_now == 0:
+        fixes.append("the learning rate is 0: check the scheduler and the optimizer's lr")
+    fixes += [
+        "overfit one batch: a correct model drives the loss near zero within ~100 steps on it",
+        f"try a larger learning rate (now {lr_now:g})" if lr_now else "check the learning rate",
+        "check that the optimizer holds this model's parameters (built after re-creating the "
+        "model?) and that no needed layer is frozen",
+        "check the loss against the outputs: CrossEntropyLoss wants raw logits and class "
+        "indices; labels must match inputs (shuffled separately?)",
+    ]
+    return [
+        Diagnosis(
+            kind="not_learning",
+            severity="warning",
+            step=int(steps[-1]),
+            summary=(
+                f"The loss is not going down: {last:.4g} after {loss.size} steps against "
+                f"{first:.4g} at the start (best {best:.4g}), although gradients flow "
+                f"(norm {float(np.median(norms[-WINDOW:])):.3g})."
+            ),
+            evidence={
+                "start_loss": first,
+                "loss": last,
+                "best_loss": best,
+                "steps": int(loss.size),
+                "lr": lr_now,
+                "grad_norm": float(np.median(norms[-WINDOW:])),
+            },
+            fix=fixes,
+            key="not_learning",
+        )
+    ]

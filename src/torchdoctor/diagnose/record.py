@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
-import json
-import math
 import time
 from typing import Any
+
+from torchdoctor._json import dumps
 
 SEVERITIES = ("info", "warning", "error")
 
@@ -42,17 +42,6 @@ class Diagnosis:
             self.severity,
             self.location,
             self.summary,
-            json.dumps(clean(self.evidence), allow_nan=False, default=str),
+            dumps(self.evidence),
             "\n".join(self.fix),
         )
-
-
-def clean(value: Any) -> Any:
-    """Evidence as strict JSON: non-finite floats become strings ("nan", "inf")."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
-    if isinstance(value, dict):
-        return {str(k): clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [clean(v) for v in value]
-    return value

@@ -18,21 +18,29 @@ def collect(optimizer: Any) -> tuple[list[Any], list[Any]]:
     return params, grads
 
 
-def total_norm(torch: Any, grads: list[Any]) -> Any:
-    """The L2 norm of all gradients as a 0-dim tensor (on the gradients' device), or None."""
+def all_finite(torch: Any, grads: list[Any]) -> bool:
+    return all(bool(torch.isfinite(g).all()) for g in grads)
+
+
+def total_norm(torch: Any, grads: list[Any], dtype: Any = None) -> Any:
+    """The L2 norm of all gradients as a 0-dim tensor (on the gradients' device), or None.
+
+    `dtype=torch.float64` computes it without float32 overflow (used only when the fast
+    float32 norm came out infinite)."""
     if not grads:
         return None
     by_device: dict[Any, list[Any]] = {}
     for g in grads:
         if g.is_sparse:
             g = g.coalesce()._values()
-        by_device.setdefault(g.device, []).append(g)
+        by_device.setdefault(g.device, []).append(g if dtype is None else g.to(dtype))
     parts = []
     for gs in by_device.values():
         norms = (
             torch._foreach_norm(gs) if hasattr(torch, "_foreach_norm") else [g.norm() for g in gs]
         )
-        parts.append(torch.linalg.vector_norm(torch.stack([n.float() for n in norms])))
+        stacked = torch.stack([n.float() if dtype is None else n for n in norms])
+        parts.append(torch.linalg.vector_norm(stacked))
     if len(parts) == 1:
         return parts[0]
     device = parts[0].device

@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import threading
 import time
 from typing import Any
 
 from torchdoctor._guard import Switch, warn_once
+from torchdoctor._json import dumps
 from torchdoctor.telemetry import gradients
 from torchdoctor.telemetry.clock import CpuClock, CudaClock
 from torchdoctor.telemetry.memory import MemoryReader
@@ -37,11 +39,14 @@ class StepState:
 
     __slots__ = (
         "backward",
+        "backward_site",
         "clip_norm",
         "data_wait",
         "forward",
+        "loss_ref",
         "losses",
         "micro",
+        "nonfinite_seen",
         "optimizer",
         "rng",
         "start",
@@ -55,6 +60,9 @@ class StepState:
         self.backward = 0.0
         self.optimizer = 0.0
         self.losses: list[Any] = []
+        self.loss_ref: Any = None  # the tensor backward() ran on (its graph names the loss ops)
+        self.backward_site: str | None = None  # file:line that called backward()
+        self.nonfinite_seen = False
         self.micro = 0
         self.clip_norm: Any = None
         self.tape: list[tuple[Any, tuple[Any, ...], dict[str, Any]]] = []
@@ -85,6 +93,7 @@ class Recorder:
         self.tracing = False
         self.discovering = True
         self.phase = "other"  # data, forward, backward, optimizer or other: what runs now
+        self.sync_check = False  # CUDA: read the gradient norm before the update (after a NaN)
         self.nonfinite_steps = 0
         self.skipped_steps = 0
         self.on_nonfinite: list[Any] = []  # callbacks(recorder, info) before the update
@@ -114,6 +123,9 @@ class Recorder:
         self._patch_scaler(torch)
         self._patch_clip(torch)
         self._set_global_hooks(True)
+        from torchdoctor.telemetry.nan_replay import NanLocalizer
+
+        NanLocalizer(self)
         self.hooks.on_remove(self._root_hooks.remove)
         self.hooks.on_remove(lambda: self._set_global_hooks(False))
         self.hooks.on_remove(self.memory.close)
@@ -320,7 +332,10 @@ class Recorder:
         scaled = self._scaled
         if scaled is not None and scaled[0] is loss:
             loss = scaled[1]
-        self.state.losses.append(loss.detach() if self.clock.cuda else float(loss.detach()))
+        state = self.state
+        state.loss_ref = loss
+        state.backward_site = _caller_site()
+        state.losses.append(loss.detach() if self.clock.cuda else float(loss.detach()))
 
     def _after_backward(self, t0: float) -> None:
         state = self.state
@@ -328,6 +343,10 @@ class Recorder:
         state.micro += 1
         if self.tracing:
             self._memory_row("backward")
+        last = state.losses[-1] if state.losses else None
+        if isinstance(last, float) and not math.isfinite(last):
+            # Caught here too, for loops that skip optimizer.step() on a bad loss.
+            self._nonfinite({"step": self.step, "grad_norm": None, "losses": [last]})
 
     # -- optimizer ---------------------------------------------------------------------------
     @property
@@ -383,29 +402,38 @@ class Recorder:
             self._module_grads(optimizer)
         if norm is None:
             return
-        if self.clock.cuda and not self.session.config.guard:
+        if self.clock.cuda and not self.session.config.guard and not self.sync_check:
             return  # read back later with the step row: no sync here
         value = float(norm)
+        if not math.isfinite(value) and gradients.all_finite(self.torch, grads):
+            # Finite gradients whose squares overflow float32: not a NaN, a huge norm.
+            self._grad_norm = gradients.total_norm(self.torch, grads, dtype=self.torch.float64)
+            value = float(self._grad_norm)
         loss_bad = any(isinstance(v, float) and not math.isfinite(v) for v in state.losses)
         if math.isfinite(value) and not loss_bad:
             return
-        self.nonfinite_steps += 1
-        info = {
-            "step": self.step,
-            "grad_norm": value,
-            "losses": list(state.losses),
-            "params": params,
-        }
-        for callback in list(self.on_nonfinite):
-            try:
-                callback(self, info)
-            except Exception as exc:
-                warn_once("nan-callback", f"NaN localization failed: {type(exc).__name__}: {exc}")
+        self._nonfinite(
+            {"step": self.step, "grad_norm": value, "losses": list(state.losses), "params": params}
+        )
         if self.session.config.guard and not math.isfinite(value):
             for p in params:
                 p.grad = None  # the optimizer skips parameters without a gradient
             self._skip_this_step = True
             self.event("guard_skip", {"grad_norm": _jsonable(value)})
+
+    def _nonfinite(self, info: dict[str, Any], once_per_step: bool = True) -> None:
+        """A step went non-finite: run the localizers (before the update, when on time)."""
+        state = self.state
+        if once_per_step:
+            if state.nonfinite_seen:
+                return
+            state.nonfinite_seen = True
+        self.nonfinite_steps += 1
+        for callback in list(self.on_nonfinite):
+            try:
+                callback(self, info)
+            except Exception as exc:
+                warn_once("nan-callback", f"NaN localization failed: {type(exc).__name__}: {exc}")
 
     def _module_grads(self, optimizer: Any) -> None:
         by_module: dict[str, list[Any]] = {}
@@ -519,13 +547,8 @@ class Recorder:
             row[self._NORM] = norm if has_norm else None
             self._append_step(row)
             if (has_loss and not math.isfinite(loss)) or (has_norm and not math.isfinite(norm)):
-                self.nonfinite_steps += 1
-                info = {"step": row[0], "grad_norm": norm, "losses": [loss], "late": True}
-                for callback in list(self.on_nonfinite):
-                    try:
-                        callback(self, info)
-                    except Exception as exc:
-                        warn_once("nan-callback", f"NaN check failed: {type(exc).__name__}: {exc}")
+                late = {"step": row[0], "grad_norm": norm, "losses": [loss], "late": True}
+                self._nonfinite(late, once_per_step=False)
 
     def _append_step(self, row: list[Any]) -> None:
         self.tables["steps"].append(tuple(row))
@@ -580,11 +603,7 @@ class Recorder:
         )
 
     def event(self, kind: str, data: dict[str, Any]) -> None:
-        import json
-
-        self.tables["events"].append(
-            (time.time(), self.step, kind, json.dumps(data, default=str, allow_nan=False))
-        )
+        self.tables["events"].append((time.time(), self.step, kind, dumps(data)))
 
     def watch(self, model: Any, optimizer: Any = None, name: str | None = None) -> None:
         if self.models.add(model, name):
@@ -604,6 +623,22 @@ class Recorder:
             "hooks_on": self.switch.on,
         }
         return out
+
+
+_TORCH_DIR = ""
+
+
+def _caller_site() -> str | None:
+    """file:line of the code that called backward() (the first frame outside torch)."""
+    global _TORCH_DIR
+    if not _TORCH_DIR:
+        import torch
+
+        _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+    frame: Any = sys._getframe(3)
+    while frame is not None and frame.f_code.co_filename.startswith(_TORCH_DIR):
+        frame = frame.f_back
+    return f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else None
 
 
 def _rank_from_env() -> int:

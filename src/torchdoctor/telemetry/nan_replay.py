@@ -1,0 +1,416 @@
+"""Finding where the first non-finite value came from, once the cheap per-step check fires.
+
+Dormant cost: none beyond the step's finiteness check (loss value and total gradient norm).
+When a step goes non-finite, before the optimizer applies it, its batch is replayed through
+the models (same weights, same inputs, same CPU random state; buffers restored afterwards):
+  forward   every torch op's output is checked; the first op with a non-finite output from
+            finite inputs is the origin (op, module, file:line).
+  backward  if the forward stays finite, a backward replay from the model output (a
+            surrogate all-ones gradient; .grad untouched) with a hook on every autograd node
+            finds the first node that turns finite gradients non-finite (e.g. SqrtBackward0),
+            and the module and line whose forward created it.
+  loss      if the model's own backward stays finite too, the loss computation outside the
+            modules made it; the loss graph's nodes are named.
+  optimizer if the model's weights are already non-finite, an earlier update put them there.
+On CUDA the check is read back a step late, after that update; the localizer then arms a
+synchronous check so the next occurrence is caught before its update.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+_RISKY_OPS = ("log", "sqrt", "rsqrt", "div", "pow", "reciprocal", "exp", "norm", "acos", "asin")
+
+
+class NanLocalizer:
+    def __init__(self, recorder: Any) -> None:
+        self.rec = recorder
+        self.localized = False
+        self.armed = False
+        recorder.on_nonfinite.append(self)
+
+    def __call__(self, rec: Any, info: dict[str, Any]) -> None:
+        if self.localized:
+            return
+        if info.get("late"):
+            # Too late to replay (the update has happened): catch the next one in time.
+            self.armed = True
+            rec.sync_check = True
+            rec.event("nan_armed", {"step": info.get("step")})
+            return
+        self.localized = True
+        started = time.perf_counter()
+        evidence = self.localize(info)
+        evidence["replay_seconds"] = round(time.perf_counter() - started, 4)
+        rec.event("nan_origin", evidence)
+
+    # -- the replay --------------------------------------------------------------------------
+    def localize(self, info: dict[str, Any]) -> dict[str, Any]:
+        rec = self.rec
+        torch = rec.torch
+        state = rec.state
+        losses = [float(v) for v in info.get("losses") or []]
+        evidence: dict[str, Any] = {
+            "step": info.get("step"),
+            "loss": losses[-1] if losses else None,
+            "grad_norm": info.get("grad_norm"),
+            "lr": rec._lr(),
+            "guard": bool(rec.session.config.guard),
+            "backward_site": state.backward_site,
+            "autocast": _autocast_state(torch),
+        }
+        evidence["bad_gradients"] = _bad_gradients(rec, info.get("params") or [])
+        tape = list(state.tape)
+        if not tape:
+            evidence["stage"] = "unknown"
+            evidence["note"] = "no model call was seen in this step, so it could not be replayed"
+            return evidence
+        bad_weights = _bad_weights(rec)
+        if bad_weights:
+            evidence.update(stage="optimizer", bad_weights=bad_weights)
+            evidence["location"] = bad_weights[0]["module"]
+            return evidence
+        bad_input = _bad_inputs(torch, tape)
+        if bad_input is not None:
+            evidence.update(stage="data", location="input batch", input=bad_input)
+            return evidence
+        was_on = rec.switch.on
+        rec.switch.on = False  # our own hooks must not record the replay as training
+        try:
+            with _preserved(rec, state.rng):
+                found = self._replay(tape, evidence)
+        except Exception as exc:  # out of memory, a model that cannot be re-run: say so
+            evidence.update(stage="unknown", note=f"replay failed: {type(exc).__name__}: {exc}")
+            return evidence
+        finally:
+            rec.switch.on = was_on
+        if not found:
+            evidence["stage"] = "loss"
+            evidence["location"] = state.backward_site
+            evidence["loss_graph"] = _graph_names(state.loss_ref)
+        return evidence
+
+    def _replay(self, tape: list[Any], evidence: dict[str, Any]) -> bool:
+        rec = self.rec
+        torch = rec.torch
+        monitor = _Monitor(rec)
+        outputs = []
+        with monitor.hooks(), monitor:
+            for module, args, kwargs in tape:
+                outputs.append(module(*args, **(kwargs or {})))
+                if monitor.found is not None:
+                    break
+        if monitor.found is not None:
+            evidence.update(stage="forward", **monitor.found)
+            evidence["location"] = monitor.found["module"]
+            return True
+        tensors = [t for t in _flatten(outputs) if t.requires_grad and t.is_floating_point()]
+        params = [p for m, _a, _k in tape for p in m.parameters() if p.requires_grad]
+        if not tensors or not params:
+            return False
+        origin = _backward_origin(torch, tensors, params, monitor.nodes)
+        if origin is None:
+            return False
+        evidence.update(stage="backward", **origin)
+        evidence["location"] = origin.get("module") or origin.get("site")
+        return True
+
+
+class _Monitor:
+    """Checks every torch op's outputs during the replayed forward (a TorchFunctionMode)."""
+
+    def __init__(self, rec: Any) -> None:
+        from torch.overrides import TorchFunctionMode
+
+        self.rec = rec
+        self.torch = rec.torch
+        self.stack: list[str] = []
+        self.found: dict[str, Any] | None = None
+        self.nodes: dict[int, tuple[Any, str | None, str | None, str | None]] = {}
+        monitor = self
+
+        class Mode(TorchFunctionMode):
+            def __torch_function__(
+                self, func: Any, types: Any, args: Any = (), kwargs: Any = None
+            ) -> Any:
+                out = func(*args, **(kwargs or {}))
+                monitor.after_op(func, args, kwargs or {}, out)
+                return out
+
+        self._mode = Mode()
+
+    def __enter__(self) -> _Monitor:
+        self._mode.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._mode.__exit__(*exc)
+
+    @contextlib.contextmanager
+    def hooks(self) -> Iterator[None]:
+        from torch.nn.modules.module import (
+            register_module_forward_hook,
+            register_module_forward_pre_hook,
+        )
+
+        def pre(module: Any, args: Any) -> None:
+            self.stack.append(self.rec.models.name_of(module))
+
+        def post(module: Any, args: Any, out: Any) -> None:
+            if self.stack:
+                self.stack.pop()
+            for t in _flatten([out]):
+                node = t.grad_fn
+                if node is not None and id(node) not in self.nodes:
+                    self.nodes[id(node)] = (node, self.rec.models.name_of(module), None, None)
+
+        handles = [
+            register_module_forward_pre_hook(pre),
+            register_module_forward_hook(post, always_call=True),
+        ]
+        try:
+            yield
+        finally:
+            for h in handles:
+                h.remove()
+
+    def after_op(self, func: Any, args: Any, kwargs: Any, out: Any) -> None:
+        torch = self.torch
+        outs = _flatten([out])
+        module = self.stack[-1] if self.stack else None
+        op = _op_name(func)
+        site = None
+        for t in outs:
+            node = t.grad_fn
+            if node is not None and id(node) not in self.nodes:
+                site = site or _user_site()
+                self.nodes[id(node)] = (node, module, op, site)
+        if self.found is not None:
+            return
+        bad = [t for t in outs if t.is_floating_point() and not bool(torch.isfinite(t).all())]
+        if not bad:
+            return
+        inputs = [t for t in _flatten([args, kwargs]) if t.is_floating_point()]
+        if not all(bool(torch.isfinite(t).all()) for t in inputs):
+            return  # spread from an earlier op (already reported) or from the data
+        t = bad[0]
+        self.found = {
+            "module": module or "(outside any module)",
+            "op": op,
+            "site": site or _user_site(),
+            "shape": list(t.shape),
+            "dtype": str(t.dtype).removeprefix("torch."),
+            "nan": int(torch.isnan(t).sum()),
+            "inf": int(torch.isinf(t).sum()),
+            "numel": int(t.numel()),
+            "inputs": [_describe(torch, x) for x in inputs[:3]],
+        }
+
+
+def _backward_origin(
+    torch: Any, outputs: list[Any], params: list[Any], nodes: dict[int, Any]
+) -> dict[str, Any] | None:
+    found: dict[str, Any] = {}
+    handles = []
+
+    def check(node: Any, grad_inputs: Any, grad_outputs: Any) -> None:
+        if found:
+            return
+        incoming = [g for g in grad_outputs if g is not None]
+        produced = [g for g in grad_inputs if g is not None]
+        if not all(bool(torch.isfinite(g).all()) for g in incoming):
+            return
+        bad = [g for g in produced if g.is_floating_point() and not bool(torch.isfinite(g).all())]
+        if not bad:
+            return
+        _node, module, op, site = nodes.get(id(node), (node, None, None, None))
+        g = bad[0]
+        found.update(
+            node=node.name(),
+            module=module,
+            op=op,
+            site=site,
+            shape=list(g.shape),
+            nan=int(torch.isnan(g).sum()),
+            inf=int(torch.isinf(g).sum()),
+            numel=int(g.numel()),
+        )
+
+    seen: set[int] = set()
+    todo = [t.grad_fn for t in outputs if t.grad_fn is not None]
+    while todo:
+        node = todo.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        handles.append(node.register_hook(lambda gi, go, n=node: check(n, gi, go)))
+        todo.extend(n for n, _ in node.next_functions if n is not None)
+    try:
+        torch.autograd.grad(
+            outputs,
+            params,
+            grad_outputs=[torch.ones_like(t) for t in outputs],
+            allow_unused=True,
+        )
+    finally:
+        for h in handles:
+            h.remove()
+    return found or None
+
+
+@contextlib.contextmanager
+def _preserved(rec: Any, rng: Any) -> Iterator[None]:
+    """Replay with the step's random state; put random state and buffers back afterwards."""
+    torch = rec.torch
+    saved_rng = torch.get_rng_state()
+    buffers = []
+    for module, _label in rec.models.roots():
+        for buf in module.buffers():
+            buffers.append((buf, buf.detach().clone()))
+    if rng is not None:
+        torch.set_rng_state(rng)
+    try:
+        yield
+    finally:
+        torch.set_rng_state(saved_rng)
+        with torch.no_grad():
+            for buf, copy in buffers:
+                buf.copy_(copy)
+
+
+def _bad_gradients(rec: Any, params: list[Any], limit: int = 5) -> list[dict[str, Any]]:
+    torch = rec.torch
+    out = []
+    for p in params:
+        g = p.grad
+        if g is None or bool(torch.isfinite(g).all()):
+            continue
+        named = rec.models.param_name(p)
+        out.append(
+            {
+                "param": ".".join(x for x in named if x) if named else "?",
+                "nan": int(torch.isnan(g).sum()),
+                "inf": int(torch.isinf(g).sum()),
+                "numel": int(g.numel()),
+            }
+        )
+        if len(out) >= limit:
+            break
+    return out
+
+
+def _bad_weights(rec: Any) -> list[dict[str, Any]]:
+    torch = rec.torch
+    out = []
+    for module, label in rec.models.models():
+        for name, p in module.named_parameters():
+            if not bool(torch.isfinite(p.detach()).all()):
+                mod_name, _p = rec.models.param_name(p) or (label, name)
+                out.append({"module": mod_name, "param": name, "numel": int(p.numel())})
+    return out[:5]
+
+
+def _bad_inputs(torch: Any, tape: list[Any]) -> dict[str, Any] | None:
+    _module, args, kwargs = tape[0]
+    for t in _flatten([args, kwargs]):
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            return _describe(torch, t)
+    return None
+
+
+def _describe(torch: Any, t: Any) -> dict[str, Any]:
+    t = t.detach()
+    finite = t[torch.isfinite(t)] if t.numel() else t
+    out: dict[str, Any] = {
+        "shape": list(t.shape),
+        "dtype": str(t.dtype).removeprefix("torch."),
+        "nan": int(torch.isnan(t).sum()),
+        "inf": int(torch.isinf(t).sum()),
+    }
+    if finite.numel():
+        out.update(
+            min=float(finite.min()),
+            max=float(finite.max()),
+            zeros=int((t == 0).sum()),
+            negatives=int((t < 0).sum()),
+        )
+    return out
+
+
+def _graph_names(loss: Any, limit: int = 12) -> list[str]:
+    """Names of the autograd nodes from the loss back towards the model, breadth first."""
+    node = getattr(loss, "grad_fn", None)
+    names: list[str] = []
+    seen: set[int] = set()
+    todo = [node]
+    while todo and len(names) < limit:
+        node = todo.pop(0)
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        names.append(node.name())
+        todo.extend(n for n, _ in node.next_functions)
+    return names
+
+
+def _flatten(obj: Any) -> list[Any]:
+    out = []
+    todo = [obj]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, torch.Tensor):
+            out.append(item)
+        elif isinstance(item, (list, tuple)):
+            todo.extend(reversed(item))
+        elif isinstance(item, dict):
+            todo.extend(reversed(list(item.values())))
+    return out
+
+
+def _op_name(func: Any) -> str:
+    name = getattr(func, "__name__", None) or str(func)
+    qual = getattr(func, "__qualname__", name)
+    if qual.startswith(("TensorBase.", "Tensor.")):
+        return f"Tensor.{name}"
+    module = getattr(func, "__module__", "") or ""
+    if "functional" in module:
+        return f"F.{name}"
+    return f"torch.{name}"
+
+
+_SKIP = (
+    os.path.dirname(torch.__file__) + os.sep,
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,
+    contextlib.__file__,
+)
+_DEMOS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "demos")
+
+
+def _user_site() -> str | None:
+    """file:line of the innermost frame outside torch and torchdoctor."""
+    frame: Any = sys._getframe(2)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        ours = name.startswith(_SKIP) and not name.startswith(_DEMOS)
+        if not ours and not name.startswith("<"):
+            return f"{name}:{frame.f_lineno}"
+        frame = frame.f_back
+    return None
+
+
+def _autocast_state(torch: Any) -> dict[str, Any]:
+    try:
+        return {
+            "cpu": bool(torch.is_autocast_cpu_enabled()),
+            "cuda": bool(torch.is_autocast_enabled()),
+        }
+    except Exception:
+        return {}
