@@ -49,6 +49,14 @@ def clear_status_line() -> str:
     return "\r\x1b[K"
 
 
+def erase_status_line() -> None:
+    with _print_lock:
+        text = clear_status_line()
+        if text:
+            sys.stderr.write(text)
+            sys.stderr.flush()
+
+
 def show_status_line(text: str) -> None:
     global _status_shown
     with _print_lock:

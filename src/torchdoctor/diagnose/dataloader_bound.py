@@ -14,6 +14,7 @@ from torchdoctor.diagnose.record import Diagnosis
 WARMUP = 3  # the first batches include worker start-up
 WINDOW = 50
 MIN_STEPS = 10
+MIN_WAIT = 0.001  # seconds per step: below this, waiting cannot matter however large a share
 INFO_SHARE = 0.3
 WARNING_SHARE = 0.5
 
@@ -27,7 +28,7 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
     if total <= 0:
         return []
     share = float(wait.sum()) / total
-    if share < INFO_SHARE:
+    if share < INFO_SHARE or float(wait.mean()) < MIN_WAIT:
         return []
     loaders = inputs.events_of("dataloader")
     loader: dict[str, Any] = loaders[-1]["data"] if loaders else {}
@@ -39,11 +40,11 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
             step=int(inputs.column("step")[-1]),
             summary=(
                 f"{share:.0%} of step time is spent waiting for data "
-                f"({float(np.median(wait)) * 1e3:.1f} ms per step): the model is starved."
+                f"({float(wait.mean()) * 1e3:.1f} ms per step): the model is starved."
             ),
             evidence={
                 "data_wait_share": share,
-                "data_wait_per_step": float(np.median(wait)),
+                "data_wait_per_step": float(wait.mean()),
                 "step_time": float(np.median(duration)),
                 "steps": int(wait.size),
                 "loader": loader,

@@ -36,6 +36,7 @@ MODULES: tuple[str, ...] = (
 )
 
 TICK = 1.0
+_NEEDS_MODULES = ("exploding_gradients", "vanishing_gradients")
 STARTUP_GRACE = 300.0  # before the first step: imports, data set loading, compilation
 
 
@@ -85,12 +86,23 @@ class Doctor:
                     f"diagnose:{module.__name__}",
                     f"{module.__name__} failed: {type(exc).__name__}: {exc}",
                 )
+        self._ask_for_detail(found)
         return [d for d in found if self.is_new(d) and self.report(self._enrich(d))]
+
+    def _ask_for_detail(self, found: list[Diagnosis]) -> None:
+        """A gradient problem without a module yet: trace the next step to find it."""
+        recorder = self.session.telemetry
+        for d in found:
+            if d.kind in _NEEDS_MODULES and d.location is None and recorder is not None:
+                recorder.request_trace()
 
     def is_new(self, diagnosis: Diagnosis) -> bool:
         with self._lock:
             old = self.reported.get(diagnosis.identity)
-        return old is None or SEVERITIES.index(diagnosis.severity) > SEVERITIES.index(old.severity)
+        if old is None:
+            return True
+        located = old.location is None and diagnosis.location is not None
+        return located or SEVERITIES.index(diagnosis.severity) > SEVERITIES.index(old.severity)
 
     def _enrich(self, diagnosis: Diagnosis) -> Diagnosis:
         """Live detail a stateless module cannot see: who holds leaking memory."""

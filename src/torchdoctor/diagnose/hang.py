@@ -86,9 +86,15 @@ def classify(frames: list[dict[str, Any]]) -> tuple[str, dict[str, Any], dict[st
     return "user_code", user or blocking, user
 
 
+_OWN = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_DEMOS = _OWN + "demos" + os.sep
+
+
 def is_user_file(path: str) -> bool:
     if path.startswith("<") or "site-packages" in path or "dist-packages" in path:
         return False
+    if path.startswith(_OWN) and not path.startswith(_DEMOS):
+        return False  # torchdoctor's own wrappers (the DataLoader patch) are not the user's
     return not _in_stdlib(path) and _TORCH_DIR not in path
 
 

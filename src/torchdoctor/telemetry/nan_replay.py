@@ -64,7 +64,7 @@ class NanLocalizer:
             "grad_norm": info.get("grad_norm"),
             "lr": rec._lr(),
             "guard": bool(rec.session.config.guard),
-            "backward_site": state.backward_site,
+            "backward_site": _site(state.backward_site),
             "autocast": _autocast_state(torch),
         }
         evidence["bad_gradients"] = _bad_gradients(rec, info.get("params") or [])
@@ -94,7 +94,7 @@ class NanLocalizer:
             rec.switch.on = was_on
         if not found:
             evidence["stage"] = "loss"
-            evidence["location"] = state.backward_site
+            evidence["location"] = _site(state.backward_site)
             evidence["loss_graph"] = _graph_names(state.loss_ref)
         return evidence
 
@@ -404,6 +404,10 @@ def _user_site() -> str | None:
             return f"{name}:{frame.f_lineno}"
         frame = frame.f_back
     return None
+
+
+def _site(site: tuple[str, int] | None) -> str | None:
+    return f"{site[0]}:{site[1]}" if site else None
 
 
 def _autocast_state(torch: Any) -> dict[str, Any]:

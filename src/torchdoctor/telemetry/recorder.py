@@ -61,7 +61,7 @@ class StepState:
         self.optimizer = 0.0
         self.losses: list[Any] = []
         self.loss_ref: Any = None  # the tensor backward() ran on (its graph names the loss ops)
-        self.backward_site: str | None = None  # file:line that called backward()
+        self.backward_site: tuple[str, int] | None = None  # where backward() was called
         self.nonfinite_seen = False
         self.micro = 0
         self.clip_norm: Any = None
@@ -93,15 +93,17 @@ class Recorder:
         self.tracing = False
         self.discovering = True
         self.phase = "other"  # data, forward, backward, optimizer or other: what runs now
-        self.sync_check = False  # CUDA: read the gradient norm before the update (after a NaN)
+        self.sync_check = False
+        self._trace_requested = (
+            False  # CUDA: read the gradient norm before the update (after a NaN)
+        )
         self.nonfinite_steps = 0
         self.skipped_steps = 0
         self.on_nonfinite: list[Any] = []  # callbacks(recorder, info) before the update
         self._primary: Any = None
         self._opt_t0 = 0.0
-        self._fwd_t0 = 0.0
-        self._root_depth = 0
-        self._adhoc: Any = None
+        self._fwd_t0: float | None = None  # start of the open forward segment
+        self._gdepth = 0  # nesting of module calls, while global hooks are on
         self._pending_roots: list[Any] = []
         self._scaled: tuple[Any, Any] | None = None
         self._optimizer_calls = 0
@@ -143,6 +145,7 @@ class Recorder:
         self.switch.on = False
 
     def _set_global_hooks(self, on: bool) -> None:
+        self._gdepth = 0
         if on and not len(self._global_hooks):
             from torch.nn.modules.module import (
                 register_module_forward_hook,
@@ -163,6 +166,7 @@ class Recorder:
             if not rec.switch.on or threading.get_ident() != rec.train_thread:
                 return original(tensors, *args, **kwargs)
             t0 = time.perf_counter()
+            rec._forward_ends(t0)
             rec._before_backward(tensors)
             rec.phase = "backward"
             try:
@@ -185,6 +189,7 @@ class Recorder:
             if not rec.switch.on:
                 return original_next(it)
             t0 = time.perf_counter()
+            rec._forward_ends(t0)
             rec.phase = "data"
             try:
                 return original_next(it)
@@ -248,14 +253,17 @@ class Recorder:
         self.hooks.patch(utils, "clip_grad_norm_", clip_grad_norm_)
 
     # -- module hooks ------------------------------------------------------------------------
+    # Forward time is a segment that opens at a model call and closes when backward starts
+    # (or at the next data fetch, optimizer step or step end): the forward pass and the loss.
+    # Known models carry one pre-hook each; no post-hook, so the call stays cheap.
     def _g_pre(self, module: Any, args: Any) -> None:
         if not self.switch.on or threading.get_ident() != self.train_thread:
             return
         try:
-            top = self._root_depth == 0 and self.tracer.depth == 0 and self._adhoc is None
+            top = self._gdepth == 0
+            self._gdepth += 1
             if top and not self.models.is_root(module):
-                self._adhoc = module
-                self._root_enter(module, args, {})
+                self._forward_begins(module, args, {})
                 if self.models.add(module):
                     self._pending_roots.append(module)
             if self.tracing:
@@ -267,56 +275,45 @@ class Recorder:
         if not self.switch.on or threading.get_ident() != self.train_thread:
             return
         try:
+            self._gdepth = max(0, self._gdepth - 1)
             if self.tracing:
                 self.tracer.exit(module, output)
-            if self._adhoc is module and self.tracer.depth == 0:
-                self._adhoc = None
-                self._root_exit()
         except Exception as exc:
             self.switch.fail(exc)
 
     def _root_pre(self, module: Any, args: Any, kwargs: Any) -> None:
         if not self.switch.on or threading.get_ident() != self.train_thread:
             return
-        if self._root_depth == 0 and self._adhoc is None:
-            self._root_enter(module, args, kwargs)
-        self._root_depth += 1
+        if self._gdepth > 1:
+            return  # a model called inside another model (global hooks tell us so)
+        self._forward_begins(module, args, kwargs)
 
-    def _root_post(self, module: Any, args: Any, output: Any) -> None:
-        if not self.switch.on or self._root_depth == 0:
-            return
-        if threading.get_ident() != self.train_thread:
-            return
-        self._root_depth -= 1
-        if self._root_depth == 0 and self._adhoc is None:
-            self._root_exit()
-
-    def _root_enter(self, module: Any, args: Any, kwargs: Any) -> None:
+    def _forward_begins(self, module: Any, args: Any, kwargs: Any) -> None:
         state = self.state
         if not self._setup_memory_done:
             self._setup_memory_done = True
             self._memory_row("setup")
         if not state.tape:
             state.rng = self.torch.get_rng_state()
-        self._fwd_t0 = time.perf_counter()
-        if state.start is None:
-            state.start = self._fwd_t0
         if len(state.tape) < TAPE_LIMIT:
             state.tape.append((module, args, kwargs))
+        if self._fwd_t0 is None:
+            self._fwd_t0 = time.perf_counter()
+            if state.start is None:
+                state.start = self._fwd_t0
         self.phase = "forward"
 
-    def _root_exit(self) -> None:
-        self.phase = "other"
-        self.state.forward += time.perf_counter() - self._fwd_t0
-        if self.tracing:
-            self._memory_row("forward")
+    def _forward_ends(self, now: float) -> None:
+        if self._fwd_t0 is not None:
+            self.state.forward += now - self._fwd_t0
+            self._fwd_t0 = None
+            self.phase = "other"
 
     def _hook_roots(self, modules: list[Any]) -> None:
         for module in modules:
             self._root_hooks.handle(
                 module.register_forward_pre_hook(self._root_pre, with_kwargs=True)
             )
-            self._root_hooks.handle(module.register_forward_hook(self._root_post, always_call=True))
             for root, label in self.models.models():
                 if root is module:
                     self.tables["modules"].extend(self.models.module_rows(module, label))
@@ -333,6 +330,8 @@ class Recorder:
         if scaled is not None and scaled[0] is loss:
             loss = scaled[1]
         state = self.state
+        if self.tracing:
+            self._memory_row("forward")
         state.loss_ref = loss
         state.backward_site = _caller_site()
         state.losses.append(loss.detach() if self.clock.cuda else float(loss.detach()))
@@ -358,6 +357,7 @@ class Recorder:
         if not self.switch.on:
             return
         self._opt_t0 = time.perf_counter()
+        self._forward_ends(self._opt_t0)
         self.phase = "optimizer"
         try:
             if self._primary is None or self.primary is None:
@@ -474,6 +474,7 @@ class Recorder:
         self._end_step(time.perf_counter(), skipped=False)
 
     def _end_step(self, now: float, skipped: bool) -> None:
+        self._forward_ends(now)
         state = self.state
         if self.tracing:
             self.tracer.end(self.clock.mark())
@@ -552,7 +553,14 @@ class Recorder:
 
     def _append_step(self, row: list[Any]) -> None:
         self.tables["steps"].append(tuple(row))
-        self.last = {"step": row[0], "loss": row[self._LOSS], "duration": row[2], "time": row[1]}
+        self.last = {
+            "step": row[0],
+            "time": row[1],
+            "duration": row[2],
+            "data_wait": row[3],
+            "loss": row[self._LOSS],
+            "allocated": row[11],
+        }
 
     def _after_step(self) -> None:
         if self._pending_roots:
@@ -565,7 +573,10 @@ class Recorder:
                 self.session.on_cuda_detected()
         self.tracer.flush()
         every = self.session.config.trace_every
-        self.tracing = bool(every) and (every == 1 or self.step % every == 1)
+        self.tracing = self._trace_requested or (
+            bool(every) and (every == 1 or self.step % every == 1)
+        )
+        self._trace_requested = False
         if self.tracing:
             self.tracer.begin(self.step, self.clock)
         self._set_global_hooks(self.tracing)
@@ -613,6 +624,10 @@ class Recorder:
 
             self._primary = weakref.ref(optimizer)
 
+    def request_trace(self) -> None:
+        """Trace the next step (a diagnosis wants per-module detail now)."""
+        self._trace_requested = True
+
     def status(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "step": self.steps_done,
@@ -628,8 +643,8 @@ class Recorder:
 _TORCH_DIR = ""
 
 
-def _caller_site() -> str | None:
-    """file:line of the code that called backward() (the first frame outside torch)."""
+def _caller_site() -> tuple[str, int] | None:
+    """(file, line) of the code that called backward(): the first frame outside torch."""
     global _TORCH_DIR
     if not _TORCH_DIR:
         import torch
@@ -638,7 +653,7 @@ def _caller_site() -> str | None:
     frame: Any = sys._getframe(3)
     while frame is not None and frame.f_code.co_filename.startswith(_TORCH_DIR):
         frame = frame.f_back
-    return f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else None
+    return (frame.f_code.co_filename, frame.f_lineno) if frame is not None else None
 
 
 def _rank_from_env() -> int:

@@ -92,12 +92,19 @@ def main(args: Any, ctx: Any) -> int:
     if args.script is not None and not os.path.exists(args.script):
         raise CliError(f"run: can't open file {args.script!r}: No such file or directory")
     probe = session.start(config)
+    status = None
     if not config.quiet:
         ctx.warn(f"torchdoctor: probing pid {probe.pid}; run directory {probe.run_dir}")
+        if sys.stderr.isatty():
+            from torchdoctor.cli.status import StatusLine
+
+            status = StatusLine(probe).start()
     if args.module is not None:
         outcome = script.run_module(args.module, args.args)
     else:
         outcome = script.run_script(args.script, args.args)
+    if status is not None:
+        status.stop()
     if outcome.exception is not None and not outcome.interrupted:
         probe.report_crash(outcome.exception)
         if not config.quiet:

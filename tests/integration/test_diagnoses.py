@@ -1,0 +1,210 @@
+"""Each diagnosis kind on a realistic buggy training script, under `torchdoctor run`: kind,
+location and step; the same script fixed raises nothing above info."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import script, td_run, wait_for
+
+
+def _diagnoses(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / "diagnoses.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _run(
+    launch, tmp_path, name: str, *args: str, options: tuple[str, ...] = ()
+) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]
+    d = tmp_path / "run"
+    run = launch(td_run("--quiet", "--run-dir", str(d), *options, script(name), *args))
+    assert run.wait(120) == 0, run.output()
+    return _diagnoses(d)
+
+
+def _one(found: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    mine = [d for d in found if d["kind"] == kind]
+    assert mine, f"no {kind} among {[(d['kind'], d['summary']) for d in found]}"
+    return mine[-1]  # the latest report: a rise in severity or a location found is re-reported
+
+
+# script, kind, location, step (exact for nan; the earliest acceptable otherwise), evidence
+CASES = [
+    ("diag_log_softmax.py", "nan", "head", 9, {"stage": "forward", "op": "torch.log"}),
+    (
+        "diag_pair_distance.py",
+        "nan",
+        "distance",
+        14,
+        {"stage": "backward", "node": "SqrtBackward0"},
+    ),
+    ("diag_adam_eps.py", "nan", "embed", 1, {"stage": "optimizer"}),
+    ("diag_bad_data.py", "nan", "input batch", 10, {"stage": "data"}),
+    ("diag_lr_schedule.py", "divergence", None, 20, {}),
+    ("diag_lr_schedule.py", "exploding_gradients", "*", 20, {}),
+    ("diag_deep_sigmoid.py", "vanishing_gradients", "0", 1, {}),
+    ("diag_frozen_by_mistake.py", "no_gradient", "image.0", 1, {}),
+    ("diag_lr_zero.py", "not_learning", None, 100, {"lr": 0.0}),
+    ("diag_slow_loader.py", "dataloader_bound", None, 10, {}),
+    ("diag_eval_leak.py", "memory_leak", "__main__.validation_predictions", 30, {}),
+    ("diag_hook_leak.py", "memory_leak", "__main__.captured", 30, {}),
+]
+
+
+@pytest.mark.parametrize(("name", "kind", "location", "step", "evidence"), CASES)
+def test_buggy_script_is_diagnosed(launch, tmp_path, name, kind, location, step, evidence) -> None:  # type: ignore[no-untyped-def]
+    found = _run(launch, tmp_path, name)
+    d = _one(found, kind)
+    if location == "*":
+        assert d["location"], d
+    else:
+        assert d["location"] == location, d
+    if kind == "nan":
+        assert d["step"] == step, d
+        assert d["severity"] == "error"
+    else:
+        assert d["step"] >= step, d
+    for key, value in evidence.items():
+        assert d["evidence"][key] == value, (key, d["evidence"])
+    assert d["summary"] and d["fix"], d
+
+
+@pytest.mark.parametrize("name", sorted({c[0] for c in CASES}))
+def test_fixed_script_raises_nothing(launch, tmp_path, name) -> None:  # type: ignore[no-untyped-def]
+    found = _run(launch, tmp_path, name, "--fixed")
+    loud = [(d["kind"], d["summary"]) for d in found if d["severity"] != "info"]
+    assert not loud
+
+
+def test_backward_nan_is_reported_in_the_backward_pass_once(launch, tmp_path) -> None:
+    found = _run(launch, tmp_path, "diag_pair_distance.py")
+    nans = [d for d in found if d["kind"] == "nan"]
+    assert len(nans) == 1
+    e = nans[0]["evidence"]
+    assert e["stage"] == "backward" and e["node"] == "SqrtBackward0"
+    assert e["site"].endswith("diag_pair_distance.py:17")  # the torch.sqrt line
+    assert e["causes"][0]["cause"].startswith("square root")
+
+
+def test_guard_keeps_the_weights_finite(launch, tmp_path) -> None:
+    d = tmp_path / "run"
+    run = launch(td_run("--guard", "--run-dir", str(d), script("diag_pair_distance.py")))
+    assert run.wait() == 0, run.output()
+    from helpers import cli
+
+    out = cli(
+        "query",
+        str(d),
+        "SELECT step, loss, skipped FROM python.steps ORDER BY step",
+        "--format",
+        "json",
+    )
+    steps = json.loads(out.stdout)
+    assert all(s["skipped"] == (s["step"] >= 14) for s in steps)
+    assert all(isinstance(s["loss"], float) for s in steps)  # never "nan": weights stayed finite
+    nan = _one(_diagnoses(d), "nan")
+    assert "--guard" in nan["summary"]
+    assert "updates skipped" in run.stderr()
+    # Without --guard the same run goes NaN for good.
+    unguarded = launch(
+        td_run("--quiet", "--run-dir", str(tmp_path / "plain"), script("diag_pair_distance.py"))
+    )
+    assert unguarded.wait() == 0
+    out = cli(
+        "query",
+        str(tmp_path / "plain"),
+        "SELECT count(*) AS n FROM python.steps WHERE isnan(loss)",
+        "--format",
+        "json",
+    )
+    assert json.loads(out.stdout)[0]["n"] > 0
+
+
+@pytest.mark.parametrize(
+    ("name", "category", "line"),
+    [("diag_stuck_worker.py", "dataloader", 30), ("diag_wait_upload.py", "lock", 34)],
+)
+def test_hang_is_found_live_while_stuck(launch, tmp_path, name, category, line) -> None:  # type: ignore[no-untyped-def]
+    run = launch(td_run("--hang-timeout", "2", script(name)))
+    run.wait_probe()
+
+    def hang() -> Any:
+        rows = run.query(
+            "SELECT kind, location, evidence FROM python.diagnoses WHERE kind = 'hang'"
+        )
+        return rows[0] if rows else None
+
+    found = wait_for(hang, timeout=90, what="the hang diagnosis")
+    evidence = json.loads(found["evidence"])
+    assert evidence["category"] == category
+    assert found["location"].endswith(f"{name}:{line}")
+    assert run.proc.poll() is None  # still stuck: found while the main thread is blocked
+    run.kill()
+
+
+def test_fixed_hang_scripts_finish_without_a_hang(launch, tmp_path) -> None:
+    for name in ("diag_stuck_worker.py", "diag_wait_upload.py"):
+        found = _run(launch, tmp_path / name, name, "--fixed", options=("--hang-timeout", "2"))
+        assert not [d for d in found if d["kind"] == "hang"]
+
+
+def test_collective_hang_across_ranks(launch, tmp_path, env) -> None:  # type: ignore[no-untyped-def]
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    common = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": "2"}
+    ranks = [
+        launch(
+            td_run("--hang-timeout", "2", script("dist_uneven.py")),
+            extra_env={**common, "RANK": str(r), "LOCAL_RANK": str(r)},
+            cwd=tmp_path / f"rank{r}",
+        )
+        for r in (0, 1)
+    ]
+    rank0 = ranks[0]
+    rank0.wait_probe()
+
+    def hang() -> Any:
+        rows = rank0.query(
+            "SELECT location, evidence, rank FROM python.diagnoses WHERE kind = 'hang'"
+        )
+        return rows[0] if rows else None
+
+    found = wait_for(hang, timeout=90, what="rank 0's hang")
+    assert json.loads(found["evidence"])["category"] == "collective"
+    assert found["location"].endswith("dist_uneven.py:25")  # the all_reduce line
+    assert found["rank"] == 0
+    for run in ranks:
+        run.kill()
+
+
+def test_demo_lists_and_runs(env, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from helpers import cli
+
+    listing = cli("demo", "--list", env=env, cwd=tmp_path)
+    assert listing.returncode == 0
+    for name in ("nan", "leak", "dataloader", "divergence", "hang", "no-gradient"):
+        assert name in listing.stdout
+    out = cli("demo", env=env, cwd=tmp_path, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "[nan] at step 12 in features" in out.stderr
+    assert "SqrtBackward0" in out.stderr
+    assert cli("demo", "nope", env=env).returncode == 2
+
+
+def test_diagnoses_verb_on_a_saved_run(launch, tmp_path) -> None:
+    from helpers import cli
+
+    _run(launch, tmp_path, "diag_log_softmax.py")
+    out = cli("diagnoses", str(tmp_path / "run"))
+    assert out.returncode == 0
+    assert "[error] nan at step 9 in head" in out.stdout and "1. " in out.stdout
+    records = json.loads(cli("diagnoses", str(tmp_path / "run"), "--format", "json").stdout)
+    assert records[0]["evidence"]["op"] == "torch.log"
