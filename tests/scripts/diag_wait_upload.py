@@ -20,7 +20,7 @@ def upload(state: dict) -> None:
 threading.excepthook = lambda args: None  # the crash goes unnoticed, as it often does
 model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-for epoch in range(3):
+for _epoch in range(3):
     for _step in range(10):
         x = torch.randn(16, 8)
         loss = model(x).pow(2).mean()

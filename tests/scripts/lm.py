@@ -42,8 +42,7 @@ optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
 scaler = torch.amp.GradScaler("cpu", init_scale=256.0) if args.scaler else None
 loader = DataLoader(Corpus(), batch_size=8, num_workers=args.workers, shuffle=True)
 step = 0
-micro = 0
-for batch in loader:
+for micro, batch in enumerate(loader):
     logits = model(batch[:, :-1])
     loss = nn.functional.cross_entropy(logits.reshape(-1, 256), batch[:, 1:].reshape(-1))
     scaled = loss / args.accum
@@ -52,8 +51,7 @@ for batch in loader:
     else:
         scaled.backward()
     print(f"micro {micro} loss {scaled.item():.8f}", flush=True)
-    micro += 1
-    if micro % args.accum == 0:
+    if (micro + 1) % args.accum == 0:
         if scaler is not None:
             scaler.step(optimizer)
             scaler.update()

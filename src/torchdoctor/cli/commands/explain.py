@@ -1,20 +1,66 @@
-"""`torchdoctor explain` (not built yet)."""
+"""`torchdoctor explain [FILE|-]`: an error message, a traceback or a whole log in; its
+category, meaning, fields, ranked causes, first steps and fixes out.
+
+Reads stdin when FILE is left out or is '-'. Exit codes: 0 when the text was read, whether
+or not the error is recognised (JSON says which in `recognised`; text says so plainly);
+2 for usage errors (a missing file, empty input). Never imports torch.
+"""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
-from torchdoctor.cli.errors import CliError
+from torchdoctor.cli.errors import OK, CliError
 
 NAME = "explain"
-SUMMARY = "(coming soon)"
+SUMMARY = "an error message, traceback or log -> category, meaning, causes, fixes"
 TARGET = "none"
+
+MAX_BYTES = 64 * 1024 * 1024
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    pass
+    parser.add_argument(
+        "file", nargs="?", default="-", help="a file holding the error or log ('-' or none: stdin)"
+    )
+    parser.add_argument("--format", choices=("text", "json"), default="text", help="output format")
+    parser.add_argument(
+        "--list", action="store_true", help="list the categories torchdoctor recognises"
+    )
+
+
+def _read(path: str) -> str:
+    if path == "-":
+        if sys.stdin is None:
+            raise CliError("explain: no input (give a FILE or pipe the error into stdin)")
+        return sys.stdin.read(MAX_BYTES)
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_BYTES)
+    except FileNotFoundError:
+        raise CliError(f"explain: no such file: {path}") from None
+    except IsADirectoryError:
+        raise CliError(f"explain: {path} is a directory") from None
+    except OSError as exc:
+        raise CliError(f"explain: cannot read {path}: {exc.strerror or exc}") from None
+    return data.decode("utf-8", errors="replace")
 
 
 def main(args: Any, ctx: Any) -> int:
-    raise CliError("explain is not built yet")
+    from torchdoctor.report import explanation as report
+
+    if args.list:
+        ctx.print(report.catalog_json() if args.format == "json" else report.catalog_text())
+        return OK
+    if args.file == "-" and sys.stdin is not None and sys.stdin.isatty():
+        ctx.warn("torchdoctor: paste the error, then Ctrl-D (or give a FILE)")
+    text = _read(args.file)
+    if not text.strip():
+        raise CliError("explain: the input is empty; paste the error message or the log")
+    from torchdoctor.errors.api import explain_text
+
+    result = explain_text(text)
+    ctx.print(report.render(result, args.format))
+    return OK

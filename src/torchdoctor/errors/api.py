@@ -1,0 +1,290 @@
+"""explain_text(text) and explain_exception(exc): an error in, an Explanation out.
+
+Never imports torch: exceptions are recognised by their class names and messages.
+"""
+
+from __future__ import annotations
+
+import traceback
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from torchdoctor.errors import extract
+from torchdoctor.errors.catalog import Entry, Fields, entries, first, pick
+
+GENERIC_FIRST_STEPS: tuple[str, ...] = (
+    "Read the last exception line of the last traceback: that is the error that stopped the "
+    "run. A DataLoader worker's 'Original Traceback' or an earlier rank's traceback may hold "
+    "the root cause.",
+    "For CUDA errors, rerun with CUDA_LAUNCH_BLOCKING=1 so that the traceback points at the "
+    "operation that failed; running one small batch on the CPU often gives a clearer message.",
+    "In a multi-process run, read every rank's log: the first rank to fail has the root error, "
+    "the others usually only time out waiting for it.",
+    "Print the shape, dtype, device and requires_grad of the tensors on the failing line.",
+    "Make it small: one batch, batch size 2, num_workers=0, no torch.compile, then overfit "
+    "that single batch.",
+)
+
+ALSO_PLAIN_LINES = 500  # how far back plain lines are searched for other errors
+
+_RANK_IN_MESSAGE = (
+    r"\[(?:PG \S+ )?Rank (\d+)\]",
+    r"\bon rank (\d+)\b",
+    r"\brank\s*:\s*(\d+)\b",
+    r"\[rank(\d+)\]",
+)
+
+
+@dataclass
+class Explanation:
+    """What an error means and what to do about it. `category` is None when the error is not
+    recognised; `causes` are ranked by what this text says; `fields` are the values pulled out
+    of the message (sizes come as bytes in `<name>_bytes` and readable in `<name>`)."""
+
+    recognised: bool
+    category: str | None
+    title: str
+    summary: str
+    meaning: str
+    fields: dict[str, Any] = field(default_factory=dict)
+    causes: list[str] = field(default_factory=list)
+    first_steps: list[str] = field(default_factory=list)
+    fixes: list[dict[str, str]] = field(default_factory=list)
+    matched: str | None = None
+    exception: str | None = None
+    family: str | None = None
+    also: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def __str__(self) -> str:
+        from torchdoctor.report.explanation import render_text
+
+        return render_text(self)
+
+
+@dataclass(frozen=True)
+class _Match:
+    entry: Entry
+    block: extract.Block
+    offset: int
+
+
+def _match(block: extract.Block) -> _Match | None:
+    best: _Match | None = None
+    message = block.text
+    for entry in entries():
+        m = entry.search(message)
+        if m is not None and (best is None or entry.priority > best.entry.priority):
+            best = _Match(entry, block, m.start())
+    return best
+
+
+def _match_line(lines: list[extract.Line], line: extract.Line) -> _Match | None:
+    """A plain log line is tried on its own (cheap); its block is built when it matches."""
+    single = _match(extract.Block((line,)))
+    if single is None:
+        return None
+    full = _match(extract.block_at(lines, line.index))
+    return full if full is not None and full.entry is single.entry else single
+
+
+def _rank(block: extract.Block, message: str) -> int | None:
+    if block.rank is not None:
+        return block.rank
+    for pattern in _RANK_IN_MESSAGE:
+        value = first(pattern, message)
+        if value is not None:
+            return int(value)
+    return None
+
+
+def _choose(lines: list[extract.Line]) -> tuple[_Match | None, list[_Match]]:
+    """The error that matters, and the other recognised errors in the text.
+
+    The last recognised exception wins, except that a consequence (an NCCL watchdog timeout,
+    a peer that hung up) gives way to a root error found elsewhere in the text."""
+    exception_blocks, plain_lines = extract.candidates(lines)
+    found: list[_Match] = []
+    for block in exception_blocks:
+        m = _match(block)
+        if m is not None:
+            found.append(m)
+    primary = next((m for m in found if not m.entry.secondary), None)
+    if primary is None:
+        covered = {line.index for m in found for line in m.block.lines}
+        for line in plain_lines:
+            if line.index in covered:
+                continue
+            m = _match_line(lines, line)
+            if m is None:
+                continue
+            found.append(m)
+            if not m.entry.secondary:
+                primary = m
+                break
+    if primary is None and found:
+        primary = found[0]
+    if primary is not None:
+        # Other errors told in plain log lines (an NCCL watchdog record, a kernel assert).
+        covered = {line.index for m in found for line in m.block.lines}
+        for line in plain_lines[:ALSO_PLAIN_LINES]:
+            if line.index not in covered:
+                m = _match_line(lines, line)
+                if m is not None:
+                    found.append(m)
+    others: list[_Match] = []
+    seen = {primary.entry.code} if primary else set()
+    for m in found:
+        if m.entry.code not in seen:
+            seen.add(m.entry.code)
+            others.append(m)
+    return primary, others
+
+
+def _order_fixes(entry: Entry, ranked_keys: list[str], fields: Fields) -> list[dict[str, str]]:
+    position = {key: i for i, key in enumerate(ranked_keys)}
+    scored: list[tuple[int, int, dict[str, str]]] = []
+    for i, fix in enumerate(entry.fixes):
+        title = pick(fix.title, fields)
+        code = pick(fix.code, fields)
+        if title is None or code is None:
+            continue
+        ranks = [position[k] for k in fix.causes if k in position]
+        scored.append((min(ranks) if ranks else len(position), i, {"title": title, "code": code}))
+    scored.sort(key=lambda t: (t[0], t[1]))
+    return [fix for _r, _i, fix in scored]
+
+
+def _build(m: _Match, lines: list[extract.Line], text: str) -> Explanation:
+    entry, block = m.entry, m.block
+    message = block.text
+    fields: Fields = {}
+    rank = _rank(block, message)
+    if rank is not None:
+        fields["rank"] = rank
+    fields.update(entry.fields_for(message, text))
+    if "location" not in fields:
+        frame = extract.user_frame(extract.frames_before(lines, block.start))
+        if frame is not None:
+            fields["location"] = frame.describe()
+            if frame.code:
+                fields["code_line"] = frame.code
+    causes: list[str] = []
+    keys: list[str] = []
+    for cause in entry.ranked_causes(text, fields):
+        rendered = cause.render(fields)
+        if rendered is not None:
+            causes.append(rendered)
+            keys.append(cause.key)
+    first_steps = [s for s in (pick(t, fields) for t in entry.first_steps) if s is not None]
+    summary = next((s for s in (pick(t, fields) for t in entry.summary) if s), entry.title)
+    return Explanation(
+        recognised=True,
+        category=entry.code,
+        title=entry.title,
+        summary=summary,
+        meaning=entry.meaning,
+        fields=fields,
+        causes=causes,
+        first_steps=first_steps,
+        fixes=_order_fixes(entry, keys, fields),
+        matched=block.line_at(m.offset).text.strip(),
+        exception=block.exception,
+        family=entry.family,
+    )
+
+
+def _last_exception_line(lines: list[extract.Line]) -> tuple[str | None, str | None]:
+    for line in reversed(lines):
+        if not line.noise:
+            name = extract.exception_name(line.text)
+            if name is not None:
+                return line.text.strip(), name
+    for line in reversed(lines):
+        if not line.noise and line.text.strip():
+            return line.text.strip(), None
+    return None, None
+
+
+def unknown(text: str, lines: list[extract.Line] | None = None) -> Explanation:
+    """The honest answer for an error outside the catalog."""
+    lines = extract.clean(text) if lines is None else lines
+    matched, name = _last_exception_line(lines)
+    if matched is None:
+        summary = "The text holds no error message to explain."
+    else:
+        summary = f"torchdoctor does not recognise this error: {_shorten(matched)}"
+    return Explanation(
+        recognised=False,
+        category=None,
+        title="Error not recognised",
+        summary=summary,
+        meaning=(
+            "This error is not in torchdoctor's catalog (`torchdoctor explain --list` shows "
+            "what is). The generic first steps below still apply."
+        ),
+        first_steps=list(GENERIC_FIRST_STEPS),
+        matched=matched,
+        exception=name,
+    )
+
+
+def _shorten(text: str, limit: int = 300) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def explain_text(text: str) -> Explanation:
+    """Explain an error message, a traceback or a whole log."""
+    lines = extract.clean(text)
+    primary, others = _choose(lines)
+    if primary is None:
+        return unknown(text, lines)
+    cleaned = "\n".join(line.text for line in lines)
+    out = _build(primary, lines, cleaned)
+    out.also = [
+        {
+            "category": m.entry.code,
+            "title": m.entry.title,
+            "line": _shorten(m.block.line_at(m.offset).text.strip(), 200),
+            "rank": _rank(m.block, m.block.text),
+        }
+        for m in others
+    ]
+    return out
+
+
+def _class_names(exc: BaseException) -> list[str]:
+    return [cls.__name__ for cls in type(exc).__mro__]
+
+
+def explain_exception(exc: BaseException) -> Explanation:
+    """Explain a caught exception: its traceback and message, and its class (torch's
+    OutOfMemoryError, dynamo's Unsupported, ...) when the message alone says too little."""
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    out = explain_text(text)
+    if not out.recognised:
+        names = _class_names(exc)
+        for entry in entries():
+            if any(name in entry.exceptions for name in names):
+                lines = extract.clean(text)
+                block = extract.Block(
+                    (extract.Line(0, f"{type(exc).__name__}: {exc}", str(exc)),),
+                    type(exc).__name__,
+                )
+                out = _build(_Match(entry, block, 0), lines, "\n".join(x.text for x in lines))
+                break
+    out.exception = type(exc).__name__
+    return out
+
+
+def explain(error: BaseException | str) -> Explanation:
+    if isinstance(error, BaseException):
+        return explain_exception(error)
+    if isinstance(error, str):
+        return explain_text(error)
+    raise TypeError(f"explain() takes an exception or a string, not {type(error).__name__}")
+
+
+__all__ = ["Explanation", "explain", "explain_exception", "explain_text"]

@@ -1,0 +1,758 @@
+"""Distributed training: NCCL timeouts and errors, rendezvous, ports, world size, DDP."""
+
+from __future__ import annotations
+
+from torchdoctor.errors.catalog import Cause, Entry, Fields, Fix, all_of, first, rx
+
+_ALL_RANKS = (
+    "Read every rank's log and find the first error in time: the rank that failed first "
+    "holds the root cause, the others only report that they stopped hearing from it."
+)
+
+
+def _minutes(ms: int) -> str:
+    seconds = ms / 1000
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    minutes = seconds / 60
+    return f"{minutes:.0f} min" if abs(minutes - round(minutes)) < 0.05 else f"{minutes:.1f} min"
+
+
+def _timeout_fields(message: str, text: str) -> Fields:
+    f: Fields = {}
+    for name, pattern in (
+        ("seq", r"SeqNum=(\d+)"),
+        ("op", r"OpType=(\w+)"),
+        ("numel_in", r"NumelIn=(\d+)"),
+    ):
+        value = first(pattern, message)
+        if value is not None:
+            f[name] = value
+    timeout = first(r"Timeout\(ms\)=(\d+)", message) or first(r"Timed out waiting (\d+)ms", message)
+    if timeout is not None:
+        f["timeout_ms"] = int(timeout)
+        f["timeout"] = _minutes(int(timeout))
+    ran = first(r"ran for (\d+) milliseconds", message)
+    if ran is not None:
+        f["ran_for"] = _minutes(int(ran))
+    seen: dict[str, tuple[str, str]] = {}
+    for m in all_of(
+        r"\[(?:PG \S+ (?:\([^)]*\) )?)?Rank (\d+)\]\s*Watchdog caught collective operation "
+        r"timeout: WorkNCCL\(SeqNum=(\d+), OpType=(\w+)",
+        text,
+    ):
+        seen.setdefault(m.group(1), (m.group(2), m.group(3)))
+    if seen:
+        f["ranks_timed_out"] = ", ".join(sorted(seen, key=int))
+    if len({seq for seq, _op in seen.values()}) > 1:
+        f["seq_by_rank"] = ", ".join(
+            f"rank {r} at #{seq} {op}"
+            for r, (seq, op) in sorted(seen.items(), key=lambda t: int(t[0]))
+        )
+    return f
+
+
+NCCL_TIMEOUT = Entry(
+    code="nccl.timeout",
+    title="NCCL collective timed out",
+    meaning=(
+        "A collective (all_reduce, broadcast, all_gather, barrier, ...) did not complete "
+        "within the process group's timeout, and NCCL's watchdog aborted the communicator. "
+        "Every rank must enter the same collectives in the same order; a timeout means at "
+        "least one rank did not arrive: it crashed, it is stuck, it is slow, or it took a "
+        "different code path."
+    ),
+    patterns=(
+        r"Watchdog caught collective operation timeout",
+        r"WorkNCCL\(.*\) ran for \d+ milliseconds before timing out",
+        r"Some NCCL operations have failed or timed out",
+        r"collective operation timeout",
+        r"NCCL (?:timeout|operation timed out)",
+        r"Timed out waiting \d+ms for (?:recv|send) operation",
+        r"retrieving ncclUniqueId from \[\d+\] via c10d key-value store.*(?:Timeout|timed out)",
+        r"watchdog (?:got stuck|thread terminated)|Heartbeat monitor timed out",
+    ),
+    examples=(
+        "[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=2001, "
+        "OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600051 "
+        "milliseconds before timing out.",
+        "RuntimeError: NCCL communicator was aborted on rank 2. Original reason for the abort "
+        "was: Watchdog caught collective operation timeout.",
+    ),
+    summary=(
+        "Rank {{rank}} waited {{ran_for}} in collective #{{seq}} ({{op}}) and gave up at the "
+        "{{timeout}} timeout; ranks reached different collectives: {{seq_by_rank}}.",
+        "Rank {{rank}} waited {{ran_for}} in collective #{{seq}} ({{op}}) and gave up at the "
+        "{{timeout}} timeout.",
+        "A {{op}} did not complete within the {{timeout}} timeout.",
+        "Rank {{rank}} gave up waiting for a collective operation.",
+        "A collective operation did not complete within the timeout.",
+    ),
+    extract=_timeout_fields,
+    priority=10,
+    secondary=True,
+    causes=(
+        Cause(
+            "rank_failed",
+            "Another rank failed or exited first (an exception, an out-of-memory error, a "
+            "kill) and the others waited in the collective until the timeout.",
+            weight=3,
+        ),
+        Cause(
+            "diverged",
+            (
+                "The ranks are at different collectives ({{seq_by_rank}}): their code paths "
+                "diverged (a collective under `if rank == 0`, an early break, an extra batch "
+                "on some ranks, a data-dependent branch).",
+                "The ranks' code paths diverged: a collective under `if rank == 0`, an early "
+                "break, or a data-dependent branch leaves one rank waiting alone.",
+            ),
+            weight=2.5,
+            when=lambda f: "seq_by_rank" in f,
+        ),
+        Cause(
+            "uneven",
+            "The ranks process different numbers of batches (no drop_last, uneven shards, an "
+            "iterable dataset not split evenly), so one rank enters an extra collective alone.",
+            weight=2,
+        ),
+        Cause(
+            "slow",
+            (
+                "One rank is slow on purpose (saving a checkpoint or evaluating on rank 0 "
+                "only, a slow filesystem) for longer than the {{timeout}} timeout.",
+                "One rank is slow on purpose (checkpointing or evaluating on rank 0 only, a "
+                "slow filesystem) for longer than the timeout.",
+            ),
+            weight=1.5,
+            signals=(r"save|checkpoint|evaluat|validat",),
+            boost=3,
+        ),
+        Cause(
+            "network",
+            "Network trouble between nodes (wrong interface, firewall, InfiniBand set-up) "
+            "stalls the transfer.",
+            weight=1,
+            signals=(r"NCCL WARN|No route to host|Connection (?:refused|reset)|socket",),
+        ),
+        Cause(
+            "init",
+            "Rank 0 never published the NCCL id: it crashed, started late, or took another "
+            "path before its first collective.",
+            weight=0.5,
+            signals=(r"ncclUniqueId|store->get",),
+            boost=12,
+        ),
+    ),
+    first_steps=(
+        _ALL_RANKS,
+        "Compare where each rank stopped: the SeqNum and OpType of the watchdog lines differ "
+        "between ranks when their code paths diverged.",
+        "On a run that hangs, dump every rank's stacks (`torchdoctor ENDPOINT backtrace`, or "
+        "py-spy dump) to see which collective each waits in.",
+        "Log every collective with NCCL_DEBUG=INFO and TORCH_DISTRIBUTED_DEBUG=DETAIL.",
+    ),
+    fixes=(
+        Fix(
+            "Every rank calls every collective",
+            "dist.all_reduce(metric)          # on all ranks\n"
+            "if dist.get_rank() == 0:\n"
+            "    print(metric.item())         # only the printing is rank 0's",
+            ("diverged", "init"),
+        ),
+        Fix(
+            "The same number of batches on every rank",
+            "sampler = DistributedSampler(ds, drop_last=True)\n"
+            "loader = DataLoader(ds, batch_size=64, sampler=sampler, drop_last=True)",
+            ("uneven",),
+        ),
+        Fix(
+            "Rank-0 work followed by a barrier, with a timeout long enough for it",
+            'dist.init_process_group("nccl", timeout=datetime.timedelta(minutes=30))\n'
+            "if dist.get_rank() == 0:\n"
+            '    torch.save(model.state_dict(), "ckpt.pt")\n'
+            "dist.barrier()",
+            ("slow",),
+        ),
+        Fix(
+            "Use the right network interface",
+            "export NCCL_SOCKET_IFNAME=eth0 GLOO_SOCKET_IFNAME=eth0\n"
+            "export NCCL_IB_DISABLE=1  # only to test whether InfiniBand is the problem",
+            ("network",),
+        ),
+        Fix(
+            "See every collective",
+            "NCCL_DEBUG=INFO TORCH_DISTRIBUTED_DEBUG=DETAIL torchrun --nproc_per_node=8 train.py",
+            ("rank_failed",),
+        ),
+    ),
+)
+
+
+def _nccl_fields(message: str, text: str) -> Fields:
+    f: Fields = {}
+    for name, pattern, source in (
+        ("nccl_version", r"NCCL version ([\d.]+\S*)", text),
+        (
+            "kind",
+            r"(unhandled system error|unhandled cuda error|invalid usage|internal error|invalid "
+            r"argument|remote process exited or there was a network error)",
+            f"{message}\n{text}",
+        ),
+        ("last_error", r"Last error:\s*(.+?)\s*$", message),
+        ("cuda_failure", r"Cuda failure '([^']+)'", text),
+        ("peer", r"Connect to (\S+) failed", text),
+        ("peer_error", r"Connect to \S+ failed\s*:\s*(.+?)\s*$", text),
+    ):
+        value = first(pattern, source)
+        if value:
+            f[name] = value
+    m = first(r"Duplicate GPU detected\s*:\s*(rank \d+ and rank \d+ both on CUDA device \w+)", text)
+    if m:
+        f["duplicate_gpu"] = m
+    return f
+
+
+NCCL_ERROR = Entry(
+    code="nccl.error",
+    title="NCCL error",
+    meaning=(
+        "NCCL, the library that moves tensors between GPUs, failed. The kind of error says "
+        "where to look: a system error is usually the network or shared memory, a CUDA error "
+        "is a GPU problem on this rank, invalid usage is a set-up mistake, and a remote error "
+        "means another rank went away."
+    ),
+    patterns=(
+        r"NCCL error in:",
+        r"\bnccl(?:System|Internal|InvalidUsage|InvalidArgument|UnhandledCuda|Remote)Error\b",
+        r"unhandled (?:system|cuda) error",
+        r"NCCL communicator was aborted",
+        r"NCCL WARN .*(?:failed|error|No route)",
+        r"NCCL error:",
+        r"ncclCommInitRank failed",
+        r"Duplicate GPU detected",
+    ),
+    examples=(
+        "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/"
+        "ProcessGroupNCCL.cpp:1970, unhandled system error (run with NCCL_DEBUG=INFO for "
+        "details), NCCL version 2.20.5",
+        "ncclSystemError: System call (e.g. socket, malloc) or external library call failed "
+        "or device error. Last error: socketStartConnect: Connect to 10.0.0.2<36759> failed : "
+        "No route to host",
+        "RuntimeError: NCCL error in: /pytorch/torch/lib/c10d/ProcessGroupNCCL.cpp:825, "
+        "invalid usage, NCCL version 2.7.8",
+    ),
+    summary=(
+        "NCCL {{nccl_version}} failed with '{{kind}}': {{last_error}}.",
+        "NCCL failed with '{{kind}}' (NCCL {{nccl_version}}).",
+        "NCCL failed with '{{kind}}'.",
+        "NCCL reported an error.",
+    ),
+    extract=_nccl_fields,
+    causes=(
+        Cause(
+            "network",
+            (
+                "NCCL could not reach a peer ({{peer}}: {{peer_error}}): wrong network "
+                "interface, a firewall, or nodes on different subnets.",
+                "Network problem between ranks: wrong interface picked, a firewall between "
+                "nodes, or nodes on different subnets.",
+            ),
+            weight=2,
+            signals=(
+                r"unhandled system error|No route to host|Connection refused|socket|Connect to"
+                r"|network error",
+            ),
+        ),
+        Cause(
+            "duplicate_gpu",
+            (
+                "Two ranks share one GPU ({{duplicate_gpu}}): each process must select its "
+                "own with torch.cuda.set_device(local_rank) before using NCCL.",
+                "Two ranks share one GPU: each process must call "
+                "torch.cuda.set_device(local_rank) before using NCCL.",
+            ),
+            weight=1,
+            signals=(r"Duplicate GPU|invalid usage",),
+        ),
+        Cause(
+            "cuda",
+            (
+                "A CUDA failure on this rank ({{cuda_failure}}) surfaced through NCCL.",
+                "A CUDA problem on this rank (out of memory, an earlier failed kernel) "
+                "surfaced through NCCL.",
+            ),
+            weight=1,
+            signals=(r"unhandled cuda error|Cuda failure|out of memory",),
+        ),
+        Cause(
+            "peer_died",
+            "Another rank died or was killed; its log holds the root error.",
+            weight=1.5,
+            signals=(r"remote process exited|communicator was aborted|Connection reset",),
+        ),
+        Cause(
+            "shm",
+            "NCCL's shared-memory transport failed: /dev/shm is too small in a container.",
+            weight=0.5,
+            signals=(r"/dev/shm|\bshm\b|shared memory",),
+        ),
+        Cause(
+            "setup",
+            "An InfiniBand/RDMA set-up problem or NCCL versions that differ between nodes.",
+            weight=0.5,
+            signals=(r"\bIB\b|ibv_|InfiniBand|NET/IB",),
+        ),
+    ),
+    first_steps=(
+        "Rerun with NCCL_DEBUG=INFO (and NCCL_DEBUG_SUBSYS=INIT,NET) to see the interface and "
+        "transport NCCL picks and the call that fails.",
+        _ALL_RANKS,
+        "Test connectivity between nodes on the master port: `nc -zv <master_addr> 29500`.",
+    ),
+    fixes=(
+        Fix(
+            "Pin NCCL to the right interface",
+            "export NCCL_SOCKET_IFNAME=eth0   # the interface of the training network\n"
+            "export GLOO_SOCKET_IFNAME=eth0",
+            ("network",),
+        ),
+        Fix(
+            "One GPU per rank",
+            'local_rank = int(os.environ["LOCAL_RANK"])\n'
+            "torch.cuda.set_device(local_rank)\n"
+            'dist.init_process_group("nccl", device_id=torch.device("cuda", local_rank))',
+            ("duplicate_gpu",),
+        ),
+        Fix(
+            "Give containers enough shared memory",
+            "docker run --gpus all --ipc=host ...   # or --shm-size=16g",
+            ("shm",),
+        ),
+        Fix(
+            "Rule InfiniBand in or out",
+            "NCCL_IB_DISABLE=1 torchrun ...  # slower; only to locate the problem",
+            ("setup", "network"),
+        ),
+        Fix(
+            "Expose the CUDA error itself",
+            "CUDA_LAUNCH_BLOCKING=1 torchrun --nproc_per_node=8 train.py",
+            ("cuda",),
+        ),
+    ),
+)
+
+
+def _port_fields(message: str, text: str) -> Fields:
+    port = (
+        first(r"bind to \[?[\w.:]*?\]?:(\d{2,5})\b", message)
+        or first(r"\bport\s*[=:]?\s*(\d{2,5})\b", message)
+        or first(r"(?:MASTER_PORT|master_port|rdzv_endpoint)\s*[= :]\s*\S*?(\d{4,5})\b", text)
+        or first(r":(\d{4,5})\b", message)
+    )
+    if port is None:
+        return {}
+    return {"port": int(port), "next_port": int(port) + 1}
+
+
+ADDRESS_IN_USE = Entry(
+    code="dist.address_in_use",
+    title="Address already in use",
+    meaning=(
+        "The rendezvous store (or another server) could not listen on its port because a "
+        "process already holds it. With torchrun the master's TCPStore listens on "
+        "MASTER_PORT, 29500 by default."
+    ),
+    patterns=(
+        r"Address already in use",
+        r"\bEADDRINUSE\b",
+        r"errno: 98\b",
+        r"\[Errno 98\]",
+        r"WinError 10048",
+    ),
+    examples=(
+        "RuntimeError: Address already in use",
+        "OSError: [Errno 98] Address already in use",
+        "torch.distributed.DistNetworkError: The server socket has failed to listen on any "
+        "local network address. port: 29500, useIpv6: false, code: -98, name: EADDRINUSE, "
+        "message: address already in use",
+    ),
+    summary=(
+        "Port {{port}} is already taken by another process.",
+        "The port the rendezvous needs is already taken by another process.",
+    ),
+    extract=_port_fields,
+    causes=(
+        Cause(
+            "stale",
+            (
+                "A previous run (or one of its ranks) is still alive and holds port {{port}}.",
+                "A previous run (or one of its ranks) is still alive and holds the port.",
+            ),
+            weight=3,
+        ),
+        Cause(
+            "two_jobs",
+            "Two jobs on the same node use the same MASTER_PORT (the default 29500).",
+            weight=2,
+            signals=(r"\b29500\b",),
+            boost=1,
+        ),
+        Cause(
+            "all_master",
+            "Every process believes it is rank 0 (RANK not set per process), so all try to "
+            "start the store on the same port.",
+            weight=1,
+            signals=(r"TCPStore|is_master",),
+        ),
+        Cause(
+            "time_wait",
+            "The port was just released and is still in TIME_WAIT; a retry a few seconds "
+            "later succeeds.",
+            weight=0.3,
+        ),
+    ),
+    first_steps=(
+        (
+            "See who holds it: `lsof -i :{{port}}` or `ss -ltnp | grep {{port}}`.",
+            "See who holds the port: `lsof -i :29500` or `ss -ltnp`.",
+        ),
+        "Look for leftover processes of an earlier run: `pgrep -af train.py`.",
+    ),
+    fixes=(
+        Fix(
+            "End the leftover process",
+            ("lsof -t -i :{{port}} | xargs -r kill", "lsof -t -i :29500 | xargs -r kill"),
+            ("stale",),
+        ),
+        Fix(
+            "Use another port",
+            (
+                "torchrun --master_port={{next_port}} --nproc_per_node=8 train.py\n"
+                "# or: export MASTER_PORT={{next_port}}",
+                "torchrun --master_port=29501 --nproc_per_node=8 train.py",
+            ),
+            ("two_jobs", "stale"),
+        ),
+        Fix(
+            "Let torchrun pick a free port on a single node",
+            "torchrun --standalone --nproc_per_node=8 train.py",
+            ("two_jobs", "all_master"),
+        ),
+    ),
+)
+
+
+def _world_fields(message: str, text: str) -> Fields:
+    f: Fields = {}
+    for name, pattern in (
+        ("world_size", r"world[_ ]size\s*(?:\(|=|:|of)\s*(\d+)"),
+        ("world_size", r"number of world size \((\d+)\)"),
+        ("expected", r"expected \(?(\d+)\)?"),
+        ("worker_count", r"worker_count=(\d+)"),
+        ("bad_rank", r"Invalid rank (\d+)"),
+    ):
+        value = first(pattern, message)
+        if value is not None and name not in f:
+            f[name] = int(value)
+    return f
+
+
+WORLD_SIZE = Entry(
+    code="dist.world_size",
+    title="World size or rank mismatch",
+    meaning=(
+        "The processes disagree on how many of them there are, or a rank is outside "
+        "[0, world_size). Every process of a job must be started with the same world size "
+        "and a unique rank, and all of them must join before training starts."
+    ),
+    patterns=(
+        r"world[ _]size.{0,40}(?:not equal|does not match|mismatch)",
+        r"number of world size",
+        r"Invalid rank \d+",
+        r"rank \d+ is (?:out of range|invalid)",
+        r"Timed out initializing process group in store based barrier",
+        r"worker_count=\d+",
+    ),
+    examples=(
+        "RuntimeError: The number of world size (4) is not equal to the expected (8)",
+        "RuntimeError: Timed out initializing process group in store based barrier on rank: "
+        "3, for key: store_based_barrier_key:1 (world_size=8, worker_count=4, timeout=0:30:00)",
+        "ValueError: Invalid rank 8, rank should be in the interval [0, 7]",
+    ),
+    summary=(
+        "Only {{worker_count}} of {{world_size}} processes joined the process group.",
+        "The world size is {{world_size}} but {{expected}} was expected.",
+        "Rank {{bad_rank}} is outside the world.",
+        "The processes disagree on the world size or the ranks.",
+    ),
+    extract=_world_fields,
+    causes=(
+        Cause(
+            "launch",
+            (
+                "Not every process started: {{worker_count}} of {{world_size}} joined "
+                "(a node that never launched, or one that crashed during start-up).",
+                "The launch commands disagree: --nnodes, --nproc_per_node or WORLD_SIZE "
+                "differ between nodes, or a node never started.",
+            ),
+            weight=3,
+        ),
+        Cause(
+            "manual_env",
+            "WORLD_SIZE or RANK are set by hand (or hard-coded in the script) and do not "
+            "match what the launcher provides.",
+            weight=2,
+            signals=(r"Invalid rank|rank \d+ is",),
+        ),
+        Cause(
+            "node_failed",
+            "A node failed before joining: an import error, a different code version or "
+            "path on that node, or no GPU there.",
+            weight=1,
+        ),
+    ),
+    first_steps=(
+        "Print RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT at the start of "
+        "every process and compare.",
+        "Check that every node runs the same launch command with its own --node_rank.",
+    ),
+    fixes=(
+        Fix(
+            "Identical launch on every node (here 2 nodes of 4 GPUs)",
+            "# node 0\n"
+            "torchrun --nnodes=2 --nproc_per_node=4 --node_rank=0 \\\n"
+            "    --master_addr=node0 --master_port=29500 train.py\n"
+            "# node 1: the same with --node_rank=1",
+            ("launch", "node_failed"),
+        ),
+        Fix(
+            "Let the launcher set rank and world size",
+            'dist.init_process_group("nccl")  # reads RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT',
+            ("manual_env",),
+        ),
+    ),
+)
+
+
+def _connect_fields(message: str, text: str) -> Fields:
+    f: Fields = {}
+    m = rx(r"trying to connect to \(([^,()]+), (\d+)\)").search(message)
+    if m is not None:
+        f["host"], f["port"] = m.group(1), int(m.group(2))
+    seconds = first(r"timed out after (\d+)m?s", message)
+    if seconds:
+        f["waited"] = int(seconds)
+    return f
+
+
+CONNECT = Entry(
+    code="dist.connect",
+    title="Cannot connect to the rendezvous or a peer",
+    meaning=(
+        "A process could not connect to the rendezvous store on MASTER_ADDR:MASTER_PORT, or "
+        "lost the connection to a peer. Either the address is wrong or unreachable, or the "
+        "process at the other end is not there (not started yet, or already dead)."
+    ),
+    patterns=(
+        r"client socket has timed out after \d+m?s while trying to connect to",
+        r"\bDistNetworkError\b",
+        r"Connection (?:refused|reset by peer|closed by peer)",
+        r"failed to connect to .* \(errno: \d+",
+        r"Rendezvous(?:Connection|Timeout)Error",
+        r"Temporary failure in name resolution|Name or service not known",
+    ),
+    examples=(
+        "torch.distributed.DistNetworkError: The client socket has timed out after 900s while "
+        "trying to connect to (node0, 29500).",
+        "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed "
+        "by peer [10.0.0.3]:43627",
+        "ConnectionResetError: [Errno 104] Connection reset by peer",
+    ),
+    summary=(
+        "Could not reach the rendezvous at {{host}}:{{port}} within {{waited}} s.",
+        "The connection to the rendezvous or to a peer failed.",
+    ),
+    extract=_connect_fields,
+    secondary=True,
+    causes=(
+        Cause(
+            "peer_died",
+            "The other end died: a rank crashed and the others lost their connections to it.",
+            weight=2,
+            signals=(r"reset by peer|closed by peer|Broken pipe",),
+            boost=3,
+        ),
+        Cause(
+            "address",
+            "MASTER_ADDR or the port is wrong or unreachable from this node (firewall, DNS, "
+            "a hostname that resolves differently on each node).",
+            weight=2,
+            signals=(r"timed out after|name resolution|not known|refused",),
+            boost=2,
+        ),
+        Cause(
+            "master_late",
+            "The master (rank 0 / node 0) started much later or failed before opening the store.",
+            weight=1,
+        ),
+    ),
+    first_steps=(
+        _ALL_RANKS,
+        "From the failing node: `nc -zv $MASTER_ADDR $MASTER_PORT` and `getent hosts "
+        "$MASTER_ADDR`.",
+    ),
+    fixes=(
+        Fix(
+            "Use an address every node can reach",
+            "torchrun --nnodes=2 --nproc_per_node=8 --rdzv-backend=c10d \\\n"
+            "    --rdzv-endpoint=10.0.0.1:29500 train.py  # an IP, not a local hostname",
+            ("address", "master_late"),
+        ),
+    ),
+)
+
+ENV_MISSING = Entry(
+    code="dist.env_missing",
+    title="Distributed environment variables not set",
+    meaning=(
+        "init_process_group (env:// rendezvous) or the script reads RANK, WORLD_SIZE, "
+        "LOCAL_RANK, MASTER_ADDR or MASTER_PORT from the environment, and they are not set: "
+        "the script was started with plain `python` instead of a launcher."
+    ),
+    patterns=(
+        r"environment variable \w+ expected, but not set",
+        r"Error initializing torch\.distributed using env://",
+        r"KeyError: '(?:LOCAL_RANK|RANK|WORLD_SIZE|MASTER_ADDR|MASTER_PORT|LOCAL_WORLD_SIZE)'",
+    ),
+    examples=(
+        "ValueError: Error initializing torch.distributed using env:// rendezvous: environment "
+        "variable RANK expected, but not set",
+        "KeyError: 'LOCAL_RANK'",
+    ),
+    summary=(
+        "{{variable}} is not set: the script expects to be started by a distributed launcher.",
+    ),
+    extract=lambda message, text: (
+        {"variable": v} if (v := first(r"(?:variable |KeyError: ')([A-Z_]+)", message)) else {}
+    ),
+    causes=(
+        Cause(
+            "plain_python",
+            "The script was run with `python train.py` instead of `torchrun`.",
+            weight=2,
+        ),
+        Cause(
+            "scheduler",
+            "A scheduler wrapper (srun, mpirun) starts the processes but does not export the "
+            "variables PyTorch expects.",
+            weight=1,
+            signals=(r"srun|slurm|mpirun|SLURM",),
+        ),
+    ),
+    first_steps=("Print os.environ in the failing process and compare with torchrun's variables.",),
+    fixes=(
+        Fix(
+            "Start it with torchrun",
+            "torchrun --standalone --nproc_per_node=4 train.py",
+            ("plain_python", "scheduler"),
+        ),
+        Fix(
+            "Run single-process without a launcher too",
+            'local_rank = int(os.environ.get("LOCAL_RANK", 0))\n'
+            'if "RANK" in os.environ:\n'
+            '    dist.init_process_group("nccl")',
+            ("plain_python",),
+        ),
+    ),
+)
+
+
+def _unused_fields(message: str, text: str) -> Fields:
+    f: Fields = {}
+    names = first(
+        r"Parameters which did not receive grad for rank \d+:\s*([\w.,\s]+?)(?:\s*Parameter|$)",
+        text,
+    )
+    if names:
+        f["unused_parameters"] = ", ".join(n.strip() for n in names.split(",") if n.strip())
+    indices = first(r"Parameter indices which did not receive grad for rank \d+:\s*([\d\s]+)", text)
+    if indices:
+        f["unused_indices"] = " ".join(indices.split())
+    return f
+
+
+DDP_UNUSED = Entry(
+    code="ddp.unused_parameters",
+    title="DDP: parameters did not receive gradients",
+    meaning=(
+        "DistributedDataParallel waits for a gradient of every parameter before it reduces a "
+        "bucket. Parameters that took no part in computing the loss never get one, so the "
+        "reduction of the previous iteration never finished."
+    ),
+    patterns=(
+        r"Expected to have finished reduction in the prior iteration before starting a new one",
+        r"did not receive grad for rank",
+    ),
+    examples=(
+        "RuntimeError: Expected to have finished reduction in the prior iteration before "
+        "starting a new one. This error indicates that your module has parameters that were "
+        "not used in producing loss. ... Parameters which did not receive grad for rank 0: "
+        "aux_head.weight, aux_head.bias",
+    ),
+    summary=(
+        "These parameters got no gradient: {{unused_parameters}}.",
+        "Parameters with indices {{unused_indices}} got no gradient.",
+        "Some parameters of the DDP model took no part in the loss.",
+    ),
+    extract=_unused_fields,
+    causes=(
+        Cause(
+            "unused_branch",
+            (
+                "Part of the model ({{unused_parameters}}) is not used in this forward "
+                "(an auxiliary head, a branch taken only sometimes, a frozen-but-trainable "
+                "layer).",
+                "Part of the model is not used in this forward (an auxiliary head, a branch "
+                "taken only sometimes).",
+            ),
+            weight=3,
+        ),
+        Cause(
+            "outputs_unused",
+            "Some forward outputs do not contribute to the loss, so their parameters get no "
+            "gradient.",
+            weight=1.5,
+        ),
+        Cause(
+            "frozen",
+            "Layers meant to be frozen still have requires_grad=True.",
+            weight=1,
+        ),
+    ),
+    first_steps=(
+        "Set TORCH_DISTRIBUTED_DEBUG=DETAIL to get the names of the parameters without gradients.",
+    ),
+    fixes=(
+        Fix(
+            "Freeze what is not trained",
+            "for p in model.aux_head.parameters():\n    p.requires_grad_(False)",
+            ("frozen", "unused_branch"),
+        ),
+        Fix(
+            "Tell DDP that some parameters may be unused (costs a graph traversal per step)",
+            "model = DDP(model, device_ids=[local_rank], find_unused_parameters=True)",
+            ("unused_branch", "outputs_unused"),
+        ),
+    ),
+)
+
+ENTRIES = (
+    NCCL_TIMEOUT,
+    NCCL_ERROR,
+    ADDRESS_IN_USE,
+    WORLD_SIZE,
+    CONNECT,
+    ENV_MISSING,
+    DDP_UNUSED,
+)

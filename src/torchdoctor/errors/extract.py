@@ -1,0 +1,256 @@
+"""Finding the error that matters in text as users paste it.
+
+Logs carry noise around the error: rank prefixes (``[rank3]:``, ``[default0]:``, ``3: ``),
+timestamps, log levels, glog headers (``[E ProcessGroupNCCL.cpp:475]``), NCCL host prefixes,
+warnings, progress bars. `clean` strips the prefixes and marks noise; `candidates` returns the
+places an error may start, best first: exception lines (``SomeError: message``, the final
+line of a traceback) from the last to the first, then every other line from the last to the
+first. A candidate is a `Block`: its line plus the lines that continue the message (PyTorch
+wraps long messages over several lines).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+# Each prefix pattern is tried at the start of the line until none applies. A named group
+# `rank` gives the rank; `level` the log level.
+_LEVELS = r"DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL"
+_PREFIXES: tuple[re.Pattern[str], ...] = tuple(
+    re.compile(p)
+    for p in (
+        r"^\[(?:rank|Rank|RANK)\s*(?P<rank>\d+)\]:? ?",
+        r"^\[[A-Za-z_]*?(?P<rank>\d+)\]: ?",
+        r"^(?P<rank>\d{1,5}): ",
+        r"^\[?\d{4}-\d{2}-\d{2}[ T_]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?\]?"
+        r"\s*(?:[-|:]\s+)?",
+        r"^\[?\d{2}:\d{2}:\d{2}(?:[.,]\d+)?\]?\s+(?:[-|]\s+)?",
+        rf"^\|?\s*\[?(?P<level>{_LEVELS})\]?(?:\s*\|\s*[\w.<>]+:[\w<>]+:\d+\s*-\s*"
+        r"|:[\w.<>-]+:|\s*[:|-]\s*|\s+)",
+        r"^(?P<level>[IWEFV])\d{3,4}\s+\d{2}:\d{2}:\d{2}\.\d+\s+\d+\s+[\w./-]+:\d+\]\s*",
+        r"^\[(?P<level>[IWEFV])(?:\d{3,4}\s+\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:\s+\d+)?)?\s*"
+        r"[\w./-]+\.(?:cpp|cc|h|hpp|cu|py):\d+\]\s*",
+        r"^[\w.-]+:\d+:\d+\s+\[\d+\]\s+",
+        r"^E\s{3,}",
+    )
+)
+# Info and debug records are never the error. Warning records are candidates like any line
+# (torch logs recompilation limits and NCCL trouble as warnings) unless they are warnings in
+# the Python or c10 format ("UserWarning: ...", "[W reducer.cpp:1389] Warning: ...").
+_NOISE_LEVELS = {"DEBUG", "INFO", "I"}
+_C10_WARNING = re.compile(r"^Warning: ")
+_PY_WARNING = re.compile(r"^(?:.*?:\d+:\s*)?[A-Z]\w*Warning:\s")
+_NCCL_INFO = re.compile(r"^NCCL INFO\b")
+_EXCEPTION = re.compile(
+    r"^(?:[A-Za-z_]\w*\.)*(?P<name>[A-Za-z_]\w*)(?:\s*:(?:\s+(?P<message>.*)|\s*$)|\s*$)"
+)
+_EXCEPTION_SUFFIXES = (
+    "Error",
+    "Exception",
+    "Interrupt",
+    "Exit",
+    "Failure",
+    "Unsupported",
+    "Failed",
+    "Exhausted",
+)
+TRACEBACK = re.compile(r"Traceback \(most recent call last\)")
+_CHAINED = re.compile(
+    r"^(During handling of the above exception|The above exception was the direct cause)"
+)
+FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in (?P<func>\S+))?')
+_CELL = re.compile(r"^\s*(?:Cell In\s*\[\d+\]|Input In \[\d+\]), line (?P<line>\d+)")
+LIBRARY = re.compile(
+    r"site-packages|dist-packages|[/\\]lib[/\\]python\d|[/\\]torch[/\\]|<frozen|importlib"
+)
+
+MAX_BLOCK_LINES = 30
+MAX_LINE_CHARS = 200_000  # longer lines are cut (a state_dict key list of a huge model fits)
+MAX_PLAIN_CANDIDATES = 4000
+
+
+@dataclass(frozen=True)
+class Line:
+    index: int
+    text: str
+    raw: str
+    rank: int | None = None
+    noise: bool = False
+
+
+@dataclass(frozen=True)
+class Block:
+    """An error message: its first line and the lines that continue it."""
+
+    lines: tuple[Line, ...]
+    exception: str | None = None
+
+    @property
+    def start(self) -> int:
+        return self.lines[0].index
+
+    @property
+    def rank(self) -> int | None:
+        return self.lines[0].rank
+
+    @property
+    def text(self) -> str:
+        return " ".join(line.text.strip() for line in self.lines)
+
+    def line_at(self, offset: int) -> Line:
+        """The line holding the character at `offset` of `text`."""
+        pos = 0
+        for line in self.lines:
+            pos += len(line.text.strip()) + 1
+            if offset < pos:
+                return line
+        return self.lines[-1]
+
+
+@dataclass(frozen=True)
+class Frame:
+    file: str
+    line: int
+    func: str | None
+    code: str | None
+
+    @property
+    def library(self) -> bool:
+        return bool(LIBRARY.search(self.file))
+
+    def describe(self) -> str:
+        where = f"{self.file}:{self.line}"
+        return f"{where} in {self.func}" if self.func else where
+
+
+def _strip(raw: str) -> tuple[str, int | None, str | None]:
+    text = _ANSI.sub("", raw).rstrip().replace("\t", "    ")
+    rank: int | None = None
+    level: str | None = None
+    for _ in range(10):
+        for pattern in _PREFIXES:
+            m = pattern.match(text)
+            if m and m.end() > 0:
+                groups = m.groupdict()
+                if groups.get("rank") is not None and rank is None:
+                    rank = int(groups["rank"])
+                if groups.get("level"):
+                    level = groups["level"]
+                text = text[m.end() :]
+                break
+        else:
+            break
+    return text, rank, level
+
+
+def clean(text: str) -> list[Line]:
+    """Every line with its prefixes removed, its rank when a prefix named one, and whether it
+    is noise (a warning or an info record: never the error that matters)."""
+    out: list[Line] = []
+    in_warning = False
+    for index, raw in enumerate(text.splitlines()):
+        body, rank, level = _strip(raw[:MAX_LINE_CHARS])
+        noise = False
+        if level is not None and level in _NOISE_LEVELS:
+            noise = True
+        if _C10_WARNING.match(body) and level is not None:
+            noise = True
+        if _PY_WARNING.match(body) or _NCCL_INFO.match(body):
+            noise = True
+            in_warning = True
+        elif in_warning and body[:1] in (" ", "") and body.strip() and not TRACEBACK.search(body):
+            noise = True  # the source line (and forward trace) under a Python warning
+        else:
+            in_warning = noise and in_warning
+        out.append(Line(index, body, raw, rank, noise))
+    return out
+
+
+def exception_name(line: str) -> str | None:
+    m = _EXCEPTION.match(line.strip())
+    if m is None or not m.group("name").endswith(_EXCEPTION_SUFFIXES):
+        return None
+    return m.group("name")
+
+
+def _ends_block(first: Line, line: Line) -> bool:
+    body = line.text
+    if not body.strip():
+        return True
+    if TRACEBACK.search(body) or _CHAINED.match(body.strip()) or FRAME.match(body):
+        return True
+    return first.rank is not None and line.rank is not None and line.rank != first.rank
+
+
+def block_at(lines: list[Line], index: int) -> Block:
+    first = lines[index]
+    taken = [first]
+    for line in lines[index + 1 : index + MAX_BLOCK_LINES]:
+        if _ends_block(first, line):
+            break
+        if line.noise:
+            continue
+        taken.append(line)
+    return Block(tuple(taken), exception_name(first.text))
+
+
+def candidates(lines: list[Line]) -> tuple[list[Block], list[Line]]:
+    """Exception blocks from the last to the first, then every other line (last first, at most
+    MAX_PLAIN_CANDIDATES of them; `block_at` gives the block of one that matters)."""
+    exceptions: list[Block] = []
+    plain: list[Line] = []
+    for line in reversed(lines):
+        if line.noise or not line.text.strip():
+            continue
+        if exception_name(line.text) is not None:
+            exceptions.append(block_at(lines, line.index))
+        elif len(plain) < MAX_PLAIN_CANDIDATES:
+            plain.append(line)
+    return exceptions, plain
+
+
+def _traceback_body(body: str) -> bool:
+    """A line that can sit between "Traceback (most recent call last):" and its exception."""
+    return (
+        not body.strip()
+        or body[:1].isspace()
+        or bool(_CELL.match(body))
+        or bool(FRAME.match(body))
+        or body.startswith(("---->", "File ~", "[... skipping"))
+    )
+
+
+def frames_before(lines: list[Line], index: int) -> list[Frame]:
+    """The frames of the traceback whose exception line is at `index` (outermost first);
+    empty when no frames lead up to the line. A pasted traceback may lack its header."""
+    i = index - 1
+    while i >= 0 and index - i < 5000:
+        body = lines[i].text
+        if TRACEBACK.search(body) or not _traceback_body(body):
+            break
+        i -= 1
+    frames: list[Frame] = []
+    for j in range(i + 1, index):
+        body = lines[j].text
+        m = FRAME.match(body)
+        if m:
+            code = lines[j + 1].text.strip() if j + 1 < index else None
+            if code and (FRAME.match(lines[j + 1].text) or set(code) <= set("^~ ")):
+                code = None
+            frames.append(Frame(m.group("file"), int(m.group("line")), m.group("func"), code))
+            continue
+        c = _CELL.match(body)
+        if c:
+            frames.append(Frame("<notebook cell>", int(c.group("line")), None, None))
+    return frames
+
+
+def user_frame(frames: list[Frame]) -> Frame | None:
+    """The innermost frame in the user's own code (not torch, not site-packages)."""
+    for frame in reversed(frames):
+        if not frame.library:
+            return frame
+    return None

@@ -1,0 +1,197 @@
+"""An Explanation as text (full, or brief for `torchdoctor run` after a crash) or JSON, and the
+error catalog as a listing or as the Markdown of docs/explain.md."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from collections.abc import Sequence
+from typing import Any
+
+WIDTH = 100
+MAX_CAUSES = 6
+MAX_FIXES = 5
+
+
+def _wrap(text: str, indent: str = "  ", first: str | None = None) -> str:
+    return textwrap.fill(
+        text,
+        width=WIDTH,
+        initial_indent=indent if first is None else first,
+        subsequent_indent=indent if first is None else " " * len(first),
+        break_on_hyphens=False,
+        break_long_words=False,
+    )
+
+
+def _field_value(fields: dict[str, Any], name: str) -> str:
+    value = fields[name]
+    raw = fields.get(f"{name}_bytes")
+    if isinstance(raw, int) and isinstance(value, str):
+        return f"{value} ({raw:,} bytes)"
+    return str(value)
+
+
+def field_lines(fields: dict[str, Any]) -> list[str]:
+    names = [n for n in fields if not (n.endswith("_bytes") and n[: -len("_bytes")] in fields)]
+    if not names:
+        return []
+    width = max(len(n) for n in names)
+    return [f"  {n.replace('_', ' ').ljust(width)}  {_field_value(fields, n)}" for n in names]
+
+
+def render_text(explanation: Any, brief: bool = False) -> str:
+    """The explanation for a terminal. `brief` gives the few lines `torchdoctor run` prints
+    after the script crashed."""
+    e = explanation
+    if brief:
+        return _brief(e)
+    out: list[str] = []
+    head = f"{e.category}: {e.title}" if e.recognised else e.title
+    out.append(head)
+    out.append(_wrap(e.summary))
+    if e.recognised:
+        out += ["", "What it means", _wrap(e.meaning)]
+    lines = field_lines(e.fields)
+    if lines:
+        out += ["", "From the message", *lines]
+    if e.causes:
+        out += ["", "Likely causes, most likely first"]
+        for i, cause in enumerate(e.causes[:MAX_CAUSES], 1):
+            out.append(_wrap(cause, "     ", f"  {i}. "))
+        if len(e.causes) > MAX_CAUSES:
+            out.append(f"     (+{len(e.causes) - MAX_CAUSES} less likely; --format json lists all)")
+    if e.first_steps:
+        out += ["", "First steps"]
+        out += [_wrap(step, "    ", "  - ") for step in e.first_steps]
+    if e.fixes:
+        out += ["", "Fixes"]
+        for i, fix in enumerate(e.fixes[:MAX_FIXES], 1):
+            out.append(_wrap(fix["title"], "     ", f"  {i}. "))
+            out += [f"       {line}".rstrip() for line in fix["code"].splitlines()]
+    if e.also:
+        out += ["", "Also in this text"]
+        for other in e.also:
+            rank = f" (rank {other['rank']})" if other.get("rank") is not None else ""
+            out.append(_wrap(f"{other['category']}{rank}: {other['line']}", "      ", "  - "))
+    if e.matched:
+        out += ["", _wrap(e.matched, "    ", "Matched: ")]
+    if not e.recognised:
+        out += ["", "If this error deserves an entry, the catalog lives in torchdoctor/errors/."]
+    return "\n".join(out)
+
+
+def _brief(e: Any) -> str:
+    if not e.recognised:
+        return (
+            "torchdoctor: this error is not in the catalog; `torchdoctor explain` has generic steps"
+        )
+    out = [f"torchdoctor: {e.category}: {e.title}", _wrap(e.summary)]
+    if e.causes:
+        out.append(_wrap(e.causes[0], "    ", "  likely: "))
+    if e.fixes:
+        fix = e.fixes[0]
+        out.append(_wrap(fix["title"], "    ", "  fix: "))
+        out += [f"    {line}".rstrip() for line in fix["code"].splitlines()[:6]]
+    out.append("  (the whole story: save the output and run `torchdoctor explain FILE`)")
+    return "\n".join(out)
+
+
+def render_json(explanation: Any) -> str:
+    return json.dumps(explanation.to_dict(), indent=2, default=str)
+
+
+def render(explanation: Any, fmt: str = "text") -> str:
+    """Renderers chosen by name."""
+    if fmt == "json":
+        return render_json(explanation)
+    return render_text(explanation)
+
+
+# --- the catalog itself ---------------------------------------------------------------------
+
+
+def _entries() -> Sequence[Any]:
+    from torchdoctor.errors.catalog import entries
+
+    return entries()
+
+
+def catalog_text() -> str:
+    """One line per category: code and title, grouped by family."""
+    out: list[str] = []
+    family = None
+    for e in _entries():
+        if e.family != family:
+            family = e.family
+            if out:
+                out.append("")
+            out.append(f"{family}:")
+        out.append(f"  {e.code:<28} {e.title}")
+    return "\n".join(out)
+
+
+def catalog_json() -> str:
+    from torchdoctor.errors.catalog import placeholders
+
+    records = []
+    for e in _entries():
+        records.append(
+            {
+                "code": e.code,
+                "family": e.family,
+                "title": e.title,
+                "meaning": e.meaning,
+                "examples": list(e.examples),
+                "fields": sorted(
+                    {name for t in e.summary for name in placeholders(t)}
+                    | {name for c in e.causes for name in placeholders(c.text)}
+                ),
+                "causes": [c.key for c in e.causes],
+                "fixes": [f.title if isinstance(f.title, str) else f.title[-1] for f in e.fixes],
+            }
+        )
+    return json.dumps(records, indent=2)
+
+
+def _md_code(text: str) -> str:
+    fence = "```"
+    return f"{fence}\n{text}\n{fence}"
+
+
+def catalog_markdown() -> str:
+    """The generated part of docs/explain.md: every category with its code, meaning, typical
+    messages, causes and fixes."""
+    from torchdoctor.errors.catalog import pick, placeholders
+
+    out: list[str] = ["| code | title |", "|---|---|"]
+    out += [f"| [`{e.code}`](#{e.code.replace('.', '')}) | {e.title} |" for e in _entries()]
+    for e in _entries():
+        out += ["", f"### {e.code}", "", f"**{e.title}.** {e.meaning}", "", "Typical messages:", ""]
+        out += [_md_code(example) for example in e.examples]
+        names = sorted(
+            {n for t in e.summary for n in placeholders(t)}
+            | {n for c in e.causes for n in placeholders(c.text) | placeholders(c.evidence)}
+            | {n for f in e.fixes for n in placeholders(f.code) | placeholders(f.title)}
+        )
+        if names:
+            out += ["", "Fields read from the message: " + ", ".join(f"`{n}`" for n in names)]
+        out += ["", "Likely causes (ranked for each message by what it says):", ""]
+        for cause in e.causes:
+            said = pick(cause.text, {}) or _generic(cause.text)
+            out.append(f"- {said}")
+        out += ["", "First steps:", ""]
+        out += [f"- {pick(step, {}) or _generic(step)}" for step in e.first_steps]
+        out += ["", "Fixes:", ""]
+        for fix in e.fixes:
+            title = fix.title if isinstance(fix.title, str) else fix.title[-1]
+            code = fix.code if isinstance(fix.code, str) else fix.code[-1]
+            out += [f"- {title}", "", textwrap.indent(_md_code(code), "  "), ""]
+        while out and out[-1] == "":
+            out.pop()
+    return "\n".join(out)
+
+
+def _generic(text: str | tuple[str, ...]) -> str:
+    templates = (text,) if isinstance(text, str) else text
+    return templates[-1]
