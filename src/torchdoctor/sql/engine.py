@@ -94,29 +94,39 @@ class SqlEngine:
         with self._lock:
             if self._con is None:
                 self._con = self._connect()
+                for name in self.source.table_names():  # every table exists, empty at rest
+                    spec = BY_NAME[name]
+                    self._con.register(f"__td_{name}", _arrays(Block.empty(spec)))
+                    self._con.execute(_view_sql(spec))
             con = self._con
-            for name in self.source.table_names():
-                spec = BY_NAME[name]
-                block = self.source.block(name) if name in wanted else Block.empty(spec)
-                con.register(f"__td_{name}", _arrays(block))
-                con.execute(_view_sql(spec))
-            timer = threading.Timer(timeout or DEFAULT_TIMEOUT, con.interrupt)
-            timer.daemon = True
-            timer.start()
+            names = [n for n in self.source.table_names() if n in wanted]
+            for name in names:
+                con.register(f"__td_{name}", _arrays(self.source.block(name)))
+                con.execute(_view_sql(BY_NAME[name]))  # in case a query dropped or replaced it
             try:
-                cursor = con.execute(sql)
-                if cursor.description is None:
-                    return Result([], [], [])
-                rows = cursor.fetchmany(max_rows + 1)
-                description = cursor.description
-            except Exception as exc:
-                if type(exc).__name__ == "InterruptException":
-                    raise SqlError(
-                        f"query stopped after the {timeout or DEFAULT_TIMEOUT:g} s time limit"
-                    ) from None
-                raise SqlError(_clean(str(exc))) from None
+                return self._run(con, sql, timeout, max_rows)
             finally:
-                timer.cancel()
+                for name in names:  # back to empty: the snapshot's memory is not kept
+                    con.register(f"__td_{name}", _arrays(Block.empty(BY_NAME[name])))
+
+    def _run(self, con: Any, sql: str, timeout: float | None, max_rows: int) -> Result:
+        timer = threading.Timer(timeout or DEFAULT_TIMEOUT, con.interrupt)
+        timer.daemon = True
+        timer.start()
+        try:
+            cursor = con.execute(sql)
+            if cursor.description is None:
+                return Result([], [], [])
+            rows = cursor.fetchmany(max_rows + 1)
+            description = cursor.description
+        except Exception as exc:
+            if type(exc).__name__ == "InterruptException":
+                raise SqlError(
+                    f"query stopped after the {timeout or DEFAULT_TIMEOUT:g} s time limit"
+                ) from None
+            raise SqlError(_clean(str(exc))) from None
+        finally:
+            timer.cancel()
         columns = [d[0] for d in description]
         types = [str(d[1]) for d in description]
         truncated = len(rows) > max_rows

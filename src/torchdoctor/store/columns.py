@@ -29,15 +29,15 @@ class Block:
         nulls: dict[str, np.ndarray] = {}
         columns = list(zip(*rows, strict=True)) if rows else [()] * len(spec.columns)
         for col, values in zip(spec.columns, columns, strict=True):
-            if col.nullable or col.type == STR:
-                missing = np.fromiter((v is None for v in values), dtype=bool, count=len(values))
-                if missing.any():
-                    fill = _FILL[col.type]
-                    values = tuple(fill if v is None else v for v in values)
-                    if col.nullable:
-                        nulls[col.name] = missing
-                elif col.nullable:
-                    nulls[col.name] = missing
+            missing = np.fromiter((v is None for v in values), dtype=bool, count=len(values))
+            if missing.any():
+                # NULL where a value is missing, whatever the column promised: a frame with
+                # no line number must not fail the whole query.
+                fill = _FILL[col.type]
+                values = tuple(fill if v is None else v for v in values)
+                nulls[col.name] = missing
+            elif col.nullable:
+                nulls[col.name] = missing
             data[col.name] = _array(values, col.type)
         return cls(spec, data, nulls, len(rows))
 
@@ -55,7 +55,7 @@ class Block:
         data = {c: np.concatenate([b.data[c] for b in blocks]) for c in spec.column_names}
         nulls = {}
         for col in spec.columns:
-            if col.nullable:
+            if col.nullable or any(col.name in b.nulls for b in blocks):
                 nulls[col.name] = np.concatenate([b.null_mask(col.name) for b in blocks])
         return cls(spec, data, nulls, sum(b.rows for b in blocks))
 

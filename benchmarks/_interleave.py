@@ -1,0 +1,56 @@
+"""Side-by-side timing in one process: blocks of steps alternate between configurations, so
+machine noise hits every configuration alike. Ratios of medians are what we report."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+
+
+def per_step_times(step: Callable[[], object], n: int) -> list[float]:
+    out = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        step()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def interleave(
+    step: Callable[[], object],
+    configs: dict[str, Callable[[], AbstractContextManager[object]]],
+    blocks: int,
+    steps_per_block: int,
+    warmup: int = 20,
+) -> dict[str, float]:
+    """Median step time (seconds) per configuration: each config is a context manager factory
+    under which `step` runs."""
+    for make in configs.values():
+        with make():
+            per_step_times(step, warmup)
+    times: dict[str, list[float]] = {name: [] for name in configs}
+    for block in range(blocks):
+        order = list(configs) if block % 2 == 0 else list(reversed(configs))
+        for name in order:
+            with configs[name]():
+                times[name].append(statistics.median(per_step_times(step, steps_per_block)))
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+class _Plain:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def plain() -> AbstractContextManager[object]:
+    return _Plain()
+
+
+def cycle(names: list[str]) -> Iterator[str]:
+    while True:
+        yield from names
