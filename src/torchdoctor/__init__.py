@@ -8,6 +8,9 @@ Public API (everything else is private):
                                       name a model (and optimizer) explicitly
     torchdoctor.step(loss=None)       mark the end of a step in loops without torch.optim
     torchdoctor.configure(**changes)  change trace_every / guard / hang_timeout on a live run
+    torchdoctor.explain(error)        an exception or an error text -> what it means, what to do
+    torchdoctor.find_max_batch_size(step_fn, ...)
+                                      the largest batch size that fits, measured
 """
 
 from __future__ import annotations
@@ -17,7 +20,17 @@ from typing import Any
 from torchdoctor._version import __version__
 from torchdoctor.config import Config
 
-__all__ = ["Config", "__version__", "configure", "start", "step", "stop", "watch"]
+__all__ = [
+    "Config",
+    "__version__",
+    "configure",
+    "explain",
+    "find_max_batch_size",
+    "start",
+    "step",
+    "stop",
+    "watch",
+]
 
 
 def start(config: Config | None = None, **options: Any) -> Any:
@@ -70,3 +83,29 @@ def configure(**changes: Any) -> dict[str, Any]:
     if current is None:
         raise RuntimeError("torchdoctor is not running in this process")
     return current.configure(**changes)
+
+
+def explain(error: BaseException | str) -> Any:
+    """Explain an exception, or the text of an error message, traceback or log. Returns an
+    Explanation (category, summary, meaning, fields, ranked causes, first steps, fixes;
+    .to_dict() for JSON); print() it for the same report as `torchdoctor explain`."""
+    from torchdoctor.errors.api import explain as _explain
+
+    return _explain(error)
+
+
+def find_max_batch_size(
+    step_fn: Any,
+    start: int = 1,
+    limit: int | None = None,
+    device: Any = None,
+    max_memory: int | None = None,
+    **options: Any,
+) -> Any:
+    """The largest batch size for which `step_fn(batch_size)` (one full training step) runs
+    without running out of memory: doubling, then bisection, cleaning up between tries.
+    Returns a BatchSizeResult (max_batch_size, memory_per_sample, tries, ...). Options: model,
+    optimizer, cleanup, warmup, progress; see torchdoctor.memory.batch_size."""
+    from torchdoctor.memory.batch_size import find_max_batch_size as _find
+
+    return _find(step_fn, start, limit, device, max_memory, **options)

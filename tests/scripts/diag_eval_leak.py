@@ -11,8 +11,13 @@ from torch import nn
 FIXED = "--fixed" in sys.argv
 torch.manual_seed(0)
 model = nn.Sequential(
-    nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 16, 3, padding=1), nn.ReLU(),
-    nn.AdaptiveAvgPool2d(4), nn.Flatten(), nn.Linear(256, 10),
+    nn.Conv2d(3, 16, 3, padding=1),
+    nn.ReLU(),
+    nn.Conv2d(16, 16, 3, padding=1),
+    nn.ReLU(),
+    nn.AdaptiveAvgPool2d(4),
+    nn.Flatten(),
+    nn.Linear(256, 10),
 )
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
 validation_predictions = []

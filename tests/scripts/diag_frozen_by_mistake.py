@@ -16,7 +16,9 @@ class TwoTower(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.text = nn.Sequential(nn.Embedding(200, 32), nn.Flatten(), nn.Linear(32 * 8, 64))
-        self.image = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten())
+        self.image = nn.Sequential(
+            nn.Conv2d(3, 8, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten()
+        )
         self.fuse = nn.Linear(64 + 8, 2)
 
     def forward(self, tokens: torch.Tensor, images: torch.Tensor) -> torch.Tensor:

@@ -51,7 +51,7 @@ print(f"argv={sys.argv[1:]}", flush=True)
 done = False
 while not done:
     for x, y in train_loader:
-        optimizer.zero_grad(set_to_none=True)
+        optimizer.zero_grad(set_to_none=False)  # grads stay tensors: eval can read them any time
         loss = nn.functional.cross_entropy(model(x), y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), trainer.grad_clip)

@@ -1,10 +1,120 @@
-"""`oom` (not built yet)."""
+"""`oom`: an allocation failed (CUDA `torch.OutOfMemoryError`, CPU "DefaultCPUAllocator: can't
+allocate memory").
+
+Event-driven: torchdoctor.memory.oom captures the numbers when the exception ends the script,
+and `from_evidence` (pure) turns them into the diagnosis: where it failed, what was asked against
+what was free, what held the memory, and the fixes ranked by what each would save on this run.
+The periodic pass (`diagnose`) has nothing to add.
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
+from torchdoctor.memory.estimate import Breakdown, Situation, rank_fixes, shortfall
+from torchdoctor.memory.units import human
+
+BREAKDOWN_LABELS = (
+    ("parameters", "parameters"),
+    ("gradients", "gradients"),
+    ("optimizer_state", "optimizer state"),
+    ("buffers", "buffers"),
+    ("activations", "activations"),
+    ("other", "other tensors"),
+    ("cached_unused", "cached but unused"),
+)
 
 
 def diagnose(inputs: Inputs) -> list[Diagnosis]:
     return []
+
+
+def breakdown_of(evidence: dict[str, Any]) -> Breakdown:
+    raw = evidence.get("breakdown") or {}
+    return Breakdown(
+        parameters=int(raw.get("parameters") or 0),
+        gradients=int(raw.get("gradients") or 0),
+        optimizer_state=int(raw.get("optimizer_state") or 0),
+        buffers=int(raw.get("buffers") or 0),
+        activations=int(raw.get("activations") or 0),
+        other=int(raw.get("other") or 0),
+        cached_unused=None if raw.get("cached_unused") is None else int(raw["cached_unused"]),
+    )
+
+
+def breakdown_text(evidence: dict[str, Any]) -> str:
+    raw = evidence.get("breakdown") or {}
+    parts = []
+    for key, label in BREAKDOWN_LABELS:
+        value = raw.get(key)
+        if value is None or (key in ("buffers", "cached_unused") and not value):
+            continue
+        parts.append(f"{label} {human(value)}")
+    return ", ".join(parts)
+
+
+def from_evidence(evidence: dict[str, Any]) -> Diagnosis:
+    """The `oom` diagnosis from the captured numbers (see torchdoctor.memory.oom.capture)."""
+    b = breakdown_of(evidence)
+    s = Situation.from_dict(dict(evidence.get("situation") or {}))
+    if s.asked is None and evidence.get("asked") is not None:
+        s.asked = int(evidence["asked"])
+    fixes = rank_fixes(b, s)
+    out = dict(evidence)
+    out["fixes"] = [f.as_dict() for f in fixes]
+    out["shortfall"] = shortfall(b, s)
+    out["breakdown_human"] = {
+        k: human(v) for k, v in (evidence.get("breakdown") or {}).items() if v is not None
+    }
+
+    device = str(evidence.get("device") or s.device)
+    what = "CUDA out of memory" if device.startswith("cuda") else f"Out of memory ({device})"
+    phase = evidence.get("phase") or "other"
+    module = evidence.get("module")
+    module_type = evidence.get("module_type")
+    where = ""
+    if module:
+        kind = f" ({module_type})" if module_type and module_type != module else ""
+        where = f" in the {phase} of {module}{kind}"
+    elif phase:
+        where = f" in the {phase} phase"
+    step = evidence.get("step")
+    when = f" at step {step}" if step is not None else ""
+    asked = f"asked for {human(s.asked)}" if s.asked is not None else "an allocation failed"
+    room = ""
+    if s.available is not None:
+        room = f" with {human(s.available)} available"
+        if s.capacity:
+            room += f" of {human(s.capacity)}"
+    held = breakdown_text(evidence)
+    summary = f"{what}{where}{when}: {asked}{room}."
+    if held:
+        summary += f" Held: {held}."
+    if evidence.get("location_source") in ("autograd_function", "traced_backward"):
+        summary += f" (Module: {evidence.get('location_note')}.)"
+
+    location = module
+    if not location and evidence.get("file"):
+        location = f"{evidence['file']}:{evidence.get('line')}"
+    fix_lines = [_line(f.text, f.enough) for f in fixes]
+    if not fix_lines:
+        fix_lines = ["find what holds the memory: `torchdoctor memory RUN_DIR` and python.tensors"]
+    return Diagnosis(
+        kind="oom",
+        severity="error",
+        summary=summary,
+        location=location,
+        step=int(step) if step is not None else None,
+        evidence=out,
+        fix=fix_lines,
+    )
+
+
+def _line(text: str, enough: bool | None) -> str:
+    if enough is True:
+        return f"{text} (enough on its own)"
+    if enough is False:
+        return f"{text} (not enough on its own)"
+    return text

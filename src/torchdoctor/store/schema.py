@@ -42,7 +42,7 @@ def _c(name: str, type_: str, doc: str = "", nullable: bool = False) -> Column:
 
 BACKTRACE = TableSpec(
     "backtrace",
-    "a frame of a live thread, taken at query time (torchdoctor's own threads left out)",
+    "a frame of a live thread (torchdoctor's own threads left out)",
     (
         _c("thread_id", INT, "Python thread identifier"),
         _c("thread_name", STR),
@@ -58,7 +58,7 @@ BACKTRACE = TableSpec(
 
 THREADS = TableSpec(
     "threads",
-    "a live thread, taken at query time",
+    "a live thread",
     (
         _c("thread_id", INT),
         _c("name", STR),
@@ -159,7 +159,7 @@ MEMORY = TableSpec(
 
 TENSORS = TableSpec(
     "tensors",
-    "a live tensor, taken at query time (shared storage counted once)",
+    "a live tensor (shared storage counted once)",
     (
         _c("kind", STR, "parameter, gradient, optimizer_state, buffer, activation or other"),
         _c("name", STR, "e.g. encoder.0.weight, exp_avg of encoder.0.weight", nullable=True),

@@ -293,6 +293,8 @@ class Recorder:
         if not self._setup_memory_done:
             self._setup_memory_done = True
             self._memory_row("setup")
+            if self.memory.on_cuda():  # allocator history from the first step, not the second
+                self.session.on_cuda_detected()
         if not state.tape:
             state.rng = self.torch.get_rng_state()
         if len(state.tape) < TAPE_LIMIT:

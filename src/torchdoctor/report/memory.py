@@ -1,0 +1,221 @@
+"""`torchdoctor memory` as text: the census, memory by phase, the modules that added most, and
+the out-of-memory report. The data comes from torchdoctor.memory.view (JSON: print it)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from torchdoctor.memory.units import human
+
+_KIND_LABELS = {
+    "parameter": "parameters",
+    "gradient": "gradients",
+    "optimizer_state": "optimizer state",
+    "buffer": "buffers",
+    "activation": "activations",
+    "other": "other tensors",
+}
+_BREAKDOWN = (
+    ("parameters", "parameter"),
+    ("gradients", "gradient"),
+    ("optimizer_state", "optimizer_state"),
+    ("buffers", "buffer"),
+    ("activations", "activation"),
+    ("other", "other"),
+)
+VIEWER = "https://pytorch.org/memory_viz"
+
+
+def _grid(rows: Sequence[Sequence[str]], right: Sequence[int] = (), indent: str = "  ") -> str:
+    if not rows:
+        return ""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = []
+    for row in rows:
+        cells = [
+            cell.rjust(widths[i]) if i in right else cell.ljust(widths[i])
+            for i, cell in enumerate(row)
+        ]
+        lines.append(indent + "  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+def _signed(n: Any) -> str:
+    if n is None:
+        return "-"
+    return ("+" if n > 0 else "") + human(n)
+
+
+def render_view(view: dict[str, Any], run: str | None = None) -> str:
+    out: list[str] = []
+    for record in view.get("oom") or []:
+        out.append(render_oom(record.get("evidence") or {}, record.get("fix") or [], False))
+        out.append("")
+    census = view.get("census")
+    if census is not None:
+        out.append(f"tensors now ({human(census['total'])} in all; shared storage counted once)")
+        rows = [["kind", "tensors", "bytes"]]
+        for e in census["by_kind"]:
+            rows.append([_KIND_LABELS[e["kind"]], str(e["tensors"]), human(e["bytes"])])
+        out.append(_grid(rows, right=(1, 2)))
+        if census["largest"]:
+            out.append("")
+            out.append("largest tensors")
+            rows = [["kind", "name", "shape", "dtype", "device", "bytes"]]
+            for r in census["largest"]:
+                rows.append(
+                    [
+                        r["kind"],
+                        r["name"] or (f"({r['grad_fn']})" if r["grad_fn"] else "-"),
+                        str(r["shape"]),
+                        str(r["dtype"]),
+                        str(r["device"]),
+                        human(r["bytes"]),
+                    ]
+                )
+            out.append(_grid(rows, right=(5,)))
+        out.append("")
+    out.append(render_phases(view.get("phases") or []))
+    mods = view.get("modules") or []
+    if mods:
+        out.append("")
+        out.append(f"modules whose forward added most (step {view.get('traced_step')})")
+        rows = [["module", "type", "calls", "added", "after"]]
+        for m in mods:
+            rows.append(
+                [m["module"], m["type"], str(m["calls"]), _signed(m["added"]), human(m["after"])]
+            )
+        out.append(_grid(rows, right=(2, 3, 4)))
+    last = view.get("last_step")
+    if last:
+        out.append("")
+        out.append(
+            f"after step {last['step']}: allocated {human(last['allocated'])}, peak "
+            f"{human(last['max_allocated'])}, reserved {human(last['reserved'])}, "
+            f"rss {human(last['rss'])}"
+        )
+    if not view.get("oom") and not view.get("live"):
+        out.append("")
+        out.append("no out-of-memory error in this run")
+    return "\n".join(line for line in out).strip() + "\n"
+
+
+def render_phases(phases: list[dict[str, Any]]) -> str:
+    if not phases:
+        return "memory by phase: no traced step yet (one step in --trace-every is traced)"
+    stepped = [p for p in phases if p["phase"] != "setup"]
+    step = stepped[0]["step"] if stepped else None
+    title = "memory by phase"
+    if step is not None:
+        title += f" (step {step}, the last traced step)"
+    rows = [["phase", "allocated", "added", "peak so far", "reserved"]]
+    for p in phases:
+        mark = "  <- highest" if p.get("peak") else ""
+        rows.append(
+            [
+                p["phase"],
+                human(p["allocated"]),
+                _signed(p.get("added")),
+                human(p["max_allocated"]),
+                human(p["reserved"]) + mark,
+            ]
+        )
+    return title + "\n" + _grid(rows, right=(1, 2, 3))
+
+
+def render_oom(evidence: dict[str, Any], fixes: Sequence[str] = (), phases: bool = True) -> str:
+    """The full out-of-memory report of one `oom` diagnosis (`phases`: with the memory by
+    phase of the last traced step before it)."""
+    device = str(evidence.get("device") or "?")
+    head = "CUDA out of memory" if device.startswith("cuda") else f"Out of memory ({device})"
+    step = evidence.get("step")
+    where = ""
+    if evidence.get("module"):
+        kind = evidence.get("module_type")
+        where = f", in the {evidence.get('phase')} of {evidence['module']}"
+        where += f" ({kind})" if kind else ""
+    elif evidence.get("phase"):
+        where = f", in the {evidence['phase']} phase"
+    out = [f"{head}{' at step ' + str(step) if step is not None else ''}{where}"]
+    situation = evidence.get("situation") or {}
+    memory = evidence.get("memory") or {}
+    rows = [["asked for", human(evidence.get("asked"))]]
+    if situation.get("available") is not None:
+        avail = human(situation["available"])
+        if situation.get("capacity"):
+            avail += f" of {human(situation['capacity'])}"
+        if memory.get("limited_by"):
+            avail += f" (limited by {memory['limited_by']})"
+        rows.append(["available", avail])
+    if device.startswith("cuda"):
+        reserved = memory.get("reserved_at_failure", memory.get("reserved"))
+        allocated = memory.get("allocated_at_failure", memory.get("allocated"))
+        rows.append(["allocated", human(allocated)])
+        rows.append(["reserved", human(reserved)])
+        if memory.get("fraction") not in (None, 1.0):
+            rows.append(
+                ["per-process cap", f"{memory['fraction']:.0%} of {human(memory['total'])}"]
+            )
+    elif memory.get("rss") is not None:
+        rows.append(["process RSS", human(memory["rss"])])
+    if evidence.get("file"):
+        note = f" ({evidence['location_note']})" if evidence.get("location_note") else ""
+        rows.append(["where", f"{evidence['file']}:{evidence.get('line')}{note}"])
+    if situation.get("batch_size"):
+        rows.append(["batch size", str(situation["batch_size"])])
+    if evidence.get("message"):
+        rows.append(["message", str(evidence["message"])[:400]])
+    out.append(_grid(rows))
+
+    breakdown = evidence.get("breakdown") or {}
+    counts = evidence.get("counts") or {}
+    out.append("")
+    out.append(f"held when it failed ({device})")
+    rows = [["", "bytes", "tensors", ""]]
+    for key, kind in _BREAKDOWN:
+        count = str(counts.get(kind, 0))
+        rows.append([_KIND_LABELS[kind], human(breakdown.get(key) or 0), count, ""])
+    if breakdown.get("cached_unused") is not None:
+        note = "reserved by PyTorch, not allocated (fragmentation)"
+        rows.append(["cached but unused", human(breakdown["cached_unused"]), "", note])
+    if evidence.get("not_in_tensors") is not None:
+        what = (
+            "allocated, but no live tensor found for it"
+            if device.startswith("cuda")
+            else "the rest of the process: Python, libraries, caches"
+        )
+        rows.append(["not in tensors", human(evidence["not_in_tensors"]), "", what])
+    out.append(_grid(rows, right=(1, 2)))
+
+    tops = evidence.get("top_tensors") or []
+    if tops:
+        out.append("")
+        out.append("largest tensors")
+        rows = [["kind", "name", "shape", "dtype", "bytes"]]
+        for t in tops[:8]:
+            rows.append(
+                [
+                    t["kind"],
+                    t.get("name") or (f"({t['grad_fn']})" if t.get("grad_fn") else "-"),
+                    str(tuple(t["shape"])),
+                    t["dtype"],
+                    human(t["bytes"]),
+                ]
+            )
+        out.append(_grid(rows, right=(4,)))
+    if phases and evidence.get("phases"):
+        out.append("")
+        out.append(render_phases(evidence["phases"]))
+    listed = list(fixes) or [f["text"] for f in evidence.get("fixes") or []]
+    if listed:
+        out.append("")
+        missing = evidence.get("shortfall")
+        short = f" (short by {human(missing)})" if missing else ""
+        out.append(f"fixes, the biggest estimated saving first{short}")
+        for i, text in enumerate(listed, 1):
+            out.append(f"  {i}. {text}")
+    if evidence.get("snapshot"):
+        out.append("")
+        out.append(f"allocator snapshot: {evidence['snapshot']} (open it at {VIEWER})")
+    return "\n".join(out)
