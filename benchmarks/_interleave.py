@@ -26,7 +26,9 @@ def interleave(
     warmup: int = 20,
 ) -> dict[str, float]:
     """Median step time (seconds) per configuration: each config is a context manager factory
-    under which `step` runs."""
+    under which `step` runs. The first configuration is the baseline: each other one is
+    reported as the baseline's median times the median of its per-round ratios to the
+    baseline, so slow drift of the machine cancels out round by round."""
     for make in configs.values():
         with make():
             per_step_times(step, warmup)
@@ -36,7 +38,14 @@ def interleave(
         for name in order:
             with configs[name]():
                 times[name].append(statistics.median(per_step_times(step, steps_per_block)))
-    return {name: statistics.median(values) for name, values in times.items()}
+    base_name = next(iter(configs))
+    base = times[base_name]
+    out = {base_name: statistics.median(base)}
+    for name, values in times.items():
+        if name != base_name:
+            ratio = statistics.median(v / b for v, b in zip(values, base, strict=True))
+            out[name] = out[base_name] * ratio
+    return out
 
 
 class _Plain:

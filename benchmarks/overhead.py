@@ -30,10 +30,10 @@ from torchdoctor.telemetry.recorder import Recorder
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--blocks", type=int, default=12)
+    parser.add_argument("--blocks", type=int, default=40)
     parser.add_argument("--quick", action="store_true", help="fewer blocks (a smoke run)")
     args = parser.parse_args()
-    blocks = 4 if args.quick else args.blocks
+    blocks = 6 if args.quick else args.blocks
     torch.set_num_threads(1)  # one core per process: steadier timings on a shared machine
     run_dir = tempfile.mkdtemp(prefix="td-bench-")
     os.environ.setdefault("TORCHDOCTOR_SOCKET_DIR", tempfile.mkdtemp(prefix="td-"))
@@ -67,7 +67,7 @@ def main() -> None:
             "tracing": lambda: instrumented(default_every),
         },
         blocks=blocks,
-        steps_per_block=40,
+        steps_per_block=20,
     )
     always_on = t["telemetry"] / t["plain"]
     tracing = t["tracing"] / t["telemetry"]
@@ -77,7 +77,7 @@ def main() -> None:
     print(f"  everything (defaults) ratio   {t['tracing'] / t['plain']:.4f}")
 
     tiny = tiny_step()
-    t = interleave(tiny, {"plain": plain, "telemetry": lambda: instrumented(0)}, blocks, 400)
+    t = interleave(tiny, {"plain": plain, "telemetry": lambda: instrumented(0)}, blocks, 300)
     fixed = (t["telemetry"] - t["plain"]) * 1e6
     print(f"tiny model step: plain {t['plain'] * 1e6:.0f} us")
     print(f"  fixed cost per step            {fixed:.1f} us  (budget <= 50 us)")

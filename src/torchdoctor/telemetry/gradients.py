@@ -26,6 +26,38 @@ def all_finite(torch: Any, grads: list[Any]) -> bool:
     return all(bool(torch.isfinite(g).all()) for g in grads)
 
 
+class NormPlan:
+    """How to take the total norm of one optimizer's gradients, decided once: per-step checks of
+    every gradient's device and dtype would cost more than the norm of a small model."""
+
+    def __init__(self) -> None:
+        self._count = -1
+        self._cat = False
+
+    def __call__(self, torch: Any, grads: list[Any]) -> Any:
+        if len(grads) != self._count:
+            self._count = len(grads)
+            self._cat = _cat_fits(grads)
+        if self._cat:
+            try:
+                return torch.linalg.vector_norm(torch.cat([g.view(-1) for g in grads]))
+            except (RuntimeError, TypeError):  # devices or dtypes changed: decide again
+                self._cat = False
+        return total_norm(torch, grads)
+
+
+def _cat_fits(grads: list[Any]) -> bool:
+    # Few small float32 tensors on one device: one cat and one norm beat the foreach
+    # kernels' fixed cost (the cat copies every gradient, hence "small").
+    if not grads or len(grads) > _FEW:
+        return False
+    first = grads[0]
+    same = all(g.device == first.device and g.dtype == first.dtype for g in grads)
+    contiguous = all(g.is_contiguous() and not g.is_sparse for g in grads)
+    small = sum(g.numel() for g in grads) <= _SMALL
+    return same and contiguous and small and str(first.dtype) == "torch.float32"
+
+
 def total_norm(torch: Any, grads: list[Any], dtype: Any = None) -> Any:
     """The L2 norm of all gradients as a 0-dim tensor (on the gradients' device), or None.
 
@@ -33,13 +65,6 @@ def total_norm(torch: Any, grads: list[Any], dtype: Any = None) -> Any:
     float32 norm came out infinite)."""
     if not grads:
         return None
-    if dtype is None and len(grads) <= _FEW:
-        # Few tensors: one cat and one norm beat the foreach kernels' fixed cost. Only when
-        # small, since the cat copies every gradient.
-        first = grads[0]
-        same = all(g.device == first.device and g.dtype == first.dtype for g in grads)
-        if same and not first.is_sparse and sum(g.numel() for g in grads) <= _SMALL:
-            return torch.linalg.vector_norm(torch.cat([g.reshape(-1) for g in grads]).float())
     by_device: dict[Any, list[Any]] = {}
     for g in grads:
         if g.is_sparse:

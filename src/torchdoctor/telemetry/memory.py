@@ -1,30 +1,38 @@
-"""Memory readings cheap enough for every step.
+"""Memory readings for the step rows, taken off the training thread.
 
 CUDA: the caching allocator's allocated / peak / reserved bytes (host-side counters, no device
 sync). CPU: there is no allocator counter for CPU tensors, so `allocated` is the resident set
 size, the best honest reading available, and the peak is the process's peak RSS.
+
+A sampler thread reads them ten times a second; a step row takes the latest sample, so the
+training thread makes no system call for memory. Traced steps and OOM analysis read
+synchronously (`read_now`).
 """
 
 from __future__ import annotations
 
 import os
 import resource
+import threading
 from typing import Any
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-_PEAK_EVERY = 8
+INTERVAL = 0.1
 
 
 class MemoryReader:
     def __init__(self, torch: Any) -> None:
         self._torch = torch
-        self._reads = 0
-        self._peak = 0
+        self.device: int | None = None  # the training thread's CUDA device, once known
+        self._latest: tuple[int, int, int, int] | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
         try:
             self._statm: int | None = os.open("/proc/self/statm", os.O_RDONLY)
         except OSError:
             self._statm = None
 
+    # -- readings ----------------------------------------------------------------------------
     def rss(self) -> int:
         if self._statm is not None:
             try:
@@ -41,32 +49,55 @@ class MemoryReader:
         # is_initialized() is a flag read; is_available() would ask the driver every time.
         return bool(self._torch.cuda.is_initialized())
 
-    def read(self) -> tuple[int, int, int, int]:
-        """(allocated, max_allocated, reserved, rss) in bytes."""
+    def read_now(self) -> tuple[int, int, int, int]:
+        """(allocated, max_allocated, reserved, rss) in bytes, read now."""
         rss = self.rss()
         if self.on_cuda():
-            stats = self._torch.cuda.memory_stats()
+            cuda = self._torch.cuda
+            device = self.device if self.device is not None else cuda.current_device()
+            stats = cuda.memory_stats(device)
             return (
                 int(stats.get("allocated_bytes.all.current", 0)),
                 int(stats.get("allocated_bytes.all.peak", 0)),
                 int(stats.get("reserved_bytes.all.current", 0)),
                 rss,
             )
-        self._reads += 1
-        if self._reads % _PEAK_EVERY == 1:  # a syscall: every few steps is enough for a peak
-            self._peak = max(self._peak, self.peak_rss())
-        self._peak = max(self._peak, rss)
-        return rss, self._peak, rss, rss
+        return rss, max(rss, self.peak_rss()), rss, rss
+
+    def read(self) -> tuple[int, int, int, int]:
+        """The latest sample (at most INTERVAL old), or a reading now if there is none yet."""
+        latest = self._latest
+        return latest if latest is not None else self.read_now()
 
     def allocated(self) -> tuple[int, int]:
-        """(allocated, max_allocated): the figures per module call in torch_trace."""
+        """(allocated, max_allocated) now: the figures per module call in torch_trace."""
         if self.on_cuda():
             cuda = self._torch.cuda
             return int(cuda.memory_allocated()), int(cuda.max_memory_allocated())
         rss = self.rss()
         return rss, max(rss, self.peak_rss())
 
+    # -- the sampler -------------------------------------------------------------------------
+    def start(self) -> None:
+        if self._thread is None:
+            self._latest = self.read_now()
+            self._thread = threading.Thread(
+                target=self._loop, name="torchdoctor-memory", daemon=True
+            )
+            self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(INTERVAL):
+            try:
+                self._latest = self.read_now()
+            except Exception:
+                self._latest = None  # readings fall back to the training thread
+                return
+
     def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=2)
         if self._statm is not None:
             os.close(self._statm)
             self._statm = None

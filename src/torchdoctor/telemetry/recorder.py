@@ -87,13 +87,18 @@ class Recorder:
         self.step = 0  # the step in progress
         self.steps_done = 0
         self.state = StepState(None)
-        self.last: dict[str, Any] = {}
+        self._last_row: tuple[Any, ...] | None = None
         self.rank = _rank_from_env()
         self.train_thread = threading.main_thread().ident
         self.tracing = False
         self.discovering = True
         self.phase = "other"  # data, forward, backward, optimizer or other: what runs now
         self.sync_check = False
+        # Keep the random state per step only for models that draw random numbers (dropout):
+        # a NaN replay must see the same masks. Until the models are known, keep it.
+        self._random = True
+        self._random_known = False
+        self._norm_plan = gradients.NormPlan()
         self._trace_requested = (
             False  # CUDA: read the gradient norm before the update (after a NaN)
         )
@@ -130,6 +135,7 @@ class Recorder:
         NanLocalizer(self)
         self.hooks.on_remove(self._root_hooks.remove)
         self.hooks.on_remove(lambda: self._set_global_hooks(False))
+        self.memory.start()
         self.hooks.on_remove(self.memory.close)
 
     def remove(self) -> None:
@@ -295,8 +301,8 @@ class Recorder:
             self._memory_row("setup")
             if self.memory.on_cuda():  # allocator history from the first step, not the second
                 self.session.on_cuda_detected()
-        if not state.tape:
-            state.rng = self.torch.get_rng_state()
+        if not state.tape and self._random:
+            state.rng = self.torch.get_rng_state()  # the replay of a NaN step draws the same
         if len(state.tape) < TAPE_LIMIT:
             state.tape.append((module, args, kwargs))
         if self._fwd_t0 is None:
@@ -316,6 +322,7 @@ class Recorder:
             self._root_hooks.handle(
                 module.register_forward_pre_hook(self._root_pre, with_kwargs=True)
             )
+            self._random = self._random or _has_randomness(module)
             for root, label in self.models.models():
                 if root is module:
                     self.tables["modules"].extend(self.models.module_rows(module, label))
@@ -336,7 +343,7 @@ class Recorder:
             self._memory_row("forward")
         state.loss_ref = loss
         state.backward_site = _caller_site()
-        state.losses.append(loss.detach() if self.clock.cuda else float(loss.detach()))
+        state.losses.append(loss.detach() if self.clock.cuda else loss.item())
 
     def _after_backward(self, t0: float) -> None:
         state = self.state
@@ -389,16 +396,19 @@ class Recorder:
 
     _skip_this_step = False
     _grad_norm: Any = None
+    _grad_norm_value: float | None = None
 
     def _check_gradients(self, optimizer: Any) -> None:
         params, grads = gradients.collect(optimizer)
         state = self.state
-        norm = (
-            state.clip_norm
-            if state.clip_norm is not None
-            else gradients.total_norm(self.torch, grads)
-        )
+        if state.clip_norm is not None:
+            norm = state.clip_norm
+        elif grads:
+            norm = self._norm_plan(self.torch, grads)
+        else:
+            norm = None
         self._grad_norm = norm
+        self._grad_norm_value = None
         self._skip_this_step = False
         if self.tracing:
             self._module_grads(optimizer)
@@ -411,8 +421,8 @@ class Recorder:
             # Finite gradients whose squares overflow float32: not a NaN, a huge norm.
             self._grad_norm = gradients.total_norm(self.torch, grads, dtype=self.torch.float64)
             value = float(self._grad_norm)
-        loss_bad = any(isinstance(v, float) and not math.isfinite(v) for v in state.losses)
-        if math.isfinite(value) and not loss_bad:
+        self._grad_norm_value = value
+        if math.isfinite(value) and all(math.isfinite(v) for v in state.losses):
             return
         self._nonfinite(
             {"step": self.step, "grad_norm": value, "losses": list(state.losses), "params": params}
@@ -510,6 +520,7 @@ class Recorder:
         self.step += 1
         self.steps_done += 1
         self._grad_norm = None
+        self._grad_norm_value = None
         self._skip_this_step = False
         self._scaled = None
         self.state = StepState(time.perf_counter())
@@ -522,7 +533,8 @@ class Recorder:
         asynchronously and the row waits until the copy has landed: no sync per step."""
         if not self.clock.cuda:
             row[self._LOSS] = sum(losses) / len(losses) if losses else None
-            row[self._NORM] = None if norm is None else float(norm)
+            value = self._grad_norm_value
+            row[self._NORM] = value if value is not None or norm is None else float(norm)
             self._append_step(row)
             return
         torch = self.torch
@@ -554,8 +566,16 @@ class Recorder:
                 self._nonfinite(late, once_per_step=False)
 
     def _append_step(self, row: list[Any]) -> None:
-        self.tables["steps"].append(tuple(row))
-        self.last = {
+        self._last_row = tuple(row)
+        self.tables["steps"].append(self._last_row)
+
+    @property
+    def last(self) -> dict[str, Any]:
+        """The latest step row's headline numbers (for the status line and `list`)."""
+        row = self._last_row
+        if row is None:
+            return {}
+        return {
             "step": row[0],
             "time": row[1],
             "duration": row[2],
@@ -567,21 +587,25 @@ class Recorder:
     def _after_step(self) -> None:
         if self._pending_roots:
             roots, self._pending_roots = self._pending_roots, []
+            if not self._random_known:
+                self._random, self._random_known = False, True
             self._hook_roots(roots)
         if self.discovering:
             self.discovering = False
             self.clock = CudaClock(self.torch) if self.memory.on_cuda() else CpuClock()
             if self.clock.cuda:
+                self.memory.device = self.torch.cuda.current_device()
                 self.session.on_cuda_detected()
-        self.tracer.flush()
+        if self.tracer.pending:
+            self.tracer.flush()
         every = self.session.config.trace_every
-        self.tracing = self._trace_requested or (
-            bool(every) and (every == 1 or self.step % every == 1)
-        )
+        tracing = self._trace_requested or (bool(every) and (every == 1 or self.step % every == 1))
         self._trace_requested = False
-        if self.tracing:
+        if tracing:
             self.tracer.begin(self.step, self.clock)
-        self._set_global_hooks(self.tracing)
+        if tracing != bool(len(self._global_hooks)):  # on for discovery and traced steps only
+            self._set_global_hooks(tracing)
+        self.tracing = tracing
 
     # -- helpers -----------------------------------------------------------------------------
     def _lr(self) -> float | None:
@@ -597,7 +621,7 @@ class Recorder:
         return None
 
     def _memory_row(self, phase: str) -> None:
-        allocated, peak, reserved, _rss = self.memory.read()
+        allocated, peak, reserved, _rss = self.memory.read_now()
         self.tables["memory"].append(
             (self.step, phase, allocated, peak, reserved, time.time(), self.rank)
         )
@@ -640,6 +664,20 @@ class Recorder:
             "hooks_on": self.switch.on,
         }
         return out
+
+
+_RANDOM_MODULES = ("Dropout", "RReLU", "Transformer", "MultiheadAttention")
+
+
+def _has_randomness(module: Any) -> bool:
+    """Whether a model contains modules that draw random numbers in training mode."""
+    for sub in module.modules():
+        name = type(sub).__name__
+        if any(key in name for key in _RANDOM_MODULES):
+            p = getattr(sub, "p", getattr(sub, "dropout", None))
+            if not isinstance(p, (int, float)) or p > 0 or "Transformer" in name:
+                return True
+    return False
 
 
 _TORCH_DIR = ""

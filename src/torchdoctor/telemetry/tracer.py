@@ -26,6 +26,10 @@ class Tracer:
         self._pending: list[tuple[list[Any], Any]] = []
 
     @property
+    def pending(self) -> bool:
+        return bool(self._pending)
+
+    @property
     def depth(self) -> int:
         return len(self._stack)
 
