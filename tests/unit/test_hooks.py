@@ -25,7 +25,7 @@ def probe(monkeypatch, tmp_path):  # type: ignore[no-untyped-def]
     shutil.rmtree(sockets, ignore_errors=True)
 
 
-def _train(steps: int) -> None:
+def _train(steps: int) -> nn.Module:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -34,6 +34,7 @@ def _train(steps: int) -> None:
         opt.zero_grad()
         loss.backward()
         opt.step()
+    return model
 
 
 def test_global_module_hooks_only_on_discovery_and_traced_steps(probe) -> None:  # type: ignore[no-untyped-def]
@@ -80,7 +81,9 @@ def test_a_failing_hook_switches_telemetry_off_not_the_training(probe, capsys) -
 
 def test_no_global_hooks_after_discovery_when_tracing_is_off(probe) -> None:  # type: ignore[no-untyped-def]
     probe.configure(trace_every=0)
-    _train(1)
-    assert probe.telemetry.models.models()  # the model was found on the first step
+    model = _train(1)
+    assert [m for m, _label in probe.telemetry.models.models()] == [
+        model
+    ]  # the model was found on the first step
     assert not module_hooks._global_forward_pre_hooks
     assert not module_hooks._global_forward_hooks
