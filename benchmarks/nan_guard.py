@@ -29,7 +29,7 @@ from torchdoctor.telemetry.recorder import Recorder
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--blocks", type=int, default=8)
+    parser.add_argument("--blocks", type=int, default=20)
     args = parser.parse_args()
     torch.set_num_threads(1)
     os.environ.setdefault("TORCHDOCTOR_SOCKET_DIR", tempfile.mkdtemp(prefix="td-"))

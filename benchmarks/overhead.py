@@ -32,6 +32,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--blocks", type=int, default=40)
     parser.add_argument("--quick", action="store_true", help="fewer blocks (a smoke run)")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (the demo model there)")
     args = parser.parse_args()
     blocks = 6 if args.quick else args.blocks
     torch.set_num_threads(1)  # one core per process: steadier timings on a shared machine
@@ -58,7 +59,9 @@ def main() -> None:
         f"torch {torch.__version__}, {torch.get_num_threads()} thread, {blocks} blocks per config"
     )
 
-    step = transformer_step()
+    step = transformer_step(device=args.device)
+    if args.device != "cpu":
+        step = transformer_step(batch=64, seq=256, device=args.device)
     t = interleave(
         step,
         {
@@ -71,7 +74,7 @@ def main() -> None:
     )
     always_on = t["telemetry"] / t["plain"]
     tracing = t["tracing"] / t["telemetry"]
-    print(f"demo transformer step: plain {t['plain'] * 1e3:.2f} ms")
+    print(f"demo transformer step on {args.device}: plain {t['plain'] * 1e3:.2f} ms")
     print(f"  always-on telemetry ratio     {always_on:.4f}  (budget <= 1.01)")
     print(f"  tracing every {default_every} steps ratio   {tracing:.4f}  (budget <= 1.02)")
     print(f"  everything (defaults) ratio   {t['tracing'] / t['plain']:.4f}")

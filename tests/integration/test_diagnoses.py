@@ -45,6 +45,7 @@ CASES = [
     ),
     ("diag_adam_eps.py", "nan", "embed", 1, {"stage": "optimizer"}),
     ("diag_bad_data.py", "nan", "input batch", 10, {"stage": "data"}),
+    ("diag_fp16_overflow.py", "nan", "proj", 8, {"stage": "forward", "dtype": "float16"}),
     ("diag_lr_schedule.py", "divergence", None, 20, {}),
     ("diag_lr_schedule.py", "exploding_gradients", "*", 20, {}),
     ("diag_deep_sigmoid.py", "vanishing_gradients", "0", 1, {}),

@@ -155,9 +155,9 @@ def rank_causes(e: dict[str, Any]) -> list[dict[str, str]]:
         )
     dtype = str(e.get("dtype") or "")
     autocast = e.get("autocast") or {}
-    if "float16" in dtype or autocast.get("cuda"):
+    if dtype == "float16" or "float16" in autocast.values():
         add(
-            0.8 if "float16" in dtype else 0.5,
+            0.8 if dtype == "float16" else 0.5,
             f"float16 overflow: values beyond +-{_FP16_MAX:g} become Inf",
             "train in bfloat16 (torch.autocast(device_type, dtype=torch.bfloat16)), or keep "
             "float16 with torch.amp.GradScaler",

@@ -83,9 +83,10 @@ def total_norm(torch: Any, grads: list[Any], dtype: Any = None) -> Any:
     return torch.linalg.vector_norm(torch.stack([p.to(device, non_blocking=True) for p in parts]))
 
 
-def norms(torch: Any, tensors: list[Any]) -> list[float]:
-    """Per-tensor L2 norms as floats (one device read; used on traced steps only)."""
+def norm_tensor(torch: Any, tensors: list[Any]) -> Any:
+    """Per-tensor L2 norms as one float32 tensor on the first tensor's device (no read-back)."""
     if not tensors:
-        return []
+        return None
+    device = tensors[0].device
     values = torch._foreach_norm([t.detach() for t in tensors])
-    return [float(v) for v in torch.stack([v.float() for v in values]).cpu().tolist()]
+    return torch.stack([v.float().to(device, non_blocking=True) for v in values])

@@ -65,7 +65,9 @@ class NanLocalizer:
             "lr": rec._lr(),
             "guard": bool(rec.session.config.guard),
             "backward_site": _site(state.backward_site),
-            "autocast": _autocast_state(torch),
+            "autocast": {
+                device: str(dtype).removeprefix("torch.") for device, dtype in state.autocast
+            },
         }
         evidence["bad_gradients"] = _bad_gradients(rec, info.get("params") or [])
         tape = list(state.tape)
@@ -98,16 +100,23 @@ class NanLocalizer:
             evidence["loss_graph"] = _graph_names(state.loss_ref)
         return evidence
 
-    def _replay(self, tape: list[Any], evidence: dict[str, Any]) -> bool:
-        rec = self.rec
-        torch = rec.torch
-        monitor = _Monitor(rec)
-        outputs = []
+    @staticmethod
+    def _forward(monitor: _Monitor, tape: list[Any], outputs: list[Any]) -> None:
         with monitor.hooks(), monitor:
             for module, args, kwargs in tape:
                 outputs.append(module(*args, **(kwargs or {})))
                 if monitor.found is not None:
                     break
+
+    def _replay(self, tape: list[Any], evidence: dict[str, Any]) -> bool:
+        rec = self.rec
+        torch = rec.torch
+        monitor = _Monitor(rec)
+        outputs: list[Any] = []
+        with contextlib.ExitStack() as precision:
+            for device, dtype in rec.state.autocast:  # replay in the step's own precision
+                precision.enter_context(torch.autocast(device, dtype=dtype))
+            self._forward(monitor, tape, outputs)
         if monitor.found is not None:
             evidence.update(stage="forward", **monitor.found)
             evidence["location"] = monitor.found["module"]
@@ -408,13 +417,3 @@ def _user_site() -> str | None:
 
 def _site(site: tuple[str, int] | None) -> str | None:
     return f"{site[0]}:{site[1]}" if site else None
-
-
-def _autocast_state(torch: Any) -> dict[str, Any]:
-    try:
-        return {
-            "cpu": bool(torch.is_autocast_cpu_enabled()),
-            "cuda": bool(torch.is_autocast_enabled()),
-        }
-    except Exception:
-        return {}

@@ -29,6 +29,7 @@ from torchdoctor.telemetry.clock import CpuClock, CudaClock
 from torchdoctor.telemetry.memory import MemoryReader
 from torchdoctor.telemetry.models import Models
 from torchdoctor.telemetry.patches import Hooks
+from torchdoctor.telemetry.readback import Readback
 from torchdoctor.telemetry.tracer import Tracer
 
 TAPE_LIMIT = 8  # root-module calls kept per step for a NaN replay
@@ -38,6 +39,7 @@ class StepState:
     """What the step in progress has gathered so far."""
 
     __slots__ = (
+        "autocast",
         "backward",
         "backward_site",
         "clip_norm",
@@ -67,6 +69,7 @@ class StepState:
         self.clip_norm: Any = None
         self.tape: list[tuple[Any, tuple[Any, ...], dict[str, Any]]] = []
         self.rng: Any = None
+        self.autocast: list[tuple[str, Any]] = []  # autocast contexts active at the model call
 
 
 class Recorder:
@@ -113,7 +116,7 @@ class Recorder:
         self._scaled: tuple[Any, Any] | None = None
         self._optimizer_calls = 0
         self._setup_memory_done = False
-        self._deferred: list[tuple[Any, ...]] = []
+        self.readback = Readback(torch)
 
     # -- install / remove ------------------------------------------------------------------
     def install(self) -> None:
@@ -140,7 +143,7 @@ class Recorder:
 
     def remove(self) -> None:
         try:
-            self._flush_deferred(force=True)
+            self.readback.poll(force=True)
             self.tracer.flush(force=True)
         except Exception as exc:
             warn_once("final-flush", f"could not read back the last steps: {exc}")
@@ -301,8 +304,10 @@ class Recorder:
             self._memory_row("setup")
             if self.memory.on_cuda():  # allocator history from the first step, not the second
                 self.session.on_cuda_detected()
-        if not state.tape and self._random:
-            state.rng = self.torch.get_rng_state()  # the replay of a NaN step draws the same
+        if not state.tape:
+            if self._random:
+                state.rng = self.torch.get_rng_state()  # a NaN replay draws the same numbers
+            state.autocast = _autocast_now(self.torch)  # and runs in the same precision
         if len(state.tape) < TAPE_LIMIT:
             state.tape.append((module, args, kwargs))
         if self._fwd_t0 is None:
@@ -448,6 +453,7 @@ class Recorder:
                 warn_once("nan-callback", f"NaN localization failed: {type(exc).__name__}: {exc}")
 
     def _module_grads(self, optimizer: Any) -> None:
+        """Per-module gradient and weight norms (traced steps), read back without a sync."""
         by_module: dict[str, list[Any]] = {}
         for group in optimizer.param_groups:
             for p in group["params"]:
@@ -457,16 +463,24 @@ class Recorder:
         with_grad = [[p for p in by_module[n] if p.grad is not None] for n in names]
         flat_grads = [p.grad for ps in with_grad for p in ps]
         flat_params = [p for n in names for p in by_module[n]]
-        gnorms = iter(gradients.norms(self.torch, flat_grads))
-        pnorms = iter(gradients.norms(self.torch, flat_params))
-        rows = []
-        for name, ps, gs in zip(names, (by_module[n] for n in names), with_grad, strict=True):
-            g2 = sum(next(gnorms) ** 2 for _ in gs)
-            p2 = sum(next(pnorms) ** 2 for _ in ps)
-            trainable = sum(1 for p in ps if p.requires_grad)
-            grad_norm = math.sqrt(g2) if gs else None
-            rows.append((self.step, name, grad_norm, math.sqrt(p2), len(gs), trainable, self.rank))
-        self.tables["module_grads"].extend(rows)
+        values = gradients.norm_tensor(self.torch, flat_grads + flat_params)
+        if values is None:
+            return
+        step, rank = self.step, self.rank
+
+        def done(norms: list[float]) -> None:
+            gnorms, pnorms = iter(norms[: len(flat_grads)]), iter(norms[len(flat_grads) :])
+            rows = []
+            for name, gs in zip(names, with_grad, strict=True):
+                ps = by_module[name]
+                g2 = sum(next(gnorms) ** 2 for _ in gs)
+                p2 = sum(next(pnorms) ** 2 for _ in ps)
+                trainable = sum(1 for p in ps if p.requires_grad)
+                grad_norm = math.sqrt(g2) if gs else None
+                rows.append((step, name, grad_norm, math.sqrt(p2), len(gs), trainable, rank))
+            self.tables["module_grads"].extend(rows)
+
+        self.readback.submit(values, done)
 
     def _scaler_skipped(self, optimizer: Any) -> None:
         if self.primary is None:
@@ -529,8 +543,8 @@ class Recorder:
     _LOSS, _NORM = 8, 9
 
     def _emit(self, row: list[Any], losses: list[Any], norm: Any) -> None:
-        """Append the step row. On CUDA, loss and gradient norm are copied to pinned memory
-        asynchronously and the row waits until the copy has landed: no sync per step."""
+        """Append the step row. On CUDA, loss and gradient norm are read back asynchronously and
+        the row waits until they have landed: no sync per step."""
         if not self.clock.cuda:
             row[self._LOSS] = sum(losses) / len(losses) if losses else None
             value = self._grad_norm_value
@@ -542,28 +556,20 @@ class Recorder:
         nan = torch.full((), float("nan"), device=device)
         loss = torch.stack([v.float().reshape(()) for v in losses]).mean() if losses else nan
         value = norm.float().reshape(()).to(device) if norm is not None else nan
-        host = torch.empty(2, dtype=torch.float32, pin_memory=True)
-        host.copy_(torch.stack([loss, value]), non_blocking=True)
-        event = torch.cuda.Event()
-        event.record()
-        self._deferred.append((row, host, event, bool(losses), norm is not None))
-        self._flush_deferred()
+        has_loss, has_norm = bool(losses), norm is not None
 
-    def _flush_deferred(self, force: bool = False) -> None:
-        while self._deferred:
-            row, host, event, has_loss, has_norm = self._deferred[0]
-            if not force and not event.query():
-                return
-            if force:
-                event.synchronize()
-            self._deferred.pop(0)
-            loss, norm = host.tolist()
-            row[self._LOSS] = loss if has_loss else None
-            row[self._NORM] = norm if has_norm else None
+        def done(values: list[float]) -> None:
+            loss_value, norm_value = values
+            row[self._LOSS] = loss_value if has_loss else None
+            row[self._NORM] = norm_value if has_norm else None
             self._append_step(row)
-            if (has_loss and not math.isfinite(loss)) or (has_norm and not math.isfinite(norm)):
-                late = {"step": row[0], "grad_norm": norm, "losses": [loss], "late": True}
-                self._nonfinite(late, once_per_step=False)
+            bad_loss = has_loss and not math.isfinite(loss_value)
+            if bad_loss or (has_norm and not math.isfinite(norm_value)):
+                late = {"step": row[0], "grad_norm": norm_value, "losses": [loss_value]}
+                self._nonfinite(dict(late, late=True), once_per_step=False)
+
+        self.readback.submit(torch.stack([loss, value]), done)
+        self.readback.poll()
 
     def _append_step(self, row: list[Any]) -> None:
         self._last_row = tuple(row)
@@ -664,6 +670,17 @@ class Recorder:
             "hooks_on": self.switch.on,
         }
         return out
+
+
+def _autocast_now(torch: Any) -> list[tuple[str, Any]]:
+    out = []
+    for device in ("cuda", "cpu"):
+        try:
+            if torch.is_autocast_enabled(device):
+                out.append((device, torch.get_autocast_dtype(device)))
+        except (TypeError, RuntimeError, AttributeError):  # torch without per-device autocast
+            continue
+    return out
 
 
 _RANDOM_MODULES = ("Dropout", "RReLU", "Transformer", "MultiheadAttention")
