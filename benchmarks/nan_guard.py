@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import sys
-import tempfile
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -22,9 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch
 from _interleave import interleave, plain
 from _models import transformer_step
-
-import torchdoctor
-from torchdoctor.telemetry.recorder import Recorder
+from _probe import bench_probe, recording
 
 
 def main() -> None:
@@ -32,23 +29,10 @@ def main() -> None:
     parser.add_argument("--blocks", type=int, default=20)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    os.environ.setdefault("TORCHDOCTOR_SOCKET_DIR", tempfile.mkdtemp(prefix="td-"))
-    probe = torchdoctor.start(
-        run_dir=tempfile.mkdtemp(prefix="td-bench-"), quiet=True, trace_every=0, guard=True
-    )
-    probe.telemetry.remove()
-    probe.telemetry = None
+    probe = bench_probe(trace_every=0, guard=True)
 
-    @contextlib.contextmanager
-    def guard() -> Iterator[None]:
-        recorder = Recorder(probe)
-        recorder.install()
-        probe.telemetry = recorder
-        try:
-            yield
-        finally:
-            recorder.remove()
-            probe.telemetry = None
+    def guard() -> AbstractContextManager[None]:
+        return recording(probe)
 
     @contextlib.contextmanager
     def anomaly() -> Iterator[None]:

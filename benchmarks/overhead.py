@@ -8,13 +8,10 @@ over 1M torch_trace rows <= 200 ms. Run: .venv/bin/python benchmarks/overhead.py
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
 import statistics
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -22,10 +19,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch
 from _interleave import interleave, plain
 from _models import tiny_step, transformer_step
+from _probe import bench_probe, recording
 
 import torchdoctor
 from torchdoctor import session as sessions
-from torchdoctor.telemetry.recorder import Recorder
 
 
 def main() -> None:
@@ -36,23 +33,10 @@ def main() -> None:
     args = parser.parse_args()
     blocks = 6 if args.quick else args.blocks
     torch.set_num_threads(1)  # one core per process: steadier timings on a shared machine
-    run_dir = tempfile.mkdtemp(prefix="td-bench-")
-    os.environ.setdefault("TORCHDOCTOR_SOCKET_DIR", tempfile.mkdtemp(prefix="td-"))
-    probe = torchdoctor.start(run_dir=run_dir, quiet=True, trace_every=0)
-    probe.telemetry.remove()  # the benchmark installs and removes telemetry per block
-    probe.telemetry = None
+    probe = bench_probe(trace_every=0)
 
-    @contextlib.contextmanager
-    def instrumented(trace_every: int) -> Iterator[None]:
-        probe.config = probe.config.replace(trace_every=trace_every)
-        recorder = Recorder(probe)
-        recorder.install()
-        probe.telemetry = recorder
-        try:
-            yield
-        finally:
-            recorder.remove()
-            probe.telemetry = None
+    def instrumented(trace_every: int) -> AbstractContextManager[None]:
+        return recording(probe, trace_every=trace_every)
 
     default_every = torchdoctor.Config().trace_every
     print(

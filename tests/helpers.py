@@ -15,6 +15,15 @@ ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 
 
+def free_port() -> int:
+    """A TCP port nobody listens on right now (for --listen and torch.distributed)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def wait_for(condition: Callable[[], Any], timeout: float = 60.0, what: str = "condition") -> Any:
     """Poll an external condition (another process's state) until it holds."""
     deadline = time.monotonic() + timeout

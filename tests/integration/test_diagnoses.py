@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import script, td_run, wait_for
+from helpers import free_port, script, td_run, wait_for
 
 
 def _diagnoses(run_dir: Path) -> list[dict[str, Any]]:
@@ -155,11 +155,7 @@ def test_fixed_hang_scripts_finish_without_a_hang(launch, tmp_path) -> None:
 
 
 def test_collective_hang_across_ranks(launch, tmp_path, env) -> None:  # type: ignore[no-untyped-def]
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     common = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": "2"}
     ranks = [
         launch(

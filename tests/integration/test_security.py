@@ -11,7 +11,7 @@ import stat
 import subprocess
 
 import pytest
-from helpers import script, td_run
+from helpers import free_port, script, td_run
 
 PATHS = [
     ("GET", "/v1/status"),
@@ -23,12 +23,6 @@ PATHS = [
     ("POST", "/v1/config"),
     ("GET", "/no/such/path"),
 ]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _request(port: int, method: str, path: str, token: str | None, body: bytes | None = None):
@@ -43,7 +37,7 @@ def _request(port: int, method: str, path: str, token: str | None, body: bytes |
 
 @pytest.fixture
 def tcp(launch):
-    port = _free_port()
+    port = free_port()
     run = launch(td_run("--listen", f"127.0.0.1:{port}", "--token", "s3cret", script("trainer.py")))
     run.wait_probe()
     run.wait_steps(1)

@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-import socket
 import stat
 
 import pytest
-from helpers import script, td_run
+from helpers import free_port, script, td_run
 
 # (arguments after `torchdoctor ENDPOINT`, text the output must contain)
 SEED_COMMANDS: list[tuple[list[str], str]] = [
@@ -145,12 +144,6 @@ SEED_COMMANDS: list[tuple[list[str], str]] = [
 ]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def seeded(launch, tmp_path):
     # A stand-in nvidia-smi on PATH, so the GPU-utilisation command runs verbatim here.
@@ -161,7 +154,7 @@ def seeded(launch, tmp_path):
     smi.chmod(smi.stat().st_mode | stat.S_IEXEC)
     import os
 
-    port = _free_port()
+    port = free_port()
     run = launch(
         td_run("--trace-every", "2", "--listen", f"127.0.0.1:{port}", script("trainer.py")),
         extra_env={"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"},

@@ -17,7 +17,7 @@ from torchdoctor.memory.estimate import (
     shortfall,
 )
 from torchdoctor.memory.oom import parse_message
-from torchdoctor.memory.units import human, parse_size
+from torchdoctor.units import human, parse_size
 
 GiB, MiB = 1024**3, 1024**2
 

@@ -8,6 +8,7 @@ from typing import Any
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
 from torchdoctor.diagnose.series import slope
+from torchdoctor.units import human
 
 WARMUP = 10
 MIN_STEPS = 30
@@ -53,8 +54,8 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
             severity="warning",
             step=found["to_step"],
             summary=(
-                f"Memory grows by {_mib(found['bytes_per_step'])} per step "
-                f"({_mib(found['growth'])} from step {found['from_step']} to "
+                f"Memory grows by {human(found['bytes_per_step'])} per step "
+                f"({human(found['growth'])} from step {found['from_step']} to "
                 f"{found['to_step']}, steadily): something keeps each step's tensors alive."
             ),
             evidence=found,
@@ -82,10 +83,6 @@ def with_holders(diagnosis: Diagnosis, holders: list[dict[str, Any]]) -> Diagnos
         fix = f"bound or clear {name}: it grows every step"
     diagnosis.fix = [fix, *diagnosis.fix]
     return diagnosis
-
-
-def _mib(n: float) -> str:
-    return f"{n / 2**20:.2f} MiB"
 
 
 _FIXES = [

@@ -14,7 +14,7 @@ from typing import Any
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
 from torchdoctor.memory.estimate import Breakdown, Situation, rank_fixes, shortfall
-from torchdoctor.memory.units import human
+from torchdoctor.units import human
 
 BREAKDOWN_LABELS = (
     ("parameters", "parameters"),

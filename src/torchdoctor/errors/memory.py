@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from torchdoctor.errors.catalog import Cause, Entry, Fields, Fix, all_of, first
-from torchdoctor.errors.units import SIZE, human, parse_size
+from torchdoctor.units import SIZE, human, size_in
 
 
 def _put(fields: Fields, name: str, size_text: str | None) -> None:
     if size_text is None:
         return
-    value = parse_size(size_text)
+    value = size_in(size_text)
     if value is not None:
         fields[name] = " ".join(size_text.split())
         fields[f"{name}_bytes"] = value
@@ -37,7 +37,7 @@ def _cuda_fields(message: str, text: str) -> Fields:
     unallocated = first(rf"({SIZE}) is reserved by PyTorch but unallocated", message)
     _put(f, "process_in_use", first(rf"this process has ({SIZE}) memory in use", message))
     if "reserved" not in f and unallocated is not None and "allocated_bytes" in f:
-        _put_bytes(f, "reserved", f["allocated_bytes"] + (parse_size(unallocated) or 0))
+        _put_bytes(f, "reserved", f["allocated_bytes"] + (size_in(unallocated) or 0))
     if "reserved_bytes" in f and "allocated_bytes" in f:
         spare = f["reserved_bytes"] - f["allocated_bytes"]
         if spare >= 0:

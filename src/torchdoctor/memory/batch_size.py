@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from torchdoctor.memory.units import human
+from torchdoctor.units import human
 
 OOM_MARKERS = (
     "out of memory",

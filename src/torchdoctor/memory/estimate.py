@@ -35,7 +35,7 @@ import dataclasses
 import math
 from typing import Any
 
-from torchdoctor.memory.units import human
+from torchdoctor.units import human
 
 SIXTEEN_BIT = ("bfloat16", "float16")
 ADAM_LIKE = ("Adam", "AdamW", "NAdam", "RAdam", "Adamax", "AdamW8bit", "FusedAdam", "Lamb")

@@ -18,7 +18,7 @@ import sys
 import types
 from typing import Any
 
-from torchdoctor.memory.units import human, size_in
+from torchdoctor.units import human, size_in
 
 _SIZE = r"\d+(?:\.\d+)?\s*(?:[KMGT]i?B|bytes?)"
 _CPU = re.compile(

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from torchdoctor.memory.units import human
+from torchdoctor.units import human
 
 _KIND_LABELS = {
     "parameter": "parameters",

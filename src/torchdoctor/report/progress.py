@@ -5,14 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from torchdoctor.report.summary import seconds
-
-
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
-        n /= 1024
-    return f"{n:.2f} TiB"
+from torchdoctor.units import human
 
 
 def render_status(last: dict[str, Any], diagnoses: int = 0, width: int = 100) -> str:
@@ -25,7 +18,7 @@ def render_status(last: dict[str, Any], diagnoses: int = 0, width: int = 100) ->
     if loss is not None:
         parts.append(f"loss {loss:.4g}")
     if last.get("allocated"):
-        parts.append(f"mem {human_bytes(last['allocated'])}")
+        parts.append(f"mem {human(last['allocated'])}")
     if diagnoses:
         parts.append(f"{diagnoses} diagnos{'i' if diagnoses == 1 else 'e'}s")
     return ("torchdoctor | " + " | ".join(parts))[:width]

@@ -204,7 +204,7 @@ class _Stop(Exception):
 
 def main(args: Any, ctx: Any) -> int:
     from torchdoctor.memory.batch_size import fit_line, search
-    from torchdoctor.memory.units import human, parse_size
+    from torchdoctor.units import human, parse_size
 
     if not args.command:
         raise CliError("batch-size: give the training command (after --)")

@@ -1,4 +1,7 @@
-"""Byte counts in and out of the units PyTorch prints ("2.00 GiB", "512 bytes")."""
+"""Byte counts in and out of the units PyTorch prints ("2.00 GiB", "145.81 MiB", "512 bytes").
+
+One module for every part of torchdoctor: error messages, OOM reports, the status line. KB, MB
+and GB are read as binary units, as PyTorch's allocator computes them."""
 
 from __future__ import annotations
 
@@ -17,6 +20,8 @@ _SCALE = {
     "tb": 1024**4,
     "tib": 1024**4,
 }
+# A size inside a longer text, as PyTorch, NumPy and the MPS backend print it.
+SIZE = r"\d+(?:\.\d+)?\s*(?:[KMGT]i?B|bytes?|B)\b"
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|bytes?|B)?\s*$", re.IGNORECASE)
 
 
@@ -47,7 +52,7 @@ def parse_size(text: str) -> int:
 
 def size_in(text: str) -> int | None:
     """The first size inside a longer text ('Tried to allocate 20.00 MiB.'), or None."""
-    m = re.search(r"(\d+(?:\.\d+)?)\s*([KMGT]i?B|bytes?)\b", text, re.IGNORECASE)
+    m = re.search(r"(\d+(?:\.\d+)?)\s*([KMGT]i?B|bytes?|B)\b", text, re.IGNORECASE)
     if m is None:
         return None
     return round(float(m.group(1)) * _SCALE[m.group(2).lower()])
