@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 
 
@@ -58,8 +58,3 @@ class _Plain:
 
 def plain() -> AbstractContextManager[object]:
     return _Plain()
-
-
-def cycle(names: list[str]) -> Iterator[str]:
-    while True:
-        yield from names

@@ -3,15 +3,11 @@ failed turns itself off."""
 
 from __future__ import annotations
 
-import functools
 import logging
 import sys
-from collections.abc import Callable
-from typing import Any, TypeVar
 
 log = logging.getLogger("torchdoctor")
 _said: set[str] = set()
-F = TypeVar("F", bound=Callable[..., Any])
 
 
 def warn_once(key: str, message: str) -> None:
@@ -39,22 +35,3 @@ class Switch:
             f"{self.name} failed ({type(exc).__name__}: {exc}) and was switched off; "
             "the training goes on",
         )
-
-
-def guarded(switch: Switch, default: Any = None) -> Callable[[F], F]:
-    """Run the hook body only while `switch` is on; an exception switches it off."""
-
-    def wrap(fn: F) -> F:
-        @functools.wraps(fn)
-        def inner(*args: Any, **kwargs: Any) -> Any:
-            if not switch.on:
-                return default
-            try:
-                return fn(*args, **kwargs)
-            except Exception as exc:
-                switch.fail(exc)
-                return default
-
-        return inner  # type: ignore[return-value]
-
-    return wrap

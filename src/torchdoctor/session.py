@@ -72,7 +72,7 @@ class LiveSource:
         self.session = session
 
     def table_names(self) -> list[str]:
-        return [spec.name for spec in ALL_TABLES]
+        return self.session.table_names()
 
     def block(self, name: str) -> Block:
         spec = BY_NAME[name]
@@ -289,6 +289,8 @@ class Session:
     def report_crash(self, exc: BaseException) -> None:
         """The script died of `exc`: explain an out-of-memory with numbers, before the process
         exits, and keep the diagnosis on disk."""
+        if exc is self.crash:
+            return  # `torchdoctor run` reports it and the excepthook sees it too: once is enough
         self.crash = exc
         try:
             from torchdoctor.memory.oom import diagnose_exception

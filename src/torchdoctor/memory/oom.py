@@ -681,27 +681,19 @@ def _snapshot(session: Any) -> str | None:
     return str(path) if path is not None else None
 
 
-_analysed: dict[str, Any] = {}  # the last exception analysed: its id and its diagnosis
-
-
 def diagnose_exception(exc: BaseException, session: Any) -> Any:
     """The `oom` Diagnosis for an exception that ended the script, or None for any other.
-    (The same exception asked about twice, by the excepthook and by `torchdoctor run`, is
-    analysed once.)"""
+    (Session.report_crash calls it once per exception.)"""
     found = find_oom(exc)
     if found is None:
         return None
     oom_exc, msg = found
     if "torch" not in sys.modules:
         return None
-    if _analysed.get("id") == id(oom_exc):
-        return _analysed["diagnosis"]
     evidence = capture(oom_exc, msg, session)
     from torchdoctor.diagnose.oom import from_evidence
 
-    diagnosis = from_evidence(evidence)
-    _analysed.update(id=id(oom_exc), diagnosis=diagnosis)
-    return diagnosis
+    return from_evidence(evidence)
 
 
 __all__ = ["OomMessage", "capture", "diagnose_exception", "find_oom", "human", "parse_message"]

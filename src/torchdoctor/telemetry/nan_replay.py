@@ -27,8 +27,6 @@ from typing import Any
 
 import torch
 
-_RISKY_OPS = ("log", "sqrt", "rsqrt", "div", "pow", "reciprocal", "exp", "norm", "acos", "asin")
-
 
 class NanLocalizer:
     def __init__(self, recorder: Any) -> None:

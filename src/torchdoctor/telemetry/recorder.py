@@ -20,6 +20,7 @@ import os
 import sys
 import threading
 import time
+import weakref
 from typing import Any
 
 from torchdoctor._guard import Switch, warn_once
@@ -366,6 +367,10 @@ class Recorder:
     def primary(self) -> Any:
         return self._primary() if self._primary is not None else None
 
+    def _adopt(self, optimizer: Any) -> None:
+        """The optimizer whose steps are the rows of python.steps (held weakly)."""
+        self._primary = weakref.ref(optimizer)
+
     def _opt_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self._optimizer_calls += 1
         if not self.switch.on:
@@ -374,10 +379,8 @@ class Recorder:
         self._forward_ends(self._opt_t0)
         self.phase = "optimizer"
         try:
-            if self._primary is None or self.primary is None:
-                import weakref
-
-                self._primary = weakref.ref(optimizer)
+            if self.primary is None:
+                self._adopt(optimizer)
                 self.train_thread = threading.get_ident()
             if optimizer is self.primary:
                 self._check_gradients(optimizer)
@@ -484,9 +487,7 @@ class Recorder:
 
     def _scaler_skipped(self, optimizer: Any) -> None:
         if self.primary is None:
-            import weakref
-
-            self._primary = weakref.ref(optimizer)
+            self._adopt(optimizer)
         if optimizer is self.primary:
             self._end_step(time.perf_counter(), skipped=True)
 
@@ -652,9 +653,7 @@ class Recorder:
         if self.models.add(model, name):
             self._hook_roots([model])
         if optimizer is not None:
-            import weakref
-
-            self._primary = weakref.ref(optimizer)
+            self._adopt(optimizer)
 
     def request_trace(self) -> None:
         """Trace the next step (a diagnosis wants per-module detail now)."""
