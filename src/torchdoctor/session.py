@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from torchdoctor import registry
-from torchdoctor._guard import warn_once
+from torchdoctor._failsafe import warn_once
 from torchdoctor._version import __version__
 from torchdoctor.config import Config, from_env, parse_listen
 from torchdoctor.probe.routes import build_routes
@@ -193,7 +193,7 @@ class Session:
         try:
             from torchdoctor.telemetry.recorder import Recorder
 
-            self.telemetry = Recorder(self)
+            self.telemetry = Recorder(self, rank=_rank_from_env())
             self.telemetry.install()
         except Exception as exc:
             warn_once("telemetry", f"training telemetry is off: {type(exc).__name__}: {exc}")
@@ -329,6 +329,14 @@ class Session:
             raise ValueError(f"cannot change {', '.join(sorted(unknown))} on a live run")
         self.config = self.config.replace(**changes)
         return {k: getattr(self.config, k) for k in sorted(allowed)}
+
+
+def _rank_from_env() -> int:
+    for var in ("RANK", "LOCAL_RANK"):
+        value = os.environ.get(var, "")
+        if value.isdigit():
+            return int(value)
+    return 0
 
 
 def current() -> Session | None:

@@ -16,7 +16,7 @@ import time
 from types import ModuleType
 from typing import Any
 
-from torchdoctor._guard import warn_once
+from torchdoctor._failsafe import warn_once
 from torchdoctor.diagnose.inputs import Inputs, decode_events
 from torchdoctor.diagnose.record import SEVERITIES, Diagnosis
 from torchdoctor.telemetry import stacks

@@ -6,6 +6,7 @@ list. Units are seconds and bytes throughout.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 from typing import Any
 
@@ -34,6 +35,10 @@ class TableSpec:
 
     def index(self, name: str) -> int:
         return self.column_names.index(name)
+
+    def row_type(self) -> Any:
+        """A named tuple of this table's columns: rows built by column name, stored as tuples."""
+        return collections.namedtuple(f"{self.name}_row", self.column_names)
 
 
 def _c(name: str, type_: str, doc: str = "", nullable: bool = False) -> Column:
@@ -93,6 +98,23 @@ STEPS = TableSpec(
         _c("micro_batches", INT, "backward() calls in the step"),
         _c("skipped", BOOL, "the update was skipped (--guard, non-finite gradients)"),
         _c("traced", BOOL, "module calls of this step are in torch_trace"),
+    ),
+)
+
+OPTIMIZER_STEPS = TableSpec(
+    "optimizer_steps",
+    "one optimizer.step() of any optimizer (a GAN's generator and discriminator each have rows)",
+    (
+        _c("step", INT, "the python.steps step it belongs to"),
+        _c("optimizer", STR, "the script's name for it (opt_g), else class and number"),
+        _c("primary", BOOL, "the optimizer whose steps are the rows of python.steps"),
+        _c("loss", FLOAT, "mean loss of the backward() calls since the last optimizer step", True),
+        _c("grad_norm", FLOAT, "total L2 norm of its gradients before the update", True),
+        _c("lr", FLOAT, "learning rate of its first parameter group", True),
+        _c("duration", FLOAT, "time inside step()"),
+        _c("skipped", BOOL, "the update was skipped (--guard, GradScaler)"),
+        _c("time", FLOAT),
+        _c("rank", INT),
     ),
 )
 
@@ -206,6 +228,7 @@ ALL_TABLES: tuple[TableSpec, ...] = (
     BACKTRACE,
     THREADS,
     STEPS,
+    OPTIMIZER_STEPS,
     TORCH_TRACE,
     MODULES,
     MODULE_GRADS,

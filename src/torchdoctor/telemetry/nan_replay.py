@@ -60,8 +60,8 @@ class NanLocalizer:
             "step": info.get("step"),
             "loss": losses[-1] if losses else None,
             "grad_norm": info.get("grad_norm"),
-            "lr": rec._lr(),
-            "guard": bool(rec.session.config.guard),
+            "lr": rec.lr(),
+            "guard": bool(rec.host.config.guard),
             "backward_site": _site(state.backward_site),
             "autocast": {
                 device: str(dtype).removeprefix("torch.") for device, dtype in state.autocast
@@ -102,6 +102,8 @@ class NanLocalizer:
     def _forward(monitor: _Monitor, tape: list[Any], outputs: list[Any]) -> None:
         with monitor.hooks(), monitor:
             for module, args, kwargs in tape:
+                # A compiled model is replayed eagerly: the checks must see every op.
+                module = getattr(module, "_orig_mod", module)
                 outputs.append(module(*args, **(kwargs or {})))
                 if monitor.found is not None:
                     break
