@@ -122,12 +122,22 @@ def install(torch: Any, hooks: Hooks) -> None:
 
     functools.update_wrapper(script, original_script)
     hooks.patch(torch.jit, "script", script)
-    skip_frames(__getstate__, script)
+    skip_own_frames(__getstate__, script)
 
 
 def skip_frames(*functions: Any) -> None:
-    """Have Dynamo's frame evaluation run these functions (and what they call) as plain
-    Python. Inlining them inside a traced region is unaffected (they trace to a no-op)."""
+    """Have Dynamo's frame evaluation run these functions, and all they call, as plain Python.
+    Inlining them inside a traced region is unaffected (they trace to a no-op)."""
+    _set_strategy(functions, recursive=True)
+
+
+def skip_own_frames(*functions: Any) -> None:
+    """Have Dynamo's frame evaluation run these wrappers as plain Python, and treat what they
+    call as it would without them (as it treats torch's own functions)."""
+    _set_strategy(functions, recursive=False)
+
+
+def _set_strategy(functions: tuple[Any, ...], recursive: bool) -> None:
     try:
         from torch._C._dynamo.eval_frame import (
             _FrameAction,
@@ -136,7 +146,8 @@ def skip_frames(*functions: Any) -> None:
         )
     except ImportError:  # a torch without per-code strategies: hooks still no-op when traced
         return
-    strategy = _FrameExecStrategy(_FrameAction.SKIP, _FrameAction.SKIP)
+    inner = _FrameAction.SKIP if recursive else _FrameAction.DEFAULT
+    strategy = _FrameExecStrategy(_FrameAction.SKIP, inner)
     for fn in functions:
         code = _code_of(fn)
         if code is not None:

@@ -100,6 +100,7 @@ class Recorder:
         self._pending_roots: list[Any] = []
         self._setup_memory_done = False
         self._closure_checked = False
+        self._backward_end = 0.0
         self._scanned = False  # looked for models in the training code's frames
         self._cycle_params: tuple[int, list[Any]] = (-1, [])
 
@@ -120,6 +121,8 @@ class Recorder:
     def remove(self) -> None:
         try:
             self._flush_closing()
+            if self.mode == CYCLE and self.state.micro:  # the last step has no next one
+                self._end_step(self._backward_end, skipped=False)
             self.readback.poll(force=True)
             self.tracer.flush(force=True)
         except Exception as exc:
@@ -268,6 +271,7 @@ class Recorder:
         state = self.state
         self.timer.exit("backward", now, state.phases)
         state.micro += 1
+        self._backward_end = now
         if self.tracing:
             self._memory_row("backward")
         losses = state.closure_losses if self.timer.inside("optimizer") else state.losses

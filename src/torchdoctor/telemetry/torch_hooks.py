@@ -7,8 +7,11 @@ entered. Each one, in this order:
 3. calls the Recorder behind a guard: an exception switches the telemetry off, never the
    training.
 
-Every function here is also marked for Dynamo's frame evaluation to run as plain Python
-(see `invisible`), and every patch and handle is kept in the Recorder's `Hooks`.
+Dynamo's frame evaluation runs every function here as plain Python (see `invisible`): the
+hooks and everything they call (`skip_frames`); the wrappers around torch functions only
+themselves (`skip_own_frames`): what the wrapped function calls is treated as it would be
+without us, and the wrapper reaches the Recorder through `_guarded`, which is skipped with all
+it calls. Every patch and handle is kept in the Recorder's `Hooks`.
 """
 
 from __future__ import annotations
@@ -26,9 +29,16 @@ _get_ident = threading.get_ident
 _now = time.perf_counter
 
 
+def _guarded(rec: Any, method: Any, *args: Any) -> None:
+    """Call into the Recorder; an exception switches the telemetry off, not the training."""
+    try:
+        method(*args)
+    except Exception as exc:
+        rec.switch.fail(exc)
+
+
 def install(rec: Any, torch: Any, hooks: Hooks) -> None:
     switch = rec.switch
-    fail = switch.fail
 
     def on_train_thread() -> bool:
         return switch.on and _get_ident() == rec.train_thread
@@ -39,19 +49,12 @@ def install(rec: Any, torch: Any, hooks: Hooks) -> None:
     def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
         if compiling() or not on_train_thread():
             return original_backward(tensors, *args, **kwargs)
-        t0 = _now()
-        try:
-            rec.on_backward(tensors, t0)
-        except Exception as exc:
-            fail(exc)
+        _guarded(rec, rec.on_backward, tensors, _now())
         try:
             return original_backward(tensors, *args, **kwargs)
         finally:
             if switch.on:
-                try:
-                    rec.on_backward_done(_now())
-                except Exception as exc:
-                    fail(exc)
+                _guarded(rec, rec.on_backward_done, _now())
 
     backward.__wrapped__ = original_backward  # type: ignore[attr-defined]
     hooks.patch(torch.autograd, "backward", backward)
@@ -66,20 +69,12 @@ def install(rec: Any, torch: Any, hooks: Hooks) -> None:
         if compiling():
             return
         rec._optimizer_calls += 1  # GradScaler.step compares it to see a skipped step
-        if not switch.on:
-            return
-        try:
-            rec.on_optimizer(optimizer, _now())
-        except Exception as exc:
-            fail(exc)
+        if switch.on:
+            _guarded(rec, rec.on_optimizer, optimizer, _now())
 
     def optimizer_post(optimizer: Any, args: Any, kwargs: Any) -> None:
-        if compiling() or not switch.on:
-            return
-        try:
-            rec.on_optimizer_done(optimizer, _now())
-        except Exception as exc:
-            fail(exc)
+        if not compiling() and switch.on:
+            _guarded(rec, rec.on_optimizer_done, optimizer, _now())
 
     hooks.handle(register_optimizer_step_pre_hook(optimizer_pre))
     hooks.handle(register_optimizer_step_post_hook(optimizer_post))
@@ -93,18 +88,12 @@ def install(rec: Any, torch: Any, hooks: Hooks) -> None:
     def __next__(it: Any) -> Any:
         if compiling() or not on_train_thread():
             return original_next(it)
-        try:
-            rec.on_data(_now())
-        except Exception as exc:
-            fail(exc)
+        _guarded(rec, rec.on_data, _now())
         try:
             return original_next(it)
         finally:
             if switch.on:
-                try:
-                    rec.on_data_done(_now())
-                except Exception as exc:
-                    fail(exc)
+                _guarded(rec, rec.on_data_done, _now())
 
     hooks.patch(base, "__next__", __next__)
     seen: set[int] = set()
@@ -114,10 +103,7 @@ def install(rec: Any, torch: Any, hooks: Hooks) -> None:
         it = original_iter(loader)
         if not compiling() and switch.on and id(loader) not in seen:
             seen.add(id(loader))
-            try:
-                rec.loader_seen(loader)
-            except Exception as exc:
-                fail(exc)
+            _guarded(rec, rec.loader_seen, loader)
         return it
 
     hooks.patch(dl.DataLoader, "__iter__", __iter__)
@@ -132,7 +118,7 @@ def install(rec: Any, torch: Any, hooks: Hooks) -> None:
         def scale(scaler: Any, outputs: Any) -> Any:
             result = original_scale(scaler, outputs)
             if not compiling() and on_train_thread() and isinstance(outputs, torch.Tensor):
-                rec.on_scale(result, outputs)
+                _guarded(rec, rec.on_scale, result, outputs)
             return result
 
         def step(scaler: Any, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
@@ -141,10 +127,7 @@ def install(rec: Any, torch: Any, hooks: Hooks) -> None:
             before = rec._optimizer_calls
             out = original_step(scaler, optimizer, *args, **kwargs)
             if switch.on and rec._optimizer_calls == before:
-                try:
-                    rec.on_scaler_skipped(optimizer, _now())
-                except Exception as exc:
-                    fail(exc)
+                _guarded(rec, rec.on_scaler_skipped, optimizer, _now())
             return out
 
         hooks.patch(scaler_cls, "scale", scale)
@@ -158,7 +141,7 @@ def install(rec: Any, torch: Any, hooks: Hooks) -> None:
     def clip_grad_norm_(*args: Any, **kwargs: Any) -> Any:
         norm = original_clip(*args, **kwargs)
         if not compiling() and on_train_thread():
-            rec.on_clip(norm)
+            _guarded(rec, rec.on_clip, norm)
         return norm
 
     clip_grad_norm_.__wrapped__ = original_clip  # type: ignore[attr-defined]
@@ -169,10 +152,7 @@ def install(rec: Any, torch: Any, hooks: Hooks) -> None:
 
     def compile(*args: Any, **kwargs: Any) -> Any:
         if not compiling() and switch.on:
-            try:
-                rec.on_compile()
-            except Exception as exc:
-                fail(exc)
+            _guarded(rec, rec.on_compile)
         return original_compile(*args, **kwargs)
 
     compile.__wrapped__ = original_compile  # type: ignore[attr-defined]
@@ -181,18 +161,16 @@ def install(rec: Any, torch: Any, hooks: Hooks) -> None:
 
     invisible.install(torch, hooks)
     invisible.skip_frames(
-        backward,
+        _guarded,
         optimizer_pre,
         optimizer_post,
-        __next__,
-        __iter__,
-        clip_grad_norm_,
-        compile,
         model_call,
         invisible.ModelHook.__call__,
         global_pre,
         global_post,
-        *scaler_fns,
+    )
+    invisible.skip_own_frames(
+        backward, __next__, __iter__, clip_grad_norm_, compile, on_train_thread, *scaler_fns
     )
 
 
@@ -204,28 +182,19 @@ def model_hook(rec: Any) -> invisible.ModelHook:
 def model_call(rec: Any, module: Any, args: Any, kwargs: Any) -> None:
     if tracing() or not rec.switch.on or _get_ident() != rec.train_thread:
         return
-    try:
-        rec.on_model_call(module, args, kwargs)
-    except Exception as exc:
-        rec.switch.fail(exc)
+    _guarded(rec, rec.on_model_call, module, args, kwargs)
 
 
 def global_pre(rec: Any, module: Any, args: Any) -> None:
     if tracing() or not rec.switch.on or _get_ident() != rec.train_thread:
         return
-    try:
-        rec.on_global_pre(module, args)
-    except Exception as exc:
-        rec.switch.fail(exc)
+    _guarded(rec, rec.on_global_pre, module, args)
 
 
 def global_post(rec: Any, module: Any, args: Any, output: Any) -> None:
     if tracing() or not rec.switch.on or _get_ident() != rec.train_thread:
         return
-    try:
-        rec.on_global_post(module, output)
-    except Exception as exc:
-        rec.switch.fail(exc)
+    _guarded(rec, rec.on_global_post, module, output)
 
 
 def add_global_module_hooks(rec: Any, hooks: Hooks) -> None:
