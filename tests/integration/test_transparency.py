@@ -138,5 +138,6 @@ def test_strip_ours_keeps_the_scripts_own_lines() -> None:
         "  File 'x.py', line 1\n"
     )
     assert strip_ours(text) == (
-        "warning from the script\nstep 1\nTraceback (most recent call last):\n  File 'x.py', line 1\n"
+        "warning from the script\nstep 1\n"
+        "Traceback (most recent call last):\n  File 'x.py', line 1\n"
     )

@@ -23,7 +23,7 @@ def main() -> None:
         loss.backward()
         optimizer.step()
         with torch.no_grad():
-            for e, p in zip(ema.parameters(), model.parameters()):
+            for e, p in zip(ema.parameters(), model.parameters(), strict=True):
                 e.mul_(0.9).add_(p, alpha=0.1)
         if loss.item() < best_loss:
             best_loss, best = loss.item(), copy.deepcopy(model)

@@ -31,7 +31,7 @@ def main() -> None:
     optimizer = torch.optim.LBFGS(model.parameters(), lr=0.8, max_iter=5)
     for step in range(4):
 
-        def closure() -> torch.Tensor:
+        def closure(step: int = step) -> torch.Tensor:
             optimizer.zero_grad()
             loss = nn.functional.mse_loss(model(inputs), target)
             show(f"step {step} closure loss", loss.item())
