@@ -16,12 +16,13 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchdoctor import registry
 from torchdoctor._failsafe import warn_once
 from torchdoctor._version import __version__
 from torchdoctor.config import Config, from_env, parse_listen
+from torchdoctor.doctor import Doctor
 from torchdoctor.probe.routes import build_routes
 from torchdoctor.probe.server import TcpServer, UnixServer, serve_in_background
 from torchdoctor.sql.engine import SqlEngine
@@ -31,6 +32,9 @@ from torchdoctor.store.schema import ALL_TABLES, BY_NAME
 from torchdoctor.store.tables import Spiller, Tables
 from torchdoctor.telemetry import stacks
 from torchdoctor.telemetry.on_import import when_imported
+
+if TYPE_CHECKING:  # the Recorder module imports torch: loaded once the script imports it
+    from torchdoctor.telemetry.recorder import Recorder
 
 log = logging.getLogger("torchdoctor")
 
@@ -98,8 +102,8 @@ class Session:
         self.sql = SqlEngine(LiveSource(self))
         # Live tables computed at query time, by name (the census needs the live objects).
         self.live_providers: dict[str, Any] = {"tensors": self._census}
-        self.telemetry: Any = None  # telemetry.recorder.Recorder once torch is imported
-        self.doctor: Any = None
+        self.telemetry: Recorder | None = None  # once torch is imported
+        self.doctor: Doctor | None = None
         self.token: str | None = None
         self.tcp_address: tuple[str, int] | None = None
         self._servers: list[Any] = []
@@ -156,18 +160,16 @@ class Session:
         return entry
 
     def _census(self) -> list[tuple[Any, ...]]:
-        from torchdoctor.memory.census import census_rows
+        from torchdoctor.memory.census import census_rows  # the census is heavy: when asked
 
-        return census_rows(self)
+        return census_rows(self.telemetry)
 
     def on_cuda_detected(self) -> None:
         """Telemetry saw the run use CUDA: start the bounded allocator history."""
+        from torchdoctor.memory.cuda_history import start_history
+
         try:
-            from torchdoctor.memory.cuda_history import start_history
-        except ImportError:
-            return
-        try:
-            start_history(self)
+            start_history()
         except Exception as exc:
             warn_once("cuda-history", f"no CUDA allocator history: {exc}")
 
@@ -184,10 +186,11 @@ class Session:
         sys.excepthook = hook
 
     def _start_doctor(self) -> None:
-        from torchdoctor.diagnose.doctor import Doctor
-
         self.doctor = Doctor(self)
         self.doctor.start()
+
+    def save_diagnoses(self) -> None:
+        self.spiller.flush(only="diagnoses")
 
     def _on_torch(self, _module: Any) -> None:
         try:
@@ -292,17 +295,25 @@ class Session:
         if exc is self.crash:
             return  # `torchdoctor run` reports it and the excepthook sees it too: once is enough
         self.crash = exc
-        try:
-            from torchdoctor.memory.oom import diagnose_exception
-        except ImportError:
+        # Loaded only now: the capture's modules are heavy and most runs never crash.
+        from torchdoctor.diagnose.oom import from_evidence
+        from torchdoctor.memory.oom import capture, find_oom
+
+        found = find_oom(exc)
+        if found is None or "torch" not in sys.modules:
             return
         try:
-            diagnosis = diagnose_exception(exc, self)
+            evidence = capture(*found, self.telemetry, str(self.run_dir), self._query)
+            diagnosis = from_evidence(evidence)
         except Exception as err:
             warn_once("oom-capture", f"could not analyse the crash: {type(err).__name__}: {err}")
             return
-        if diagnosis is not None and self.doctor is not None:
+        if self.doctor is not None:
             self.doctor.report(diagnosis)
+
+    def _query(self, text: str) -> tuple[list[str], list[Any]]:
+        result = self.sql.execute(text, timeout=5.0)
+        return result.columns, result.rows
 
     def summary(self) -> dict[str, Any]:
         """The end-of-run numbers: steps, time by phase, diagnoses, where the run is saved."""

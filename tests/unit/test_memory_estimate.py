@@ -7,6 +7,7 @@ import json
 import pytest
 
 from torchdoctor.diagnose.oom import from_evidence
+from torchdoctor.memory.evidence import OomEvidence
 from torchdoctor.memory.estimate import (
     Breakdown,
     Situation,
@@ -246,7 +247,7 @@ def test_from_evidence_builds_the_diagnosis() -> None:
             "unknown_field": "ignored",
         },
     }
-    d = from_evidence(evidence)
+    d = from_evidence(OomEvidence.from_json(evidence))
     assert d.kind == "oom" and d.severity == "error"
     assert d.location == "encoder.layers.3.attn" and d.step == 7
     assert "backward of encoder.layers.3.attn" in d.summary and "20.00 MiB" in d.summary
@@ -260,6 +261,8 @@ def test_from_evidence_builds_the_diagnosis() -> None:
 
 def test_from_evidence_without_a_module_names_the_line() -> None:
     d = from_evidence(
-        {"device": "cpu", "asked": None, "phase": "backward", "file": "train.py", "line": 42}
+        OomEvidence.from_json(
+            {"device": "cpu", "asked": None, "phase": "backward", "file": "train.py", "line": 42}
+        )
     )
     assert d.location == "train.py:42" and d.fix

@@ -1,11 +1,11 @@
 """Out-of-memory capture: when an allocation fails, gather the numbers before the process dies.
 
-`diagnose_exception(exc, session)` is called with the exception that ended the script (the
-traceback still holds every frame, so the tensors of the failed step are still alive). It
-recognises CUDA (`torch.OutOfMemoryError`, "CUDA out of memory") and CPU ("DefaultCPUAllocator:
-can't allocate memory") failures, reads the message's fields, finds the step, the phase and
+`find_oom(exc)` recognises an out-of-memory error in the exception that ended the script (CUDA
+`torch.OutOfMemoryError`, "CUDA out of memory", CPU "DefaultCPUAllocator: can't allocate
+memory", ...) and reads its message's fields. `capture` runs while the traceback still holds
+every frame, so the tensors of the failed step are still alive: it finds the step, the phase and
 the module that asked, takes the tensor census, reads the allocator or the host memory, and
-returns the `oom` Diagnosis built by torchdoctor.diagnose.oom.from_evidence.
+returns the OomEvidence that torchdoctor.diagnose.oom turns into the diagnosis.
 """
 
 from __future__ import annotations
@@ -16,9 +16,18 @@ import re
 import resource
 import sys
 import types
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+from torchdoctor.memory.census import take_census
+from torchdoctor.memory.cuda_history import dump_snapshot
+from torchdoctor.memory.estimate import Breakdown, Situation, repeated_blocks
+from torchdoctor.memory.evidence import OomEvidence
+from torchdoctor.memory.holders import find_holders
+from torchdoctor.memory.phases import from_engine
 from torchdoctor.units import human, size_in
+from torchdoctor.views import TrainingView
 
 _SIZE = r"\d+(?:\.\d+)?\s*(?:[KMGT]i?B|bytes?)"
 _CPU = re.compile(
@@ -45,7 +54,7 @@ _MPS = re.compile(rf"max allowed: ({_SIZE})\)")
 BACKWARD_FILES = (
     os.sep.join(("torch", "autograd", "")),
     os.sep.join(("torch", "_tensor.py")),
-    os.sep.join(("telemetry", "recorder.py")),
+    os.sep.join(("telemetry", "torch_hooks.py")),  # our wrapper of autograd.backward
 )
 BACKWARD_FUNCS = ("backward", "grad", "_engine_run_backward", "run_backward")
 TORCH_DIR = os.sep + "torch" + os.sep
@@ -216,23 +225,23 @@ def _modules_using(fn_cls: type, candidates: list[tuple[str, Any]]) -> list[tupl
     return out
 
 
-def _named_modules(telemetry: Any) -> list[tuple[str, Any]]:
+def _named_modules(training: TrainingView | None) -> list[tuple[str, Any]]:
     out: list[tuple[str, Any]] = []
-    if telemetry is None:
+    if training is None:
         return out
     try:
-        for root, _label in telemetry.models.models():
+        for root, _label in training.models.models():
             for _name, sub in root.named_modules():
-                out.append((telemetry.models.name_of(sub), sub))
+                out.append((training.models.name_of(sub), sub))
     except Exception:
         pass
     return out
 
 
-def _module_name(module: Any, telemetry: Any) -> str:
-    if telemetry is not None:
+def _module_name(module: Any, training: TrainingView | None) -> str:
+    if training is not None:
         try:
-            return str(telemetry.models.name_of(module))
+            return str(training.models.name_of(module))
         except Exception:
             pass
     main = sys.modules.get("__main__")
@@ -249,7 +258,9 @@ def _module_name(module: Any, telemetry: Any) -> str:
     return type(module).__name__
 
 
-def locate(frames: list[types.FrameType], telemetry: Any, torch: Any) -> dict[str, Any]:
+def locate(
+    frames: list[types.FrameType], training: TrainingView | None, torch: Any
+) -> dict[str, Any]:
     """The module that asked for the memory, and how sure that is."""
     module_cls = torch.nn.Module
     user = _user_frame(frames)
@@ -265,7 +276,7 @@ def locate(frames: list[types.FrameType], telemetry: Any, torch: Any) -> dict[st
         owner = _first_arg(frame)
         if isinstance(owner, module_cls):
             where.update(
-                module=_module_name(owner, telemetry),
+                module=_module_name(owner, training),
                 module_type=type(owner).__name__,
                 source="traceback",
                 note="the innermost module in the traceback",
@@ -275,7 +286,7 @@ def locate(frames: list[types.FrameType], telemetry: Any, torch: Any) -> dict[st
             return where
         fn_cls = _function_class(frame)
         if fn_cls is not None:
-            users = _modules_using(fn_cls, _named_modules(telemetry))
+            users = _modules_using(fn_cls, _named_modules(training))
             where.update(file=frame.f_code.co_filename, line=frame.f_lineno)
             where["function"] = fn_cls.__name__
             where["source"] = "autograd_function"
@@ -294,7 +305,7 @@ def locate(frames: list[types.FrameType], telemetry: Any, torch: Any) -> dict[st
                     f"forward names it"
                 )
             return where
-    traced = _last_traced_backward(telemetry)
+    traced = training.last_traced_backward() if training is not None else None
     if traced is not None:
         where.update(
             module=traced,
@@ -317,25 +328,16 @@ def _user_frame(frames: list[types.FrameType]) -> types.FrameType | None:
     return None
 
 
-def _last_traced_backward(telemetry: Any) -> str | None:
-    tracer = getattr(telemetry, "tracer", None)
-    events = getattr(tracer, "_bwd_events", None)
-    try:
-        if events:
-            return str(events[-1][1][-1])
-    except Exception:
-        return None
-    return None
-
-
-def frame_names(frames: list[types.FrameType], telemetry: Any, torch: Any) -> dict[int, str]:
+def frame_names(
+    frames: list[types.FrameType], training: TrainingView | None, torch: Any
+) -> dict[int, str]:
     """id(tensor) -> "x in encoder.1.forward" for the tensors the failing frames hold."""
     names: dict[int, str] = {}
     for frame in reversed(frames):
         owner = _first_arg(frame)
         where = frame.f_code.co_name
         if isinstance(owner, torch.nn.Module):
-            where = f"{_module_name(owner, telemetry)}.{where}"
+            where = f"{_module_name(owner, training)}.{where}"
         for key, value in _locals(frame).items():
             try:
                 if issubclass(type(value), torch.Tensor) and id(value) not in names:
@@ -471,12 +473,11 @@ def cuda_memory(torch: Any, index: int, msg: OomMessage) -> dict[str, Any]:
 
 
 # -- the capture -------------------------------------------------------------------------------
-def _batch_size(telemetry: Any, torch: Any) -> int | None:
-    try:
-        tape = list(telemetry.state.tape)
-    except Exception:
-        return None
-    for _module, args, kwargs in tape:
+Query = Callable[[str], tuple[list[str], list[Any]]]  # SQL -> (columns, rows)
+
+
+def _batch_size(training: TrainingView, torch: Any) -> int | None:
+    for _module, args, kwargs in training.model_inputs():
         for value in [*args, *kwargs.values()]:
             try:
                 if issubclass(type(value), torch.Tensor) and value.dim() >= 1:
@@ -486,60 +487,44 @@ def _batch_size(telemetry: Any, torch: Any) -> int | None:
     return None
 
 
-def capture(exc: BaseException, msg: OomMessage, session: Any) -> dict[str, Any]:
-    """Every number of an out-of-memory failure, as JSON-ready evidence."""
+def capture(
+    exc: BaseException,
+    msg: OomMessage,
+    training: TrainingView | None,
+    run_dir: str | None = None,
+    query: Query | None = None,
+) -> OomEvidence:
+    """Every number of an out-of-memory failure (while the failed step's tensors live)."""
     import torch
 
-    from torchdoctor.memory.census import take_census
-    from torchdoctor.memory.estimate import repeated_blocks
-
-    telemetry = getattr(session, "telemetry", None)
     frames = frames_of(exc)
-    where = locate(frames, telemetry, torch)
+    where = locate(frames, training, torch)
     phase = phase_of(frames, torch)
     if phase is None:
-        phase = getattr(telemetry, "phase", None) if telemetry is not None else None
+        phase = training.phase if training is not None else None
         if phase in (None, "other"):
-            started = telemetry is not None and (telemetry.steps_done or telemetry.state.tape)
+            started = training is not None and (training.steps_done or training.model_inputs())
             phase = "other" if started else "setup"
-    step = getattr(telemetry, "step", None) if telemetry is not None else None
+    step = training.step if training is not None else None
 
     models: list[tuple[Any, str]] = []
     optimizers: list[Any] = []
-    if telemetry is not None:
+    if training is not None:
         try:
-            models = list(telemetry.models.models())
+            models = list(training.models.models())
         except Exception:
             models = []
-        if telemetry.primary is not None:
-            optimizers.append(telemetry.primary)
+        if training.primary is not None:
+            optimizers.append(training.primary)
     main = sys.modules.get("__main__")
     census = take_census(
         models,
         optimizers,
         namespace=dict(vars(main)) if main is not None else {},
-        names=frame_names(frames, telemetry, torch),
+        names=frame_names(frames, training, torch),
         saved=True,
     )
     del frames
-
-    evidence: dict[str, Any] = {
-        "exception": type(exc).__name__,
-        "message": msg.text,
-        "asked": msg.asked,
-        "step": step,
-        "phase": phase,
-        "module": where["module"],
-        "module_type": where["module_type"],
-        "location_source": where["source"],
-        "location_note": where["note"],
-        "file": where["file"],
-        "line": where["line"],
-        "message_fields": msg.as_dict(),
-    }
-    for key in ("function", "candidates"):
-        if key in where:
-            evidence[key] = where[key]
 
     if msg.device == "cuda" and torch.cuda.is_available():
         index = msg.gpu if msg.gpu is not None else torch.cuda.current_device()
@@ -553,31 +538,18 @@ def capture(exc: BaseException, msg: OomMessage, session: Any) -> dict[str, Any]
         mem = host_memory() if msg.device == "cpu" else {}
         allocated = mem.get("rss")
         cached = None
-    evidence["device"] = device
-    evidence["memory"] = mem
 
     by_kind = census.bytes_by_kind(device)
-    breakdown = {
-        "parameters": by_kind["parameter"],
-        "gradients": by_kind["gradient"],
-        "optimizer_state": by_kind["optimizer_state"],
-        "buffers": by_kind["buffer"],
-        "activations": by_kind["activation"],
-        "other": by_kind["other"],
-        "cached_unused": cached,
-    }
-    evidence["breakdown"] = breakdown
-    evidence["counts"] = census.count_by_kind(device)
+    breakdown = Breakdown(
+        parameters=by_kind["parameter"],
+        gradients=by_kind["gradient"],
+        optimizer_state=by_kind["optimizer_state"],
+        buffers=by_kind["buffer"],
+        activations=by_kind["activation"],
+        other=by_kind["other"],
+        cached_unused=cached,
+    )
     tensor_total = census.total(device)
-    evidence["tensor_bytes"] = tensor_total
-    if allocated is not None:
-        # CUDA: allocator bytes the census found no tensor for (freed-later, C++-held);
-        # CPU: the rest of the process (Python, libraries, allocator caches).
-        evidence["not_in_tensors"] = max(0, int(allocated) - tensor_total)
-    evidence["top_tensors"] = [r.as_dict() for r in census.largest(10, device)]
-    evidence["optimizers"] = census.optimizers
-    evidence["models"] = [list(m) for m in census.models]
-
     primary_model = models[0][0] if models else None
     if primary_model is None:
         for module, _label in _script_models(torch):
@@ -591,39 +563,68 @@ def capture(exc: BaseException, msg: OomMessage, session: Any) -> dict[str, Any]
                     trainable += p.numel() * p.element_size()
         except Exception:
             pass
-    holders = _holders(session)
-    evidence["holders"] = holders
+    holders = _holders(training)
     graph_held = [h for h in holders if h.get("with_grad_fn")]
     primary_opt = optimizers[0] if optimizers else None
-    evidence["situation"] = {
-        "device": "cuda" if device.startswith("cuda") else "cpu",
-        "asked": msg.asked,
-        "capacity": mem.get("capacity"),
-        "available": mem.get("available"),
-        "phase": phase,
-        "batch_size": _batch_size(telemetry, torch) if telemetry is not None else None,
-        "activation_dtypes": census.bytes_by_dtype("activation", device),
-        "optimizer": type(primary_opt).__name__
+    situation = Situation(
+        device="cuda" if device.startswith("cuda") else "cpu",
+        asked=msg.asked,
+        capacity=mem.get("capacity"),
+        available=mem.get("available"),
+        phase=phase or "other",
+        batch_size=_batch_size(training, torch) if training is not None else None,
+        activation_dtypes=census.bytes_by_dtype("activation", device),
+        optimizer=type(primary_opt).__name__
         if primary_opt is not None
         else (census.optimizers[0] if census.optimizers else None),
-        "trainable_bytes": trainable,
-        "layers": repeated_blocks(primary_model) if primary_model is not None else None,
-        "expandable_segments": bool(mem.get("expandable_segments", False)),
-        "devices": int(mem.get("devices", 1)),
-        "held_by_globals": sum(int(h.get("graph_bytes", 0)) for h in graph_held),
-        "holder": graph_held[0]["holder"] if graph_held else None,
-        "location": where["module"] or _file_line(where),
-        "activation_tensors": census.count_by_kind(device)["activation"],
-        "float32_parameters": census.bytes_by_dtype("parameter", device).get("float32", 0),
-        "largest_activation": max(
+        trainable_bytes=trainable,
+        layers=repeated_blocks(primary_model) if primary_model is not None else None,
+        expandable_segments=bool(mem.get("expandable_segments", False)),
+        devices=int(mem.get("devices", 1)),
+        held_by_globals=sum(int(h.get("graph_bytes", 0)) for h in graph_held),
+        holder=graph_held[0]["holder"] if graph_held else None,
+        location=where["module"] or _file_line(where),
+        activation_tensors=census.count_by_kind(device)["activation"],
+        float32_parameters=census.bytes_by_dtype("parameter", device).get("float32", 0),
+        largest_activation=max(
             (r.bytes for r in census.largest(1000, device) if r.kind == "activation"), default=0
         ),
-    }
-    evidence.update(_phases(session))
-    if device.startswith("cuda"):
-        evidence["snapshot"] = _snapshot(session)
-    evidence["run_dir"] = str(getattr(session, "run_dir", "") or "") or None
-    return evidence
+    )
+    traced = _phases(query)
+    return OomEvidence(
+        exception=type(exc).__name__,
+        message=msg.text,
+        device=device,
+        breakdown=breakdown,
+        situation=situation,
+        asked=msg.asked,
+        step=step,
+        phase=phase,
+        module=where["module"],
+        module_type=where["module_type"],
+        location_source=where["source"],
+        location_note=where["note"],
+        file=where["file"],
+        line=where["line"],
+        function=where.get("function"),
+        candidates=where.get("candidates"),
+        message_fields=msg.as_dict(),
+        memory=mem,
+        counts=census.count_by_kind(device),
+        tensor_bytes=tensor_total,
+        # CUDA: allocator bytes the census found no tensor for (freed-later, C++-held);
+        # CPU: the rest of the process (Python, libraries, allocator caches).
+        not_in_tensors=max(0, int(allocated) - tensor_total) if allocated is not None else None,
+        top_tensors=[r.as_dict() for r in census.largest(10, device)],
+        optimizers=census.optimizers,
+        models=[list(m) for m in census.models],
+        holders=holders,
+        phases=traced.get("phases", []),
+        modules=traced.get("modules", []),
+        traced_step=traced.get("traced_step"),
+        snapshot=_snapshot(run_dir) if device.startswith("cuda") else None,
+        run_dir=run_dir,
+    )
 
 
 def _file_line(where: dict[str, Any]) -> str | None:
@@ -646,54 +647,28 @@ def _script_models(torch: Any) -> list[tuple[Any, str]]:
     return out
 
 
-def _holders(session: Any) -> list[dict[str, Any]]:
+def _holders(training: TrainingView | None) -> list[dict[str, Any]]:
     try:
-        from torchdoctor.memory.holders import find_holders
-
-        return find_holders(session, limit=3)
+        return find_holders(training, limit=3)
     except Exception:
         return []
 
 
-def _phases(session: Any) -> dict[str, Any]:
-    sql = getattr(session, "sql", None)
-    if sql is None:
+def _phases(query: Query | None) -> dict[str, Any]:
+    if query is None:
         return {}
     try:
-        from torchdoctor.memory.phases import from_engine
-
-        def execute(text: str) -> tuple[list[str], list[Any]]:
-            result = sql.execute(text, timeout=5.0)
-            return result.columns, result.rows
-
-        return from_engine(execute)
+        return from_engine(query)
     except Exception:
         return {}
 
 
-def _snapshot(session: Any) -> str | None:
+def _snapshot(run_dir: str | None) -> str | None:
     try:
-        from torchdoctor.memory.cuda_history import dump_snapshot
-
-        path = dump_snapshot(session)
+        path = dump_snapshot(Path(run_dir) if run_dir else None)
     except Exception:
         return None
     return str(path) if path is not None else None
 
 
-def diagnose_exception(exc: BaseException, session: Any) -> Any:
-    """The `oom` Diagnosis for an exception that ended the script, or None for any other.
-    (Session.report_crash calls it once per exception.)"""
-    found = find_oom(exc)
-    if found is None:
-        return None
-    oom_exc, msg = found
-    if "torch" not in sys.modules:
-        return None
-    evidence = capture(oom_exc, msg, session)
-    from torchdoctor.diagnose.oom import from_evidence
-
-    return from_evidence(evidence)
-
-
-__all__ = ["OomMessage", "capture", "diagnose_exception", "find_oom", "human", "parse_message"]
+__all__ = ["OomMessage", "capture", "find_oom", "human", "parse_message"]

@@ -192,6 +192,12 @@ class Recorder:
         """Trace the next step (a diagnosis wants per-module detail now)."""
         self._trace_requested = True
 
+    def model_inputs(self) -> list[tuple[Any, tuple[Any, ...], dict[str, Any]]]:
+        return list(self.state.tape)
+
+    def last_traced_backward(self) -> str | None:
+        return self.tracer.last_backward()
+
     def event(self, kind: str, data: dict[str, Any]) -> None:
         self.tables["events"].append((time.time(), self.step, kind, dumps(data)))
 
