@@ -7,7 +7,10 @@ inside it; the phases' lengths are measured, their order inside the step is the 
 their exact start times are not recorded. Module calls of traced steps sit on "forward" and
 "backward" threads at their recorded times, spread over as many lanes as it takes for slices on
 one thread to nest properly. Collectives, when the run recorded any, get their own thread;
-diagnoses are instant events. Times are wall-clock microseconds, so ranks line up.
+diagnoses are instant events on a "diagnoses" thread, drawn across the rank. Times are
+microseconds of wall-clock time from one origin for all ranks (so ranks line up), the whole
+second before the first event; otherData.origin_unix_s says which. Absolute Unix
+microseconds would not keep sub-microsecond precision in a double.
 
 Events are written as they are made: a million-step run is never held as a list of dicts.
 """
@@ -24,6 +27,7 @@ from torchdoctor.store.columns import Block
 
 STEPS_TID = 1
 COLLECTIVES_TID = 2
+DIAGNOSES_TID = 3
 FORWARD_TID = 10  # lanes 10, 11, ...
 BACKWARD_TID = 100
 COLLECTIVE_LANES = 1000  # more lanes of collectives: 1001, 1002, ...
@@ -59,7 +63,9 @@ def write(tables: Tables, out: TextIO, steps: tuple[int, int] | None = None) -> 
     for block in (trace, diagnoses, collectives):
         if block is not None and block.rows and "rank" in block.data:
             ranks = sorted(set(ranks) | {int(r) for r in np.unique(block.data["rank"])})
-    out.write('{"displayTimeUnit":"ms","otherData":{"producer":"torchdoctor"},"traceEvents":[\n')
+    origin = _origin([step_block, trace, diagnoses, collectives])
+    other = {"producer": "torchdoctor", "origin_unix_s": origin}
+    out.write(f'{{"displayTimeUnit":"ms","otherData":{json.dumps(other)},"traceEvents":[\n')
     first = True
 
     def emit(lines: Iterable[str]) -> None:
@@ -72,11 +78,11 @@ def write(tables: Tables, out: TextIO, steps: tuple[int, int] | None = None) -> 
 
     for rank in ranks:
         emit(_metadata(rank, collectives is not None and collectives.rows > 0))
-        emit(_step_events(step_block, rank, steps, counts))
-        emit(_module_events(trace, rank, steps, counts))
+        emit(_step_events(step_block, rank, steps, origin, counts))
+        emit(_module_events(trace, rank, steps, origin, counts))
         if collectives is not None:
-            emit(_collective_events(collectives, rank, steps, counts))
-        emit(_diagnosis_events(diagnoses, rank, counts))
+            emit(_collective_events(collectives, rank, steps, origin, counts))
+        emit(_diagnosis_events(diagnoses, rank, origin, counts))
     out.write("\n]}\n")
     return counts
 
@@ -89,12 +95,13 @@ def _metadata(rank: int, collectives: bool) -> Iterator[str]:
     yield _meta("process_name", pid, 0, {"name": f"rank {rank}"})
     yield _meta("process_sort_index", pid, 0, {"sort_index": rank})
     yield _meta("thread_name", pid, STEPS_TID, {"name": "steps"})
+    yield _meta("thread_name", pid, DIAGNOSES_TID, {"name": "diagnoses"})
     if collectives:
         yield _meta("thread_name", pid, COLLECTIVES_TID, {"name": "collectives"})
 
 
 def _step_events(
-    block: Block, rank: int, window: tuple[int, int] | None, counts: dict[str, int]
+    block: Block, rank: int, window: tuple[int, int] | None, origin: float, counts: dict[str, int]
 ) -> Iterator[str]:
     if not block.rows:
         return
@@ -102,7 +109,7 @@ def _step_events(
     if window is not None:
         mask &= (block.data["step"] >= window[0]) & (block.data["step"] <= window[1])
     idx = np.flatnonzero(mask)
-    end = block.data["time"][idx] * 1e6
+    end = (block.data["time"][idx] - origin) * 1e6
     dur = np.maximum(np.nan_to_num(block.data["duration"][idx]) * 1e6, 0.0)
     start = end - dur
     order = np.argsort(start, kind="stable")
@@ -132,7 +139,7 @@ def _step_events(
 
 
 def _module_events(
-    block: Block, rank: int, window: tuple[int, int] | None, counts: dict[str, int]
+    block: Block, rank: int, window: tuple[int, int] | None, origin: float, counts: dict[str, int]
 ) -> Iterator[str]:
     if not block.rows:
         return
@@ -144,7 +151,7 @@ def _module_events(
         idx = np.flatnonzero(mask)
         if not idx.size:
             continue
-        start = block.data["time"][idx] * 1e6
+        start = (block.data["time"][idx] - origin) * 1e6
         dur = np.maximum(np.nan_to_num(block.data["duration"][idx]) * 1e6, 0.0)
         lanes, durations = assign_lanes(start, dur)
         modules = block.data["module"][idx]
@@ -162,7 +169,7 @@ def _module_events(
 
 
 def _collective_events(
-    block: Block, rank: int, window: tuple[int, int] | None, counts: dict[str, int]
+    block: Block, rank: int, window: tuple[int, int] | None, origin: float, counts: dict[str, int]
 ) -> Iterator[str]:
     """Collectives, written against the columns the table has (rank, op, a start time, duration,
     and whatever else it records goes into args)."""
@@ -178,7 +185,7 @@ def _collective_events(
     idx = np.flatnonzero(mask)
     if not idx.size:
         return
-    start = block.data[start_col][idx].astype(np.float64) * 1e6
+    start = (block.data[start_col][idx].astype(np.float64) - origin) * 1e6
     has_dur = "duration" in cols
     raw_dur = block.data["duration"][idx].astype(np.float64) if has_dur else np.zeros(idx.size)
     unfinished = ~np.isfinite(raw_dur) | block.null_mask("duration")[idx] if has_dur else None
@@ -202,7 +209,9 @@ def _collective_events(
                 yield _slice(name, "collective", pid, tid, start[i], durations[i], args)
 
 
-def _diagnosis_events(block: Block, rank: int, counts: dict[str, int]) -> Iterator[str]:
+def _diagnosis_events(
+    block: Block, rank: int, origin: float, counts: dict[str, int]
+) -> Iterator[str]:
     if not block.rows:
         return
     pid = pid_of(rank)
@@ -272,6 +281,24 @@ def _by_lane(
 
 
 # -- events ----------------------------------------------------------------------------------
+
+
+def _origin(blocks: Sequence[Block | None]) -> float:
+    """The whole Unix second before the earliest time of any event."""
+    earliest = []
+    for block in blocks:
+        if block is None or not block.rows:
+            continue
+        for col in ("time", "start", "start_time"):
+            if col in block.data:
+                values = block.data[col].astype(np.float64)
+                if col == "time" and "duration" in block.data and block.spec.name == "steps":
+                    values = values - np.nan_to_num(block.data["duration"].astype(np.float64))
+                finite = values[np.isfinite(values)]
+                if finite.size:
+                    earliest.append(float(finite.min()))
+                break
+    return float(np.floor(min(earliest))) if earliest else 0.0
 
 
 def pid_of(rank: int) -> int:
