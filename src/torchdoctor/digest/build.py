@@ -106,7 +106,9 @@ def build(
 # -- queries ---------------------------------------------------------------------------------
 
 
-def fetch_steps(execute: Execute, keep: Sequence[int] = ()) -> dict[str, np.ndarray]:
+def fetch_steps(
+    execute: Execute, keep: Sequence[int] = (), page: int = PAGE
+) -> dict[str, np.ndarray]:
     """The step rows of every rank, as columns, in pages the live route can answer.
 
     Up to PAGE rows per rank come whole. Past that (a long live run) DuckDB does a first,
@@ -119,10 +121,10 @@ def fetch_steps(execute: Execute, keep: Sequence[int] = ()) -> dict[str, np.ndar
     )
     most = _int(rows[0][0]) if rows else None
     cols = ", ".join(STEP_COLUMNS)
-    if not most or most <= PAGE:
+    if not most or most <= page:
         query = f"SELECT {cols} FROM python.steps ORDER BY rank, step, time"
     else:
-        width = -(-most // FINE_BUCKETS)
+        width = -(-most // min(FINE_BUCKETS, page // 2))
         picks = ", ".join(f"arg_min(i, {c}), arg_max(i, {c})" for c in EXTREME_COLUMNS)
         kept = ", ".join(str(int(k)) for k in keep) or "NULL"
         query = f"""
@@ -142,12 +144,12 @@ def fetch_steps(execute: Execute, keep: Sequence[int] = ()) -> dict[str, np.ndar
     pages: list[dict[str, np.ndarray]] = []
     offset = 0
     while True:
-        sql = f"{query} LIMIT {PAGE} OFFSET {offset}"
+        sql = f"{query} LIMIT {page} OFFSET {offset}"
         names, rows = _run(execute, sql)
         pages.append(_columns(names, rows))
-        if len(rows) < PAGE:
+        if len(rows) < page:
             break
-        offset += PAGE
+        offset += page
     return {c: np.concatenate([p[c] for p in pages]) for c in pages[0]}
 
 
