@@ -18,6 +18,7 @@ Events are written as they are made: a million-step run is never held as a list 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Protocol, TextIO
 
@@ -36,6 +37,7 @@ LANE_LIMIT = 80  # lanes per stage; deeper nestings share the last one
 SLACK_US = 1.0
 # The order of phases inside a step (see the module docstring).
 PHASE_ORDER = ("data_wait", "forward", "backward", "other", "optimizer")
+_CHUNK = 20_000  # steps formatted per joined chunk
 PHASE_NAMES = {
     "data_wait": "data",
     "forward": "forward",
@@ -71,6 +73,8 @@ def write(tables: Tables, out: TextIO, steps: tuple[int, int] | None = None) -> 
     def emit(lines: Iterable[str]) -> None:
         nonlocal first
         for line in lines:
+            if not line:
+                continue
             if not first:
                 out.write(",\n")
             out.write(line)
@@ -109,33 +113,62 @@ def _step_events(
     if window is not None:
         mask &= (block.data["step"] >= window[0]) & (block.data["step"] <= window[1])
     idx = np.flatnonzero(mask)
+    if not idx.size:
+        return
     end = (block.data["time"][idx] - origin) * 1e6
     dur = np.maximum(np.nan_to_num(block.data["duration"][idx]) * 1e6, 0.0)
-    start = end - dur
-    order = np.argsort(start, kind="stable")
-    phases = {p: np.maximum(np.nan_to_num(block.data[p][idx]) * 1e6, 0.0) for p in PHASE_ORDER}
-    step_no = block.data["step"][idx]
-    loss = block.data["loss"][idx]
-    grad = block.data["grad_norm"][idx]
+    order = np.argsort(end - dur, kind="stable")
+    idx, end, dur = idx[order], end[order], dur[order]
+    # Clocks are not perfect: a step starts no earlier than the steps before it ended, so
+    # that steps never overlap on their track.
+    before = np.concatenate(([-np.inf], np.maximum.accumulate(end)[:-1]))
+    start = np.maximum(end - dur, before)
+    dur = np.maximum(end - start, 0.0)
+    # Phases laid end to end inside their step, the last ones cut where the step ends.
+    lengths = np.stack(
+        [np.maximum(np.nan_to_num(block.data[p][idx]) * 1e6, 0.0) for p in PHASE_ORDER], axis=1
+    )
+    ends = np.minimum(np.cumsum(lengths, axis=1), dur[:, None])
+    begins = np.concatenate((np.zeros((len(idx), 1)), ends[:, :-1]), axis=1)
+    phase_ts = start[:, None] + begins
+    phase_dur = ends - begins
+    loss = [_jtext(v) for v in block.data["loss"][idx].tolist()]
+    grad = [_jtext(v) for v in block.data["grad_norm"][idx].tolist()]
+    steps = block.data["step"][idx].tolist()
     pid = pid_of(rank)
-    prev_end = -np.inf
-    for i in order.tolist():
-        s, d = float(start[i]), float(dur[i])
-        if s < prev_end:  # clocks are not perfect: never let two steps overlap on the track
-            d = max(0.0, d - (prev_end - s))
-            s = prev_end
-        prev_end = s + d
-        args = {"step": int(step_no[i]), "loss": _jnum(loss[i]), "grad_norm": _jnum(grad[i])}
-        counts["steps"] += 1
-        yield _slice(f"step {int(step_no[i])}", "step", pid, STEPS_TID, s, d, args)
-        at = s
-        for p in PHASE_ORDER:
-            length = min(float(phases[p][i]), s + d - at)
-            if length <= 0:
-                continue
-            counts["phases"] += 1
-            yield _slice(PHASE_NAMES[p], "phase", pid, STEPS_TID, at, length, None)
-            at += length
+    step_fmt = (
+        f'{{"ph":"X","name":"step %d","cat":"step","pid":{pid},"tid":{STEPS_TID},'
+        '"ts":%.3f,"dur":%.3f,"args":{"step":%d,"loss":%s,"grad_norm":%s}}'
+    )
+    starts, durs = start.tolist(), dur.tolist()
+    for lo in range(0, len(steps), _CHUNK):  # formatted in chunks: millions of events stay fast
+        hi = min(lo + _CHUNK, len(steps))
+        columns = [
+            [
+                step_fmt % (n, t, d, n, lv, gv)
+                for n, t, d, lv, gv in zip(
+                    steps[lo:hi], starts[lo:hi], durs[lo:hi], loss[lo:hi], grad[lo:hi], strict=True
+                )
+            ]
+        ]
+        for k, p in enumerate(PHASE_ORDER):
+            fmt = (
+                f'{{"ph":"X","name":"{PHASE_NAMES[p]}","cat":"phase","pid":{pid},'
+                f'"tid":{STEPS_TID},"ts":%.3f,"dur":%.3f}}'
+            )
+            columns.append(
+                [
+                    fmt % (t, d) if d > 0 else ""
+                    for t, d in zip(
+                        phase_ts[lo:hi, k].tolist(), phase_dur[lo:hi, k].tolist(), strict=True
+                    )
+                ]
+            )
+        # Each step, then its phases in order: start times never go back on the track.
+        lines = [line for row in zip(*columns, strict=True) for line in row if line]
+        counts["steps"] += hi - lo
+        counts["phases"] += len(lines) - (hi - lo)
+        yield ",\n".join(lines)
 
 
 def _module_events(
@@ -154,18 +187,31 @@ def _module_events(
         start = (block.data["time"][idx] - origin) * 1e6
         dur = np.maximum(np.nan_to_num(block.data["duration"][idx]) * 1e6, 0.0)
         lanes, durations = assign_lanes(start, dur)
-        modules = block.data["module"][idx]
-        types = block.data["type"][idx]
-        steps = block.data["step"][idx]
+        # Few distinct names over many calls: each encoded once.
+        encoded: dict[Any, str] = {}
+        modules = [
+            encoded.get(m) or encoded.setdefault(m, json.dumps(str(m)))
+            for m in block.data["module"][idx].tolist()
+        ]
+        types = [
+            encoded.get(t) or encoded.setdefault(t, json.dumps(str(t)))
+            for t in block.data["type"][idx].tolist()
+        ]
+        steps = block.data["step"][idx].tolist()
+        starts = start.tolist()
         for lane, members in _by_lane(lanes, start, durations):
             tid = base + lane
             name = stage if lane == 0 else f"{stage} ({lane + 1})"
             yield _meta("thread_name", pid, tid, {"name": name})
             yield _meta("thread_sort_index", pid, tid, {"sort_index": tid})
-            for i in members:
-                counts["modules"] += 1
-                args = {"type": types[i], "step": int(steps[i])}
-                yield _slice(str(modules[i]), stage, pid, tid, float(start[i]), durations[i], args)
+            fmt = (
+                f'{{"ph":"X","name":%s,"cat":"{stage}","pid":{pid},"tid":{tid},"ts":%.3f,'
+                '"dur":%.3f,"args":{"type":%s,"step":%d}}'
+            )
+            counts["modules"] += len(members)
+            yield ",\n".join(
+                fmt % (modules[i], starts[i], durations[i], types[i], steps[i]) for i in members
+            )
 
 
 def _collective_events(
@@ -334,6 +380,13 @@ def _instant(
 
 def _meta(name: str, pid: int, tid: int, args: dict[str, Any]) -> str:
     return json.dumps({"ph": "M", "name": name, "pid": pid, "tid": tid, "args": args})
+
+
+def _jtext(value: float) -> str:
+    """A float as JSON text; JSON has no NaN or infinity, so those are strings."""
+    if math.isfinite(value):
+        return repr(value)
+    return '"nan"' if math.isnan(value) else ('"inf"' if value > 0 else '"-inf"')
 
 
 def _jnum(value: Any) -> float | str | None:
