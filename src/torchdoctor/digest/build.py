@@ -79,7 +79,8 @@ def build(
         steps = fetch_steps(execute, marked)
     stats = rank_stats(execute)
     ranks = sorted(set(stats) | set(_ranks_of(execute, "diagnoses")))
-    primary = ranks[0] if ranks else 0
+    # The charts follow the lowest rank that recorded steps (usually rank 0).
+    primary = min(stats) if stats else (ranks[0] if ranks else 0)
     mine = steps_of_rank(steps, primary)
     total = _int(stats[primary]["steps"]) if primary in stats else 0
     digest: dict[str, Any] = {
