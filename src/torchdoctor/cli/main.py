@@ -27,6 +27,8 @@ COMMANDS: tuple[str, ...] = (
     "tables",
     "diagnoses",
     "memory",
+    "report",
+    "export",
     "list",
     "explain",
     "lint",

@@ -242,9 +242,12 @@ STORED: tuple[TableSpec, ...] = tuple(t for t in ALL_TABLES if not t.live)
 
 
 def describe_tables(names: list[str]) -> list[dict[str, Any]]:
+    return describe_specs([BY_NAME[name] for name in names])
+
+
+def describe_specs(specs: list[TableSpec]) -> list[dict[str, Any]]:
     out = []
-    for name in names:
-        spec = BY_NAME[name]
+    for spec in specs:
         out.append(
             {
                 "schema": "python",
