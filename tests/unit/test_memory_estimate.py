@@ -7,7 +7,6 @@ import json
 import pytest
 
 from torchdoctor.diagnose.oom import from_evidence
-from torchdoctor.memory.evidence import OomEvidence
 from torchdoctor.memory.estimate import (
     Breakdown,
     Situation,
@@ -17,6 +16,7 @@ from torchdoctor.memory.estimate import (
     rank_fixes,
     shortfall,
 )
+from torchdoctor.memory.evidence import OomEvidence
 from torchdoctor.memory.oom import parse_message
 from torchdoctor.units import human, parse_size
 
