@@ -166,8 +166,10 @@ class Doctor:
 
     def _watch(self, steps: Any, last: float | None, now: float) -> dict[str, Any] | None:
         """The hang capture, when no step came for the timeout and the main thread stood still."""
-        started = self.session.started
-        idle = now - (last if last is not None else started)
+        if self.session.waiting:
+            return None  # a notebook between cells: waiting for its user is no hang
+        started = max(self.session.started, self.session.resumed)
+        idle = now - (max(last, started) if last is not None else started)
         step_count = int(steps.rows)
         if self._hang_since_step is not None and self._hang_since_step != step_count:
             self._hang_since_step = None  # steps came again: a later hang is a new one

@@ -371,10 +371,10 @@ class Recorder:
         """The optimizer whose steps are the rows of python.steps (held weakly)."""
         self._primary = weakref.ref(optimizer)
 
-    def _opt_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+    def _opt_pre(self, optimizer: Any, args: Any, kwargs: Any) -> Any:
         self._optimizer_calls += 1
         if not self.switch.on:
-            return
+            return None
         self._opt_t0 = time.perf_counter()
         self._forward_ends(self._opt_t0)
         self.phase = "optimizer"
@@ -383,9 +383,35 @@ class Recorder:
                 self._adopt(optimizer)
                 self.train_thread = threading.get_ident()
             if optimizer is self.primary:
+                # args: (optimizer, closure?) as torch passes them to the hooks
+                closure = kwargs.get("closure", args[1] if len(args) > 1 else None)
+                if callable(closure):
+                    return self._check_after(closure, optimizer, args, kwargs)
                 self._check_gradients(optimizer)
         except Exception as exc:
             self.switch.fail(exc)
+        return None
+
+    def _check_after(self, closure: Any, optimizer: Any, args: Any, kwargs: Any) -> Any:
+        """step(closure) (LBFGS, Lightning): the closure runs forward and backward inside the
+        step, so the gradients are checked when it returns, and its time is not optimizer time."""
+        rec = self
+
+        def closure_then_check() -> Any:
+            t0 = time.perf_counter()
+            out = closure()
+            rec._opt_t0 += time.perf_counter() - t0
+            rec.phase = "optimizer"
+            if rec.switch.on:
+                try:
+                    rec._check_gradients(optimizer)
+                except Exception as exc:
+                    rec.switch.fail(exc)
+            return out
+
+        if "closure" in kwargs:
+            return args, {**kwargs, "closure": closure_then_check}
+        return (args[0], closure_then_check, *args[2:]), kwargs
 
     def _opt_post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if not self.switch.on:
