@@ -76,6 +76,8 @@ class TrainingRun:
             self._sent = {_seen(d) for d in current.diagnoses()}
             if model is not None:
                 torchdoctor.watch(model, unwrap_optimizer(optimizer) if optimizer else None)
+            elif current.telemetry is not None:
+                current.telemetry.rediscover()  # this training's optimizer: the next to step
         except Exception as exc:
             warn_once("integration-begin", f"torchdoctor is off for this training: {exc}")
             self.session = None

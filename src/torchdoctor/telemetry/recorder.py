@@ -680,6 +680,17 @@ class Recorder:
             self._hook_roots([model])
         if optimizer is not None:
             self._adopt(optimizer)
+            self._named = True
+
+    _named = False  # watch() named the primary optimizer: rediscover() keeps it
+
+    def rediscover(self) -> None:
+        """A new training may begin here with new objects (a notebook cell run again, another
+        fit of a trainer): the next optimizer that steps becomes the primary, unless watch()
+        named one, and the next step looks for models again."""
+        if not self._named:
+            self._primary = None
+        self._set_global_hooks(True)
 
     def request_trace(self) -> None:
         """Trace the next step (a diagnosis wants per-module detail now)."""
