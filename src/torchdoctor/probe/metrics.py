@@ -31,6 +31,7 @@ from torchdoctor.probe.server import _RequestHandler, _ServerMixin, serve_in_bac
 from torchdoctor.report.prometheus import CONTENT_TYPE, render
 from torchdoctor.store import rundir
 from torchdoctor.store.columns import Block
+from torchdoctor.store.schema import BY_NAME
 
 PHASES = ("data_wait", "forward", "backward", "optimizer", "other")
 # (column of python.steps, metric name, help) for the latest step's gauges
@@ -68,13 +69,13 @@ class Family:
 
 
 class Source(Protocol):
-    """Anything that hands out table blocks: a live process's tables or a saved run."""
+    """Anything that hands out table blocks: a saved run or job (a live process: LiveTables)."""
 
     def block(self, name: str) -> Block: ...
 
 
 class LiveTables:
-    """The stored tables of this process, as snapshots (taken off the training thread)."""
+    """The stored tables of this process, read off the training thread, block by block."""
 
     def __init__(self, tables: Any) -> None:
         self.tables = tables
@@ -82,15 +83,17 @@ class LiveTables:
     def block(self, name: str) -> Block:
         return self.tables[name].snapshot()
 
+    def blocks(self, name: str) -> list[Block]:
+        return list(self.tables[name].blocks())
+
 
 def collect(source: Source, default_rank: int | None = None) -> list[Family]:
     """Every family, per rank. `default_rank` gets zero-valued series before its first step,
     so that alerts on `increase(...)` see the first diagnosis."""
-    steps = source.block("steps")
-    diagnoses = source.block("diagnoses")
-    step_ranks = steps.data["rank"] if steps.rows else np.zeros(0, dtype=np.int64)
-    diag_ranks = diagnoses.data["rank"] if diagnoses.rows else np.zeros(0, dtype=np.int64)
-    ranks = sorted({int(r) for r in step_ranks} | {int(r) for r in diag_ranks})
+    steps = _blocks(source, "steps")
+    diagnoses = Block.concat(BY_NAME["diagnoses"], _blocks(source, "diagnoses"))
+    diag_ranks = diagnoses.data["rank"]
+    ranks = sorted(set().union(*(_distinct(b.data["rank"]) for b in steps), _distinct(diag_ranks)))
     if not ranks and default_rank is not None:
         ranks = [default_rank]
 
@@ -113,22 +116,49 @@ def collect(source: Source, default_rank: int | None = None) -> list[Family]:
     )
     for rank in ranks:
         label = {"rank": str(rank)}
-        mine = np.flatnonzero(step_ranks == rank)
-        steps_total.samples.append((label, float(mine.size)))
-        skipped.samples.append((label, float(steps.data["skipped"][mine].sum())))
+        count, sums, last = 0, dict.fromkeys(("skipped", *PHASES), 0.0), None
+        for block in steps:
+            rows, n, final = _rows_of(block.data["rank"], rank)
+            if n:
+                count += n
+                for column in sums:
+                    sums[column] += float(block.data[column][rows].sum())
+                last = (block, final)
+        steps_total.samples.append((label, float(count)))
+        skipped.samples.append((label, sums["skipped"]))
         for phase in PHASES:
-            total = float(steps.data[phase][mine].sum())
-            phase_total.samples.append(({**label, "phase": phase}, total))
-        if mine.size:
-            last = int(mine[-1])
+            phase_total.samples.append(({**label, "phase": phase}, sums[phase]))
+        if last is not None:
+            block, row = last
             for phase in PHASES:
-                phase_last.samples.append(({**label, "phase": phase}, _value(steps, phase, last)))
+                phase_last.samples.append(({**label, "phase": phase}, _value(block, phase, row)))
             for column, family in latest.items():
-                value = _value(steps, column, last)
+                value = _value(block, column, row)
                 if value is not None:
                     family.samples.append((label, value))
         found.samples.extend(_diagnosis_counts(diagnoses, diag_ranks, rank))
     return [info, steps_total, skipped, *latest.values(), phase_last, phase_total, found]
+
+
+def _blocks(source: Any, name: str) -> list[Block]:
+    many = getattr(source, "blocks", None)
+    blocks = many(name) if many is not None else [source.block(name)]
+    return [b for b in blocks if b.rows]
+
+
+def _distinct(ranks: np.ndarray) -> set[int]:
+    if ranks.size and (ranks == ranks[0]).all():  # one process: no sort, no hash of 1M rows
+        return {int(ranks[0])}
+    return {int(r) for r in np.unique(ranks)}
+
+
+def _rows_of(ranks: np.ndarray, rank: int) -> tuple[Any, int, int]:
+    """(selector, count, index of the last) of one rank's rows: a slice, with no copy, when
+    every row is that rank's (one process); else their indices."""
+    if ranks.size and (ranks == rank).all():
+        return slice(None), int(ranks.size), int(ranks.size) - 1
+    rows = np.flatnonzero(ranks == rank)
+    return rows, int(rows.size), int(rows[-1]) if rows.size else -1
 
 
 def _value(block: Block, column: str, row: int) -> Any:
