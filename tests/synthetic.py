@@ -74,6 +74,9 @@ def write_run(path: Path, steps: int, spike_at: int, nan_at: int, rank: int = 0)
         tables["diagnoses"].append(
             (float(time[at]), int(at), rank, kind, "error", "head", summary, evidence, "fix it")
         )
+    tables["events"].append((T0, 0, "model", json.dumps({"name": "model", "type": "Model"})))
+    for depth, name in enumerate(("", *MODULES[1:])):
+        tables["modules"].append(("model", name, "Linear", 10, 10, "cpu", "float32", min(depth, 1)))
     spiller = Spiller(tables, run)
     spiller.stop()  # writes diagnoses.jsonl and closes
     rundir.write_meta(
@@ -100,12 +103,17 @@ def _trace(traced: np.ndarray, time: np.ndarray, rank: int) -> dict[str, np.ndar
     n = len(traced) * len(MODULES) * 2
     step = np.repeat(traced, len(MODULES) * 2)
     module = np.tile(np.array([*MODULES, *MODULES], dtype=object), len(traced))
-    stage = np.tile(np.array(["forward"] * len(MODULES) + ["backward"] * len(MODULES), dtype=object), len(traced))
+    stage = np.tile(
+        np.array(["forward"] * len(MODULES) + ["backward"] * len(MODULES), dtype=object),
+        len(traced),
+    )
     depth = np.tile(np.array([0, 1, 1, 1, 0, 1, 1, 1]), len(traced))
     duration = np.where(depth == 0, 0.004, 0.001)
     start = np.repeat(time[traced] - 0.009, len(MODULES) * 2)
     offset = np.tile(np.array([0, 0, 0.0011, 0.0022, 0.005, 0.005, 0.0061, 0.0072]), len(traced))
-    types = np.tile(np.array(["Model", "Linear", "Linear", "Linear"] * 2, dtype=object), len(traced))
+    types = np.tile(
+        np.array(["Model", "Linear", "Linear", "Linear"] * 2, dtype=object), len(traced)
+    )
     return {
         "step": step,
         "module": module,

@@ -79,7 +79,8 @@ def build(
         steps = fetch_steps(execute, marked)
     stats = rank_stats(execute)
     ranks = sorted(set(stats) | set(_ranks_of(execute, "diagnoses")))
-    primary = ranks[0] if ranks else 0
+    # The charts follow the lowest rank that recorded steps (usually rank 0).
+    primary = min(stats) if stats else (ranks[0] if ranks else 0)
     mine = steps_of_rank(steps, primary)
     total = _int(stats[primary]["steps"]) if primary in stats else 0
     digest: dict[str, Any] = {
@@ -106,7 +107,9 @@ def build(
 # -- queries ---------------------------------------------------------------------------------
 
 
-def fetch_steps(execute: Execute, keep: Sequence[int] = ()) -> dict[str, np.ndarray]:
+def fetch_steps(
+    execute: Execute, keep: Sequence[int] = (), page: int = PAGE
+) -> dict[str, np.ndarray]:
     """The step rows of every rank, as columns, in pages the live route can answer.
 
     Up to PAGE rows per rank come whole. Past that (a long live run) DuckDB does a first,
@@ -119,10 +122,10 @@ def fetch_steps(execute: Execute, keep: Sequence[int] = ()) -> dict[str, np.ndar
     )
     most = _int(rows[0][0]) if rows else None
     cols = ", ".join(STEP_COLUMNS)
-    if not most or most <= PAGE:
+    if not most or most <= page:
         query = f"SELECT {cols} FROM python.steps ORDER BY rank, step, time"
     else:
-        width = -(-most // FINE_BUCKETS)
+        width = -(-most // min(FINE_BUCKETS, page // 2))
         picks = ", ".join(f"arg_min(i, {c}), arg_max(i, {c})" for c in EXTREME_COLUMNS)
         kept = ", ".join(str(int(k)) for k in keep) or "NULL"
         query = f"""
@@ -142,12 +145,12 @@ def fetch_steps(execute: Execute, keep: Sequence[int] = ()) -> dict[str, np.ndar
     pages: list[dict[str, np.ndarray]] = []
     offset = 0
     while True:
-        sql = f"{query} LIMIT {PAGE} OFFSET {offset}"
+        sql = f"{query} LIMIT {page} OFFSET {offset}"
         names, rows = _run(execute, sql)
         pages.append(_columns(names, rows))
-        if len(rows) < PAGE:
+        if len(rows) < page:
             break
-        offset += PAGE
+        offset += page
     return {c: np.concatenate([p[c] for p in pages]) for c in pages[0]}
 
 

@@ -211,11 +211,10 @@ def _diagnoses(digest: dict[str, Any]) -> str:
         evidence = d.get("evidence") or {}
         short = {k: _value(v) for k, v in evidence.items() if len(_value(v)) <= _SHORT}
         if short:
-            rows = "".join(
-                f"<tr><td>{e(str(k))}</td><td><code>{e(v)}</code></td></tr>"
-                for k, v in short.items()
+            items = "".join(
+                f"<span><i>{e(str(k))}</i> <code>{e(v)}</code></span>" for k, v in short.items()
             )
-            out.append(f'<table class="kv">{rows}</table>')
+            out.append(f'<p class="evidence">{items}</p>')
         for k, v in evidence.items():
             if k not in short:  # long evidence (histories, graphs) folded away
                 out.append(

@@ -7,7 +7,10 @@ inside it; the phases' lengths are measured, their order inside the step is the 
 their exact start times are not recorded. Module calls of traced steps sit on "forward" and
 "backward" threads at their recorded times, spread over as many lanes as it takes for slices on
 one thread to nest properly. Collectives, when the run recorded any, get their own thread;
-diagnoses are instant events. Times are wall-clock microseconds, so ranks line up.
+diagnoses are instant events on a "diagnoses" thread, drawn across the rank. Times are
+microseconds of wall-clock time from one origin for all ranks (so ranks line up), the whole
+second before the first event; otherData.origin_unix_s says which. Absolute Unix
+microseconds would not keep sub-microsecond precision in a double.
 
 Events are written as they are made: a million-step run is never held as a list of dicts.
 """
@@ -15,6 +18,7 @@ Events are written as they are made: a million-step run is never held as a list 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Protocol, TextIO
 
@@ -24,6 +28,7 @@ from torchdoctor.store.columns import Block
 
 STEPS_TID = 1
 COLLECTIVES_TID = 2
+DIAGNOSES_TID = 3
 FORWARD_TID = 10  # lanes 10, 11, ...
 BACKWARD_TID = 100
 COLLECTIVE_LANES = 1000  # more lanes of collectives: 1001, 1002, ...
@@ -32,6 +37,7 @@ LANE_LIMIT = 80  # lanes per stage; deeper nestings share the last one
 SLACK_US = 1.0
 # The order of phases inside a step (see the module docstring).
 PHASE_ORDER = ("data_wait", "forward", "backward", "other", "optimizer")
+_CHUNK = 20_000  # steps formatted per joined chunk
 PHASE_NAMES = {
     "data_wait": "data",
     "forward": "forward",
@@ -59,12 +65,16 @@ def write(tables: Tables, out: TextIO, steps: tuple[int, int] | None = None) -> 
     for block in (trace, diagnoses, collectives):
         if block is not None and block.rows and "rank" in block.data:
             ranks = sorted(set(ranks) | {int(r) for r in np.unique(block.data["rank"])})
-    out.write('{"displayTimeUnit":"ms","otherData":{"producer":"torchdoctor"},"traceEvents":[\n')
+    origin = _origin([step_block, trace, diagnoses, collectives])
+    other = {"producer": "torchdoctor", "origin_unix_s": origin}
+    out.write(f'{{"displayTimeUnit":"ms","otherData":{json.dumps(other)},"traceEvents":[\n')
     first = True
 
     def emit(lines: Iterable[str]) -> None:
         nonlocal first
         for line in lines:
+            if not line:
+                continue
             if not first:
                 out.write(",\n")
             out.write(line)
@@ -72,11 +82,11 @@ def write(tables: Tables, out: TextIO, steps: tuple[int, int] | None = None) -> 
 
     for rank in ranks:
         emit(_metadata(rank, collectives is not None and collectives.rows > 0))
-        emit(_step_events(step_block, rank, steps, counts))
-        emit(_module_events(trace, rank, steps, counts))
+        emit(_step_events(step_block, rank, steps, origin, counts))
+        emit(_module_events(trace, rank, steps, origin, counts))
         if collectives is not None:
-            emit(_collective_events(collectives, rank, steps, counts))
-        emit(_diagnosis_events(diagnoses, rank, counts))
+            emit(_collective_events(collectives, rank, steps, origin, counts))
+        emit(_diagnosis_events(diagnoses, rank, origin, counts))
     out.write("\n]}\n")
     return counts
 
@@ -89,12 +99,13 @@ def _metadata(rank: int, collectives: bool) -> Iterator[str]:
     yield _meta("process_name", pid, 0, {"name": f"rank {rank}"})
     yield _meta("process_sort_index", pid, 0, {"sort_index": rank})
     yield _meta("thread_name", pid, STEPS_TID, {"name": "steps"})
+    yield _meta("thread_name", pid, DIAGNOSES_TID, {"name": "diagnoses"})
     if collectives:
         yield _meta("thread_name", pid, COLLECTIVES_TID, {"name": "collectives"})
 
 
 def _step_events(
-    block: Block, rank: int, window: tuple[int, int] | None, counts: dict[str, int]
+    block: Block, rank: int, window: tuple[int, int] | None, origin: float, counts: dict[str, int]
 ) -> Iterator[str]:
     if not block.rows:
         return
@@ -102,37 +113,66 @@ def _step_events(
     if window is not None:
         mask &= (block.data["step"] >= window[0]) & (block.data["step"] <= window[1])
     idx = np.flatnonzero(mask)
-    end = block.data["time"][idx] * 1e6
+    if not idx.size:
+        return
+    end = (block.data["time"][idx] - origin) * 1e6
     dur = np.maximum(np.nan_to_num(block.data["duration"][idx]) * 1e6, 0.0)
-    start = end - dur
-    order = np.argsort(start, kind="stable")
-    phases = {p: np.maximum(np.nan_to_num(block.data[p][idx]) * 1e6, 0.0) for p in PHASE_ORDER}
-    step_no = block.data["step"][idx]
-    loss = block.data["loss"][idx]
-    grad = block.data["grad_norm"][idx]
+    order = np.argsort(end - dur, kind="stable")
+    idx, end, dur = idx[order], end[order], dur[order]
+    # Clocks are not perfect: a step starts no earlier than the steps before it ended, so
+    # that steps never overlap on their track.
+    before = np.concatenate(([-np.inf], np.maximum.accumulate(end)[:-1]))
+    start = np.maximum(end - dur, before)
+    dur = np.maximum(end - start, 0.0)
+    # Phases laid end to end inside their step, the last ones cut where the step ends.
+    lengths = np.stack(
+        [np.maximum(np.nan_to_num(block.data[p][idx]) * 1e6, 0.0) for p in PHASE_ORDER], axis=1
+    )
+    ends = np.minimum(np.cumsum(lengths, axis=1), dur[:, None])
+    begins = np.concatenate((np.zeros((len(idx), 1)), ends[:, :-1]), axis=1)
+    phase_ts = start[:, None] + begins
+    phase_dur = ends - begins
+    loss = [_jtext(v) for v in block.data["loss"][idx].tolist()]
+    grad = [_jtext(v) for v in block.data["grad_norm"][idx].tolist()]
+    steps = block.data["step"][idx].tolist()
     pid = pid_of(rank)
-    prev_end = -np.inf
-    for i in order.tolist():
-        s, d = float(start[i]), float(dur[i])
-        if s < prev_end:  # clocks are not perfect: never let two steps overlap on the track
-            d = max(0.0, d - (prev_end - s))
-            s = prev_end
-        prev_end = s + d
-        args = {"step": int(step_no[i]), "loss": _jnum(loss[i]), "grad_norm": _jnum(grad[i])}
-        counts["steps"] += 1
-        yield _slice(f"step {int(step_no[i])}", "step", pid, STEPS_TID, s, d, args)
-        at = s
-        for p in PHASE_ORDER:
-            length = min(float(phases[p][i]), s + d - at)
-            if length <= 0:
-                continue
-            counts["phases"] += 1
-            yield _slice(PHASE_NAMES[p], "phase", pid, STEPS_TID, at, length, None)
-            at += length
+    step_fmt = (
+        f'{{"ph":"X","name":"step %d","cat":"step","pid":{pid},"tid":{STEPS_TID},'
+        '"ts":%.3f,"dur":%.3f,"args":{"step":%d,"loss":%s,"grad_norm":%s}}'
+    )
+    starts, durs = start.tolist(), dur.tolist()
+    for lo in range(0, len(steps), _CHUNK):  # formatted in chunks: millions of events stay fast
+        hi = min(lo + _CHUNK, len(steps))
+        columns = [
+            [
+                step_fmt % (n, t, d, n, lv, gv)
+                for n, t, d, lv, gv in zip(
+                    steps[lo:hi], starts[lo:hi], durs[lo:hi], loss[lo:hi], grad[lo:hi], strict=True
+                )
+            ]
+        ]
+        for k, p in enumerate(PHASE_ORDER):
+            fmt = (
+                f'{{"ph":"X","name":"{PHASE_NAMES[p]}","cat":"phase","pid":{pid},'
+                f'"tid":{STEPS_TID},"ts":%.3f,"dur":%.3f}}'
+            )
+            columns.append(
+                [
+                    fmt % (t, d) if d > 0 else ""
+                    for t, d in zip(
+                        phase_ts[lo:hi, k].tolist(), phase_dur[lo:hi, k].tolist(), strict=True
+                    )
+                ]
+            )
+        # Each step, then its phases in order: start times never go back on the track.
+        lines = [line for row in zip(*columns, strict=True) for line in row if line]
+        counts["steps"] += hi - lo
+        counts["phases"] += len(lines) - (hi - lo)
+        yield ",\n".join(lines)
 
 
 def _module_events(
-    block: Block, rank: int, window: tuple[int, int] | None, counts: dict[str, int]
+    block: Block, rank: int, window: tuple[int, int] | None, origin: float, counts: dict[str, int]
 ) -> Iterator[str]:
     if not block.rows:
         return
@@ -144,25 +184,38 @@ def _module_events(
         idx = np.flatnonzero(mask)
         if not idx.size:
             continue
-        start = block.data["time"][idx] * 1e6
+        start = (block.data["time"][idx] - origin) * 1e6
         dur = np.maximum(np.nan_to_num(block.data["duration"][idx]) * 1e6, 0.0)
         lanes, durations = assign_lanes(start, dur)
-        modules = block.data["module"][idx]
-        types = block.data["type"][idx]
-        steps = block.data["step"][idx]
+        # Few distinct names over many calls: each encoded once.
+        encoded: dict[Any, str] = {}
+        modules = [
+            encoded.get(m) or encoded.setdefault(m, json.dumps(str(m)))
+            for m in block.data["module"][idx].tolist()
+        ]
+        types = [
+            encoded.get(t) or encoded.setdefault(t, json.dumps(str(t)))
+            for t in block.data["type"][idx].tolist()
+        ]
+        steps = block.data["step"][idx].tolist()
+        starts = start.tolist()
         for lane, members in _by_lane(lanes, start, durations):
             tid = base + lane
             name = stage if lane == 0 else f"{stage} ({lane + 1})"
             yield _meta("thread_name", pid, tid, {"name": name})
             yield _meta("thread_sort_index", pid, tid, {"sort_index": tid})
-            for i in members:
-                counts["modules"] += 1
-                args = {"type": types[i], "step": int(steps[i])}
-                yield _slice(str(modules[i]), stage, pid, tid, float(start[i]), durations[i], args)
+            fmt = (
+                f'{{"ph":"X","name":%s,"cat":"{stage}","pid":{pid},"tid":{tid},"ts":%.3f,'
+                '"dur":%.3f,"args":{"type":%s,"step":%d}}'
+            )
+            counts["modules"] += len(members)
+            yield ",\n".join(
+                fmt % (modules[i], starts[i], durations[i], types[i], steps[i]) for i in members
+            )
 
 
 def _collective_events(
-    block: Block, rank: int, window: tuple[int, int] | None, counts: dict[str, int]
+    block: Block, rank: int, window: tuple[int, int] | None, origin: float, counts: dict[str, int]
 ) -> Iterator[str]:
     """Collectives, written against the columns the table has (rank, op, a start time, duration,
     and whatever else it records goes into args)."""
@@ -178,7 +231,7 @@ def _collective_events(
     idx = np.flatnonzero(mask)
     if not idx.size:
         return
-    start = block.data[start_col][idx].astype(np.float64) * 1e6
+    start = (block.data[start_col][idx].astype(np.float64) - origin) * 1e6
     has_dur = "duration" in cols
     raw_dur = block.data["duration"][idx].astype(np.float64) if has_dur else np.zeros(idx.size)
     unfinished = ~np.isfinite(raw_dur) | block.null_mask("duration")[idx] if has_dur else None
@@ -202,7 +255,9 @@ def _collective_events(
                 yield _slice(name, "collective", pid, tid, start[i], durations[i], args)
 
 
-def _diagnosis_events(block: Block, rank: int, counts: dict[str, int]) -> Iterator[str]:
+def _diagnosis_events(
+    block: Block, rank: int, origin: float, counts: dict[str, int]
+) -> Iterator[str]:
     if not block.rows:
         return
     pid = pid_of(rank)
@@ -274,6 +329,24 @@ def _by_lane(
 # -- events ----------------------------------------------------------------------------------
 
 
+def _origin(blocks: Sequence[Block | None]) -> float:
+    """The whole Unix second before the earliest time of any event."""
+    earliest = []
+    for block in blocks:
+        if block is None or not block.rows:
+            continue
+        for col in ("time", "start", "start_time"):
+            if col in block.data:
+                values = block.data[col].astype(np.float64)
+                if col == "time" and "duration" in block.data and block.spec.name == "steps":
+                    values = values - np.nan_to_num(block.data["duration"].astype(np.float64))
+                finite = values[np.isfinite(values)]
+                if finite.size:
+                    earliest.append(float(finite.min()))
+                break
+    return float(np.floor(min(earliest))) if earliest else 0.0
+
+
 def pid_of(rank: int) -> int:
     return rank + 1  # pid 0 means "no process" to some viewers
 
@@ -307,6 +380,13 @@ def _instant(
 
 def _meta(name: str, pid: int, tid: int, args: dict[str, Any]) -> str:
     return json.dumps({"ph": "M", "name": name, "pid": pid, "tid": tid, "args": args})
+
+
+def _jtext(value: float) -> str:
+    """A float as JSON text; JSON has no NaN or infinity, so those are strings."""
+    if math.isfinite(value):
+        return repr(value)
+    return '"nan"' if math.isnan(value) else ('"inf"' if value > 0 else '"-inf"')
 
 
 def _jnum(value: Any) -> float | str | None:

@@ -1,8 +1,9 @@
 """Every saved table written out for other tools: Parquet (pyarrow, the `export` extra) or CSV.
 
 Types follow the table's schema (int64, float64, bool, string); NULL stays NULL and NaN stays
-NaN in Parquet. In CSV, NULL is an empty field and non-finite floats are written nan, inf and
--inf, which pandas and polars read back as floats.
+NaN in Parquet. CSV has no NULL: it is an empty field (so NULL and '' look alike in a text
+column); non-finite floats are written nan, inf and -inf, which pandas and polars read back as
+floats; booleans true and false.
 """
 
 from __future__ import annotations

@@ -135,11 +135,13 @@ class JobRun:
 
     def _open_ranks(self) -> list[_Rank]:
         found: list[_Rank] = []
+        explained: set[int] = set()  # ranks left out with a reason already given
         for number, path in rank_dirs(self.path):
             try:
                 run = SavedRun(path)
             except RunNotFound as exc:
                 self.warnings.append(f"rank {number}: {exc}; the other ranks are read")
+                explained.add(number)
                 continue
             said = run.meta.get(RANK)
             if said is not None and _as_int(said) != number:
@@ -158,6 +160,7 @@ class JobRun:
                     f"({r.run.meta['job']!r}, not {ours!r}); left out, the other ranks are read"
                 )
                 found.remove(r)
+                explained.add(r.rank)
         sizes = sorted({s for r in found if (s := _as_int(r.run.meta.get("world_size")))})
         if len(sizes) > 1:
             self.warnings.append(f"the ranks disagree on the world size: {sizes}")
@@ -165,7 +168,7 @@ class JobRun:
         expected = world if world is not None else max((r.rank for r in found), default=-1) + 1
         have = {r.rank for r in found}
         for missing in range(expected):
-            if missing not in have:
+            if missing not in have and missing not in explained:
                 size = f" (world size {world})" if world is not None else ""
                 where = self.path / f"rank{missing}"
                 self.warnings.append(

@@ -20,6 +20,8 @@
     other: "#95a5a6",
   };
   var GROUP = "steps";
+  var LOSS_COLOR = "#2563eb";
+  var GRAD_COLOR = "#ea580c";
 
   function seconds(v) {
     if (v === null || v === undefined) return "-";
@@ -153,7 +155,8 @@
         yAxisIndex: 0,
         showSymbol: false,
         data: pairs(s.step, s.loss),
-        lineStyle: { width: 1.2 },
+        color: LOSS_COLOR,
+        lineStyle: { width: 1.5 },
         markLine: marks(),
       },
       {
@@ -162,6 +165,7 @@
         yAxisIndex: 1,
         showSymbol: false,
         data: pairs(s.step, s.grad_norm),
+        color: GRAD_COLOR,
         lineStyle: { width: 1.2 },
       },
     ];
