@@ -54,7 +54,7 @@ class TorchdoctorCallback(TrainerCallback):
         return self.run.report_path
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self.run.begin(args.output_dir, kwargs.get("model"), kwargs.get("optimizer"))
+        self.run.begin(args.output_dir or ".", kwargs.get("model"), kwargs.get("optimizer"))
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._forward(state, self.run.new_diagnoses())
