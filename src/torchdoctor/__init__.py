@@ -15,6 +15,7 @@ Public API (everything else is private):
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from torchdoctor._version import __version__
@@ -38,7 +39,12 @@ def start(config: Config | None = None, **options: Any) -> Any:
     quiet (the same as the command-line flags and TORCHDOCTOR_* variables)."""
     from torchdoctor import session
 
-    return session.start(config, **options)
+    started = session.start(config, **options)
+    if "IPython" in sys.modules:  # a notebook waits for its user between cells: no hang
+        from torchdoctor.integrations.notebook import current_shell, watch_cells
+
+        watch_cells(current_shell())
+    return started
 
 
 def stop() -> None:
@@ -83,6 +89,14 @@ def configure(**changes: Any) -> dict[str, Any]:
     if current is None:
         raise RuntimeError("torchdoctor is not running in this process")
     return current.configure(**changes)
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """`%load_ext torchdoctor`: start the probe and add `%torchdoctor status|diagnoses|query|
+    report` (see torchdoctor.integrations.notebook)."""
+    from torchdoctor.integrations.notebook import load_ipython_extension as load
+
+    load(ipython)
 
 
 def explain(error: BaseException | str) -> Any:

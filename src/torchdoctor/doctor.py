@@ -36,6 +36,8 @@ class Host(Protocol):
     tables: Tables
     config: Config  # read live: hang_timeout may change on a running probe
     started: float  # when the probe started (Unix seconds)
+    waiting: bool  # a notebook between cells waits for its user: no hang then
+    resumed: float  # silence counts towards a hang from no earlier than this
 
     @property
     def telemetry(self) -> TrainingView | None:
@@ -168,8 +170,10 @@ class Doctor:
 
     def _watch(self, steps: Any, last: float | None, now: float) -> HangCapture | None:
         """The hang capture, when no step came for the timeout and the main thread stood still."""
-        started = self.host.started
-        idle = now - (last if last is not None else started)
+        if self.host.waiting:
+            return None  # a notebook between cells: waiting for its user is no hang
+        started = max(self.host.started, self.host.resumed)
+        idle = now - (max(last, started) if last is not None else started)
         step_count = int(steps.rows)
         if self._hang_since_step is not None and self._hang_since_step != step_count:
             self._hang_since_step = None  # steps came again: a later hang is a new one

@@ -23,6 +23,7 @@ from torchdoctor._failsafe import warn_once
 from torchdoctor._version import __version__
 from torchdoctor.config import Config, from_env, parse_listen
 from torchdoctor.doctor import Doctor
+from torchdoctor.probe.metrics import start_metrics_server
 from torchdoctor.probe.routes import build_routes
 from torchdoctor.probe.server import TcpServer, UnixServer, serve_in_background
 from torchdoctor.sql.engine import SqlEngine
@@ -106,6 +107,9 @@ class Session:
         self.doctor: Doctor | None = None
         self.token: str | None = None
         self.tcp_address: tuple[str, int] | None = None
+        self.metrics_address: str | None = None  # HOST:PORT of /metrics, once it serves
+        self.waiting = False  # a notebook between cells waits for its user: no hang then
+        self.resumed = self.started  # silence counts towards a hang from no earlier than this
         self._servers: list[Any] = []
         self._cancel_torch_wait = lambda: None
         self._stopped = False
@@ -142,6 +146,11 @@ class Session:
             self.tcp_address = (host, int(tcp.server_address[1]))
             rundir.write_token(self.run_dir, self.token)
             serve_in_background(tcp, "torchdoctor-tcp")
+        if self.config.metrics:
+            metrics = start_metrics_server(self)  # None (with a warning) when it cannot serve
+            if metrics is not None:
+                self._servers.append(metrics)
+                self.metrics_address = metrics.address
         if path is not None:
             registry.register(self.pid, self.registry_entry(path))
 
@@ -250,6 +259,8 @@ class Session:
                 meta["steps"] = self.telemetry.steps_done
         if self.tcp_address:
             meta["tcp"] = f"{self.tcp_address[0]}:{self.tcp_address[1]}"
+        if self.metrics_address:
+            meta["metrics"] = self.metrics_address
         try:
             rundir.write_meta(self.run_dir, meta)
         except OSError as exc:
@@ -269,7 +280,24 @@ class Session:
             out.update(self.telemetry.status())
         if self.tcp_address:
             out["tcp"] = f"{self.tcp_address[0]}:{self.tcp_address[1]}"
+        if self.metrics_address:
+            out["metrics"] = self.metrics_address
         return out
+
+    def diagnoses(self) -> list[Any]:
+        """The diagnoses found so far (Diagnosis records)."""
+        return self.doctor.found() if self.doctor is not None else []
+
+    def flush(self) -> None:
+        """Write what the tables hold now to the run directory (a report of a live run)."""
+        self.spiller.flush()
+
+    def set_waiting(self, waiting: bool) -> None:
+        """A notebook between cells waits for its user, not on its training: the hang watchdog
+        stands down while waiting, and counts silence again from when a cell starts."""
+        if not waiting:
+            self.resumed = time.time()
+        self.waiting = waiting
 
     def table_names(self) -> list[str]:
         return [spec.name for spec in ALL_TABLES]

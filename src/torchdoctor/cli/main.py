@@ -29,6 +29,7 @@ COMMANDS: tuple[str, ...] = (
     "memory",
     "report",
     "export",
+    "metrics",
     "list",
     "explain",
     "lint",

@@ -100,6 +100,7 @@ class Recorder:
         self._pending_roots: list[Any] = []
         self._setup_memory_done = False
         self._closure_checked = False
+        self._named = False  # watch() named the primary optimizer: rediscover() keeps it
         self._backward_end = 0.0
         self._scanned = False  # looked for models in the training code's frames
         self._cycle_params: tuple[int, list[Any]] = (-1, [])
@@ -206,6 +207,19 @@ class Recorder:
             self._hook_roots([model])
         if optimizer is not None:
             self._adopt(optimizer)
+            self._named = True
+
+    def rediscover(self) -> None:
+        """A new training may begin here with new objects (a notebook cell run again, another
+        fit of a trainer): the next optimizer that steps becomes the primary, unless watch()
+        named one, and the next step looks for models again."""
+        if not self._named:
+            self._primary = None
+            self.mode = CYCLE
+        self._scanned = False
+        self.discovering = True
+        if not self.compiled:
+            self.set_global_hooks(True)
 
     def manual_step(self, loss: Any = None) -> None:
         """torchdoctor.step(): the end of a step in a loop the script marks itself."""

@@ -55,17 +55,17 @@ class StepState:
         self.autocast: list[tuple[str, Any]] = []  # autocast contexts at the first model call
 
     def step_losses(self) -> list[Any]:
-        """The losses this step reports: those of the primary optimizer's backward() calls, or
-        the first closure evaluation (LBFGS's loss before its update)."""
-        own = self.losses[self.claimed :]
-        if own:
-            return own
-        return self.closure_losses[:1]
+        """The losses this step reports: those of the primary optimizer's backward() calls,
+        and of the first closure evaluation inside its step() (LBFGS evaluates the closure
+        several times: the first is the loss before its update; a trainer that accumulates
+        gradients runs the last micro-batch's closure inside step())."""
+        return self.losses[self.claimed :] + self.closure_losses[:1]
 
     def claim(self) -> list[Any]:
         """Another optimizer's step takes the losses backward() ran on since the last claim."""
-        out = self.losses[self.claimed :] or self.closure_losses[:1]
+        out = self.losses[self.claimed :] + self.closure_losses[:1]
         self.claimed = len(self.losses)
+        self.closure_losses = []
         return out
 
     def absorb(self, later: StepState) -> StepState:
