@@ -126,8 +126,14 @@ class Frame:
         return f"{where} in {self.func}" if self.func else where
 
 
+# A progress bar redrawn with carriage returns leaves the next rank's line glued to it once
+# the log is pasted: "  0%|     | 0/3100 [00:00<?, ?it/s][rank1]: Traceback (most recent ...".
+_GLUED = re.compile(r"^.*?(?:it/s|s/it)\]\s*(?=\[(?:rank|Rank|RANK)\s*\d+\]:)")
+
+
 def _strip(raw: str) -> tuple[str, int | None, str | None]:
     text = _ANSI.sub("", raw).rstrip().replace("\t", "    ")
+    text = _GLUED.sub("", text, count=1)
     rank: int | None = None
     level: str | None = None
     for _ in range(10):
