@@ -29,6 +29,7 @@ COMMANDS: tuple[str, ...] = (
     "memory",
     "list",
     "explain",
+    "ckpt",
     "lint",
     "batch-size",
     "demo",
