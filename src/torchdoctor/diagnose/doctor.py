@@ -33,6 +33,8 @@ MODULES: tuple[str, ...] = (
     "hang",
     "memory_leak",
     "oom",
+    "recompilation",
+    "graph_break",
 )
 
 TICK = 1.0
@@ -132,6 +134,7 @@ class Doctor:
             now=now,
             last_step_time=last,
             hang=hang,
+            compile=tables["compile"].snapshot(),
         )
 
     def report(self, diagnosis: Diagnosis) -> bool:
