@@ -23,7 +23,7 @@ STORM = 4
 MAX_VALUES = 20
 
 _LIBRARY = re.compile(r"[/\\](?:torch|site-packages|dist-packages)[/\\]")
-_SIZE = re.compile(r"tensor '(?P<name>[^']+)' size mismatch at index (?P<dim>\d+)")
+_SIZE = re.compile(r"tensor '(?P<name>.+?)' size mismatch at index (?P<dim>\d+)")
 _VALUES = re.compile(r"expected (?P<expected>[^,\s]+),? actual (?P<actual>\S+)")
 _EQUALS = re.compile(r"(?P<name>L\[[^\]]+\](?:\.\w+)*|[\w.]+) == (?P<value>[^\s#]+)")
 

@@ -26,6 +26,7 @@ GENERIC_FIRST_STEPS: tuple[str, ...] = (
 )
 
 ALSO_PLAIN_LINES = 500  # how far back plain lines are searched for other errors
+MIN_RANK_LINES = 500  # plain lines searched per rank in a job's log, at least
 
 _RANK_IN_MESSAGE = (
     r"\[(?:PG \S+ )?Rank (\d+)\]",
@@ -104,12 +105,14 @@ def _rank(block: extract.Block, message: str) -> int | None:
     return None
 
 
-def _choose(lines: list[extract.Line]) -> tuple[_Match | None, list[_Match]]:
+def _choose(
+    lines: list[extract.Line], limit: int = extract.MAX_PLAIN_CANDIDATES
+) -> tuple[_Match | None, list[_Match]]:
     """The error that matters, and the other recognised errors in the text.
 
     The last recognised exception wins, except that a consequence (an NCCL watchdog timeout,
     a peer that hung up) gives way to a root error found elsewhere in the text."""
-    exception_blocks, plain_lines = extract.candidates(lines)
+    exception_blocks, plain_lines = extract.candidates(lines, limit)
     found: list[_Match] = []
     for block in exception_blocks:
         m = _match(block)
@@ -133,7 +136,7 @@ def _choose(lines: list[extract.Line]) -> tuple[_Match | None, list[_Match]]:
     if primary is not None:
         # Other errors told in plain log lines (an NCCL watchdog record, a kernel assert).
         covered = {line.index for m in found for line in m.block.lines}
-        for line in plain_lines[:ALSO_PLAIN_LINES]:
+        for line in plain_lines[: min(ALSO_PLAIN_LINES, limit)]:
             if line.index not in covered:
                 m = _match_line(lines, line)
                 if m is not None:
@@ -304,9 +307,11 @@ class _RankError:
         return self.match.block.line_at(self.match.offset).index
 
 
-def _rank_error(lines: list[extract.Line], keep: set[int], rank: int | None) -> _RankError | None:
-    view = torchrun.masked(lines, keep)
-    primary, others = _choose(view)
+def _rank_error(
+    masker: torchrun.Masker, keep: set[int], rank: int | None, limit: int
+) -> _RankError | None:
+    view = masker.view(keep)
+    primary, others = _choose(view, limit)
     covered = {line.index for m in [primary, *others] if m for line in m.block.lines}
     exception = None
     for index in sorted(keep, reverse=True):
@@ -358,7 +363,11 @@ def _explain_job(lines: list[extract.Line], job: torchrun.JobLog) -> Explanation
         if keep is not None:
             keep.add(line.index)
     groups.append((None, unranked))
-    errors = [e for r, keep in groups if keep and (e := _rank_error(lines, keep, r))]
+    # Plain lines are matched against the whole catalog: the budget of a single log is
+    # shared among the ranks (each rank's last lines, where it failed, come first).
+    limit = max(MIN_RANK_LINES, extract.MAX_PLAIN_CANDIDATES // len(groups))
+    masker = torchrun.Masker(lines)
+    errors = [e for r, keep in groups if keep and (e := _rank_error(masker, keep, r, limit))]
     errors.sort(key=lambda e: e.index)
     root_failure = job.root_failure
     fields: Fields = {}
@@ -366,7 +375,7 @@ def _explain_job(lines: list[extract.Line], job: torchrun.JobLog) -> Explanation
     if root is None and root_failure is not None:
         # Every rank's own error is a consequence (or there is none): the launcher's summary
         # may name the cause (a SIGKILL, a traceback recorded with @record).
-        entry = _rank_error(lines, set(root_failure.lines), root_failure.rank)
+        entry = _rank_error(masker, set(root_failure.lines), root_failure.rank, limit)
         if entry is not None and entry.match is not None and not entry.match.entry.secondary:
             root = entry
             fields.update(_failure_fields(root_failure))
@@ -377,11 +386,11 @@ def _explain_job(lines: list[extract.Line], job: torchrun.JobLog) -> Explanation
         if calls is not None:
             fields["calls_by_rank"] = calls
     if root is None and root_failure is not None:
-        root = _rank_error(lines, set(root_failure.lines), root_failure.rank)
+        root = _rank_error(masker, set(root_failure.lines), root_failure.rank, limit)
         fields.update(_failure_fields(root_failure))
     if root is None:
         # Only the launcher's records: "failed (exitcode: -9) local_rank: 5 ...".
-        root = _rank_error(lines, job.launcher, None)
+        root = _rank_error(masker, job.launcher, None, limit)
     if root is None:
         return unknown(text, lines)
     rank = root.rank

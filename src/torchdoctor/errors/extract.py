@@ -203,9 +203,11 @@ def block_at(lines: list[Line], index: int) -> Block:
     return Block(tuple(taken), exception_name(first.text))
 
 
-def candidates(lines: list[Line]) -> tuple[list[Block], list[Line]]:
+def candidates(
+    lines: list[Line], limit: int = MAX_PLAIN_CANDIDATES
+) -> tuple[list[Block], list[Line]]:
     """Exception blocks from the last to the first, then every other line (last first, at most
-    MAX_PLAIN_CANDIDATES of them; `block_at` gives the block of one that matters)."""
+    `limit` of them; `block_at` gives the block of one that matters)."""
     exceptions: list[Block] = []
     plain: list[Line] = []
     for line in reversed(lines):
@@ -213,7 +215,7 @@ def candidates(lines: list[Line]) -> tuple[list[Block], list[Line]]:
             continue
         if exception_name(line.text) is not None:
             exceptions.append(block_at(lines, line.index))
-        elif len(plain) < MAX_PLAIN_CANDIDATES:
+        elif len(plain) < limit:
             plain.append(line)
     return exceptions, plain
 

@@ -235,10 +235,14 @@ def parse(lines: list[Line]) -> JobLog | None:
     return job
 
 
-def masked(lines: list[Line], keep: set[int]) -> list[Line]:
-    """`lines` with every line outside `keep` blanked: same indices, so blocks and tracebacks
-    of the kept lines read as before."""
-    return [
-        line if line.index in keep else Line(line.index, "", line.raw, line.rank, True)
-        for line in lines
-    ]
+class Masker:
+    """Views of `lines` with every line outside a selection blanked: same indices, so blocks
+    and tracebacks of the kept lines read as before. The blank lines are made once."""
+
+    def __init__(self, lines: list[Line]) -> None:
+        self.lines = lines
+        self._blank = [Line(line.index, "", line.raw, line.rank, True) for line in lines]
+
+    def view(self, keep: set[int]) -> list[Line]:
+        blank = self._blank
+        return [line if line.index in keep else blank[line.index] for line in self.lines]
