@@ -126,11 +126,10 @@ def test_clean_compiled_script(env: dict[str, str], tmp_path: Path) -> None:
 def test_a_script_that_never_compiles(env: dict[str, str], tmp_path: Path) -> None:
     # torch.optim imports torch._dynamo by itself here, so the hooks attach; they only act
     # when Dynamo compiles, which this script never does.
-    out = run(env, tmp_path / "td", "eager")
-    plain = run(env, tmp_path / "plain", "eager", "--plain")
-    assert out.stdout == plain.stdout
-    assert compile_rows(env, tmp_path / "td") == []
-    assert compile_findings(diagnoses(tmp_path / "td")) == []
+    out = run(env, tmp_path, "eager")
+    assert "dynamo imported True" in out.stdout
+    assert compile_rows(env, tmp_path) == []
+    assert compile_findings(diagnoses(tmp_path)) == []
 
 
 @pytest.mark.slow

@@ -12,11 +12,20 @@ from torchdoctor.store.columns import Block
 from torchdoctor.store.schema import COMPILE, STEPS
 
 
-def _inputs(rows: list[dict[str, Any]]) -> Inputs:
+def _steps(n: int) -> Block:
+    """n rows of python.steps (steps 0..n-1); only `step` matters here."""
+    types = {"int": 0, "float": 0.0, "bool": False, "str": ""}
+    rows = [
+        tuple(i if c.name == "step" else types[c.type] for c in STEPS.columns) for i in range(n)
+    ]
+    return Block.from_rows(STEPS, rows)
+
+
+def _inputs(rows: list[dict[str, Any]], steps: int = 0, age: float = 10.0) -> Inputs:
     names = COMPILE.column_names
-    base = {n: None for n in names} | {"time": time.time(), "rank": 0, "count": 1}
+    base = {n: None for n in names} | {"time": time.time() - age, "rank": 0, "count": 1}
     block = Block.from_rows(COMPILE, [tuple((base | r)[n] for n in names) for r in rows])
-    return Inputs(Block.empty(STEPS), Block.empty(STEPS), [], None, time.time(), compile=block)
+    return Inputs(_steps(steps), Block.empty(STEPS), [], None, time.time(), compile=block)
 
 
 def _recompiles(n: int, guard: str, frame: int = 0, **extra: Any) -> list[dict[str, Any]]:
@@ -114,3 +123,10 @@ def test_graph_breaks_by_place() -> None:
     assert "torch.where" in found[1].fix[0]
     assert found[2].severity == "info"
     assert graph_break.diagnose(_inputs([])) == []
+
+
+def test_a_graph_break_is_reported_once_its_step_is_over() -> None:
+    rows = [{"kind": "graph_break", "location": "t.py:3", "reason": "x", "step": 4}]
+    assert graph_break.diagnose(_inputs(rows, steps=4, age=0)) == []  # step 4 still running
+    assert len(graph_break.diagnose(_inputs(rows, steps=5, age=0))) == 1
+    assert len(graph_break.diagnose(_inputs(rows, steps=0, age=10))) == 1  # quiet for long

@@ -19,6 +19,10 @@ from torchdoctor.diagnose.recompilation import records
 from torchdoctor.diagnose.record import Diagnosis
 
 MAX_PLACES = 5
+# A break's compilation may go on after it (the rest of the function is compiled when first
+# run, and may break again): a place is reported once the step it happened in is over, or
+# once nothing new came for SETTLE seconds, so that one report holds all its reasons.
+SETTLE = 2.0
 EXPLAIN = (
     "torch._dynamo.explain(fn)(*args) lists every break of a function; "
     "TORCH_LOGS=graph_breaks prints them as they happen"
@@ -80,12 +84,22 @@ def classify(reason: str) -> tuple[str, list[str]]:
     )
 
 
+def _settled(group: list[dict[str, Any]], inputs: Inputs) -> bool:
+    last_step = int(inputs.column("step")[-1]) if inputs.steps.rows else None
+    steps = [r["step"] for r in group]
+    if last_step is not None and all(s is not None and s <= last_step for s in steps):
+        return True
+    return inputs.now - max(r["time"] for r in group) >= SETTLE
+
+
 def diagnose(inputs: Inputs) -> list[Diagnosis]:
     rows = records(inputs, "graph_break")
     places: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
     for row in rows:
         places[row["location"] or row["code"] or "?"].append(row)
-    ranked = sorted(places.items(), key=lambda kv: -len(kv[1]))
+    ranked = sorted(
+        ((p, g) for p, g in places.items() if _settled(g, inputs)), key=lambda kv: -len(kv[1])
+    )
     return [_diagnosis(place, group, len(places)) for place, group in ranked[:MAX_PLACES]]
 
 

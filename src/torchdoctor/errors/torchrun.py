@@ -73,16 +73,6 @@ class Failure:
             return None
         return SIGNALS.get(-self.exitcode, f"signal {-self.exitcode}")
 
-    def describe(self) -> str:
-        what = [f"rank {self.rank}" if self.rank is not None else "a worker"]
-        if self.host:
-            what.append(f"on {self.host}")
-        if self.exitcode is not None:
-            what.append(f"exit code {self.exitcode}")
-        if self.signal:
-            what.append(f"({self.signal})")
-        return " ".join(what)
-
 
 @dataclass
 class JobLog:
@@ -95,9 +85,6 @@ class JobLog:
     @property
     def root_failure(self) -> Failure | None:
         return next((f for f in self.failures if f.root), None)
-
-    def failed_ranks(self) -> list[int]:
-        return [f.rank for f in self.failures if f.rank is not None]
 
 
 def _raw(line: Line) -> str:
