@@ -136,6 +136,7 @@ class Doctor:
             now=now,
             last_step_time=last,
             hang=hang,
+            compile=tables["compile"].snapshot(),
         )
 
     def report(self, diagnosis: Diagnosis) -> bool:

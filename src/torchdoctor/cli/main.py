@@ -32,6 +32,7 @@ COMMANDS: tuple[str, ...] = (
     "metrics",
     "list",
     "explain",
+    "ckpt",
     "lint",
     "batch-size",
     "demo",

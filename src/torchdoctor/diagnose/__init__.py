@@ -21,6 +21,8 @@ MODULES: tuple[str, ...] = (
     "hang",
     "memory_leak",
     "oom",
+    "recompilation",
+    "graph_break",
 )
 
 

@@ -31,6 +31,7 @@ class Inputs:
     now: float  # wall-clock time of this pass
     last_step_time: float | None = None  # wall-clock time of the last step, if any
     hang: HangCapture | None = None  # the watchdog's capture when no step came for long
+    compile: Block | None = None  # python.compile: torch.compile events
 
     def column(self, name: str) -> np.ndarray:
         return self.steps.data[name]

@@ -126,8 +126,14 @@ class Frame:
         return f"{where} in {self.func}" if self.func else where
 
 
+# A progress bar redrawn with carriage returns leaves the next rank's line glued to it once
+# the log is pasted: "  0%|     | 0/3100 [00:00<?, ?it/s][rank1]: Traceback (most recent ...".
+_GLUED = re.compile(r"^.*?(?:it/s|s/it)\]\s*(?=\[(?:rank|Rank|RANK)\s*\d+\]:)")
+
+
 def _strip(raw: str) -> tuple[str, int | None, str | None]:
     text = _ANSI.sub("", raw).rstrip().replace("\t", "    ")
+    text = _GLUED.sub("", text, count=1)
     rank: int | None = None
     level: str | None = None
     for _ in range(10):
@@ -197,9 +203,11 @@ def block_at(lines: list[Line], index: int) -> Block:
     return Block(tuple(taken), exception_name(first.text))
 
 
-def candidates(lines: list[Line]) -> tuple[list[Block], list[Line]]:
+def candidates(
+    lines: list[Line], limit: int = MAX_PLAIN_CANDIDATES
+) -> tuple[list[Block], list[Line]]:
     """Exception blocks from the last to the first, then every other line (last first, at most
-    MAX_PLAIN_CANDIDATES of them; `block_at` gives the block of one that matters)."""
+    `limit` of them; `block_at` gives the block of one that matters)."""
     exceptions: list[Block] = []
     plain: list[Line] = []
     for line in reversed(lines):
@@ -207,7 +215,7 @@ def candidates(lines: list[Line]) -> tuple[list[Block], list[Line]]:
             continue
         if exception_name(line.text) is not None:
             exceptions.append(block_at(lines, line.index))
-        elif len(plain) < MAX_PLAIN_CANDIDATES:
+        elif len(plain) < limit:
             plain.append(line)
     return exceptions, plain
 

@@ -50,6 +50,9 @@ def render_text(explanation: Any, brief: bool = False) -> str:
     head = f"{e.category}: {e.title}" if e.recognised else e.title
     out.append(head)
     out.append(_wrap(e.summary))
+    origin = _origin(e)
+    if origin:
+        out.append(f"  ({origin})")
     if e.recognised:
         out += ["", "What it means", _wrap(e.meaning)]
     lines = field_lines(e.fields)
@@ -72,13 +75,28 @@ def render_text(explanation: Any, brief: bool = False) -> str:
     if e.also:
         out += ["", "Also in this text"]
         for other in e.also:
-            rank = f" (rank {other['rank']})" if other.get("rank") is not None else ""
-            out.append(_wrap(f"{other['category']}{rank}: {other['line']}", "      ", "  - "))
+            where = []
+            if other.get("rank") is not None:
+                where.append(f"rank {other['rank']}")
+            if other.get("line_number") is not None:
+                where.append(f"line {other['line_number']}")
+            said = f" ({', '.join(where)})" if where else ""
+            out.append(_wrap(f"{other['category']}{said}: {other['line']}", "      ", "  - "))
     if e.matched:
         out += ["", _wrap(e.matched, "    ", "Matched: ")]
     if not e.recognised:
         out += ["", "If this error deserves an entry, the catalog lives in torchdoctor/errors/."]
     return "\n".join(out)
+
+
+def _origin(e: Any) -> str | None:
+    """Where the error was read: "from rank 1, line 23" (the rank when the text names it)."""
+    rank, line = getattr(e, "rank", None), getattr(e, "line", None)
+    if rank is not None and line is not None:
+        return f"from rank {rank}, line {line}"
+    if line is not None and line > 1:
+        return f"from line {line}"
+    return None
 
 
 def _brief(e: Any) -> str:

@@ -224,6 +224,26 @@ EVENTS = TableSpec(
     capacity=100_000,
 )
 
+COMPILE = TableSpec(
+    "compile",
+    "a torch.compile event: a function compiled or recompiled, a graph break, the recompile limit",
+    (
+        _c("time", FLOAT),
+        _c("step", INT, "the step in progress (NULL before the first)", nullable=True),
+        _c("rank", INT),
+        _c("kind", STR, "compile, recompile, graph_break or recompile_limit"),
+        _c("function", STR, "the compiled function's name", nullable=True),
+        _c("code", STR, "file:line where the compiled function starts", nullable=True),
+        _c("location", STR, "user file:line: of the graph break; of the call that compiled", True),
+        _c("reason", STR, "graph break: why; recompile: the guard that failed", nullable=True),
+        _c("detail", STR, "dynamo's explanation and hints (graph breaks)", nullable=True),
+        _c("compile_id", STR, "dynamo's frame/compile id, e.g. 0/3", nullable=True),
+        _c("count", INT, "occurrences so far of this kind, function, location and reason"),
+        _c("duration", FLOAT, "compile time in seconds (compile, recompile)", nullable=True),
+    ),
+    capacity=100_000,
+)
+
 ALL_TABLES: tuple[TableSpec, ...] = (
     BACKTRACE,
     THREADS,
@@ -236,6 +256,7 @@ ALL_TABLES: tuple[TableSpec, ...] = (
     TENSORS,
     DIAGNOSES,
     EVENTS,
+    COMPILE,
 )
 BY_NAME: dict[str, TableSpec] = {t.name: t for t in ALL_TABLES}
 STORED: tuple[TableSpec, ...] = tuple(t for t in ALL_TABLES if not t.live)

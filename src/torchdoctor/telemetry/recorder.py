@@ -29,7 +29,7 @@ from typing import Any, Protocol
 from torchdoctor._failsafe import Switch, warn_once
 from torchdoctor._json import dumps
 from torchdoctor.frames import user_frame
-from torchdoctor.telemetry import discovery, gradients, torch_hooks
+from torchdoctor.telemetry import compile_events, discovery, gradients, torch_hooks
 from torchdoctor.telemetry.clock import CpuClock, CudaClock
 from torchdoctor.telemetry.gradient_check import Check, GradientCheck, guard_update
 from torchdoctor.telemetry.invisible import compile_in_use
@@ -114,6 +114,9 @@ class Recorder:
         from torchdoctor.telemetry.nan_replay import NanLocalizer
 
         NanLocalizer(self)
+        # torch.compile's own events (graph breaks, recompilations), once Dynamo is imported
+        watch = compile_events.install(self.tables, lambda: self.step, self.rank)
+        self.hooks.on_remove(watch.remove)
         self.hooks.on_remove(self._root_hooks.remove)
         self.hooks.on_remove(lambda: self.set_global_hooks(False))
         self.memory.start()
