@@ -52,6 +52,7 @@ def test_modern_syntax_is_lowered_on_the_same_lines() -> None:
         ("print 'hello'\n", 1),
         ("type X = int\nok = 1\nbroken = (1,\n", 3),
         ("x = 1\ntargets.cuda(async=True)\n", 2),
+        ("print('epoch %d'\n#   % (1,))\n\n\nz = 1\nw = 2\n", 1),  # reported where it opens
     ],
 )
 def test_real_syntax_errors_stay_td000(source: str, line: int) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import codecs
 import io
+import re
 import tokenize
 import warnings
 from dataclasses import dataclass
@@ -66,9 +67,11 @@ def parse(source: str, path: str = "<string>") -> ast.Module | SyntaxProblem:
     try:
         module = libcst.parse_module(source)
     except libcst.ParserSyntaxError as exc:
-        # LibCST places an error at the token after it (often the next line); the
-        # interpreter's message is the better one when both point at the same place.
-        if native.line >= exc.raw_line - 1:
+        # The interpreter's message and position are the better ones, unless it stopped
+        # at newer syntax before the real error.
+        lines = source.splitlines()
+        stopped_at = lines[native.line - 1] if 0 < native.line <= len(lines) else ""
+        if native.line >= exc.raw_line - 1 or not _MODERN.search(stopped_at):
             return native
         return SyntaxProblem(exc.raw_line, exc.raw_column + 1, "cannot parse: invalid syntax")
     except Exception as exc:  # LibCST's own limits (recursion): trust the interpreter
@@ -77,6 +80,13 @@ def parse(source: str, path: str = "<string>") -> ast.Module | SyntaxProblem:
         return _ast(module.visit(_Lower()).code, path)
     except (SyntaxError, ValueError) as exc:
         raise LoweringFailed(f"{type(exc).__name__}: {exc}") from None
+
+
+# Lines that an older interpreter rejects for their syntax alone.
+_MODERN = re.compile(
+    r"^\s*type\s+\w+|^\s*(?:async\s+)?def\s+\w+\s*\[|^\s*class\s+\w+\s*\[|except\s*\*"
+    r"|\b[fFtT][rR]?['\"]|\b[rR][fFtT]['\"]"
+)
 
 
 def _ast(source: str, path: str) -> ast.Module:
