@@ -409,12 +409,12 @@ def _own_denominator(ctx: FileContext, left: ast.AST, right: ast.AST) -> str | N
     return kind if of is not None and text(of) == text(left) else None
 
 
-_ZEROING_CALLS = {"relu", "relu_", "masked_fill", "masked_fill_", "zeros", "zeros_like"}
+_ZEROING_CALLS = {"relu", "relu_", "masked_fill", "masked_fill_"}
 
 
 def _zeroing(ctx: FileContext, value: ast.AST) -> bool:
     """An expression that can leave whole rows at exactly 0: a mask product, relu,
-    masked_fill, clamp(min=0), a comparison turned into numbers, torch.zeros."""
+    masked_fill, clamp(min=0), a comparison turned into numbers."""
     for n in ast.walk(value):
         if (
             isinstance(n, ast.BinOp)
@@ -495,7 +495,13 @@ def _guarded_by_check(ctx: FileContext, node: ast.AST, left: ast.AST, scope: ast
             and n.lineno < line
             and mentions(n.test)
             and n.body
-            and isinstance(n.body[-1], (ast.Return, ast.Continue, ast.Raise, ast.Break))
+            and (
+                isinstance(n.body[-1], (ast.Return, ast.Continue, ast.Raise, ast.Break))
+                or any(  # `if x.sum() <= 0: x = fallback`: the zero case repaired
+                    isinstance(b, ast.Assign) and name in {text(t) for t in b.targets}
+                    for b in n.body
+                )
+            )
         ):
             return True
     return False
