@@ -130,7 +130,31 @@ DEPRECATED_VARIABLE = Rule(
     check=_variable,
 )
 
-_SCALAR_NAME = re.compile(r"(?i)loss|cost|acc|correct|total|error|score")
+_LOSS_NAME = re.compile(r"(?i)loss|cost")
+_REDUCTIONS = ("sum", "mean", "item", "norm")
+
+
+def _reduced(node: ast.AST | None) -> bool:
+    """x.sum() / x.mean() / (a == b).float().mean() with no dim: a 0-dim result."""
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in _REDUCTIONS
+        and not node.args
+        and not node.keywords
+    )
+
+
+def _zero_dim(ctx: FileContext, owner: ast.AST) -> bool:
+    """A loss (by name), a reduction without dim, or a name last assigned one."""
+    if _LOSS_NAME.search(terminal(owner) or "") or _reduced(owner):
+        return True
+    if isinstance(owner, ast.Name):
+        value = ctx.value_before(ctx.scope(owner), owner.id, getattr(owner, "lineno", 0))
+        while isinstance(value, ast.BinOp):  # correct.float() / n
+            value = value.left
+        return _reduced(value)
+    return False
 
 
 def _zero_dim_index(ctx: FileContext) -> Iterator[Hit]:
@@ -141,16 +165,11 @@ def _zero_dim_index(ctx: FileContext) -> Iterator[Hit]:
         data = n.value
         if not (isinstance(data, ast.Attribute) and data.attr == "data"):
             continue
-        owner = data.value
-        name = terminal(owner) or ""
-        scalar = bool(_SCALAR_NAME.search(name)) or (
-            isinstance(owner, ast.Call) and terminal(owner.func) in ("sum", "mean")
-        )
-        if scalar:
+        if _zero_dim(ctx, data.value):
             yield Hit(
                 n,
                 f"`{text(n)}` indexes a 0-dim tensor: IndexError since PyTorch 0.5; "
-                f"use `{text(owner)}.item()`",
+                f"use `{text(data.value)}.item()`",
             )
 
 
@@ -159,9 +178,9 @@ ZERO_DIM_INDEX = Rule(
     name="loss-data-index",
     message="loss.data[0] indexes a 0-dim tensor (an error since PyTorch 0.5): use loss.item()",
     what=(
-        "`.data[0]` on a loss or another scalar result (a name with loss, acc, correct, "
-        "total, error or score in it, or a .sum()/.mean()): the PyTorch 0.3 way of reading "
-        "a number."
+        "`.data[0]` on a loss (a name with loss or cost in it) or on a reduction without a "
+        "dim (x.sum(), (pred == y).sum(), or a name last assigned one): the PyTorch 0.3 "
+        "way of reading a number."
     ),
     why=(
         "Before PyTorch 0.4 a loss was a 1-element Variable and `loss.data[0]` its value. "
