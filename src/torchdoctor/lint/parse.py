@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import codecs
+import functools
 import io
 import re
 import tokenize
@@ -74,10 +75,10 @@ def parse(source: str, path: str = "<string>") -> ast.Module | SyntaxProblem:
         if native.line >= exc.raw_line - 1 or not _MODERN.search(stopped_at):
             return native
         return SyntaxProblem(exc.raw_line, exc.raw_column + 1, "cannot parse: invalid syntax")
-    except Exception as exc:  # LibCST's own limits (recursion): trust the interpreter
+    except Exception as exc:  # LibCST failed (deep recursion): validity unknown, our limit
         raise LoweringFailed(f"{type(exc).__name__}: {exc}") from None
     try:
-        return _ast(module.visit(_Lower()).code, path)
+        return _ast(module.visit(_lowering()()).code, path)
     except (SyntaxError, ValueError) as exc:
         raise LoweringFailed(f"{type(exc).__name__}: {exc}") from None
 
@@ -171,11 +172,7 @@ def _make_lowering() -> type:
     return Lower
 
 
-_LOWER: type | None = None
-
-
-def _Lower() -> Any:
-    global _LOWER
-    if _LOWER is None:
-        _LOWER = _make_lowering()
-    return _LOWER()
+@functools.cache
+def _lowering() -> type:
+    """The LibCST transformer class, built on first use (LibCST is imported only then)."""
+    return _make_lowering()
