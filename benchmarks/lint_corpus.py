@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "tests" / "fixtures" / "lint_real" / "corpus.json"
 JUDGED = ROOT / "tests" / "fixtures" / "lint_real" / "judged.tsv"
 MIRROR = Path(os.environ.get("TORCHDOCTOR_LINT_MIRROR", "/work/.mirror"))
-FIELDS = ("repo", "path", "line", "code", "verdict", "reason", "excerpt")
+FIELDS = ("repo", "commit", "path", "line", "code", "verdict", "reason", "excerpt")
 
 
 @dataclass(frozen=True)
@@ -219,9 +219,11 @@ def main(argv: list[str] | None = None) -> int:
         with args.unjudged.open("w", newline="", encoding="utf-8") as fh:
             writer = csv.writer(fh, delimiter="\t", lineterminator="\n")
             writer.writerow(FIELDS)
+            commits = {e["repo"]: e["commit"] for e in corpus}
             for key, text in sorted(findings, key=lambda f: (f[0].repo, f[0].path, f[0].line)):
                 if key not in judged:
-                    writer.writerow([key.repo, key.path, key.line, key.code, "", "", text])
+                    row = [key.repo, commits[key.repo], key.path, key.line, key.code, "", "", text]
+                    writer.writerow(row)
     return 1 if gone else 0
 
 

@@ -62,6 +62,7 @@ def test_judged_list_is_complete_and_sourced() -> None:
     codes = {r.code for r in all_rules()} | {"TD000"}
     for r in rows:
         assert r["repo"] in repos and r["path"] in repos[r["repo"]]["paths"], r
+        assert r["commit"] == repos[r["repo"]]["commit"], r
         assert r["verdict"] in ("true", "debatable", "false") and r["reason"], r
         assert r["code"] in codes and int(r["line"]) > 0, r
     verdicts = Counter(r["verdict"] for r in rows)
