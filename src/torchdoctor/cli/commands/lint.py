@@ -50,7 +50,7 @@ def main(args: Any, ctx: Any) -> int:
     if not args.paths:
         raise CliError("lint: give at least one PATH (a file or a directory)")
     try:
-        result = lint_paths(args.paths, args.select, args.ignore)
+        result = lint_paths(args.paths, select_rules(all_rules(), args.select, args.ignore))
     except SelectionError as exc:
         raise CliError(f"lint: {exc}; `torchdoctor lint --list-rules` shows the codes") from None
     except FileNotFoundError as exc:
