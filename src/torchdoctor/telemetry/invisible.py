@@ -6,7 +6,8 @@
   ever holds a reference to torchdoctor.
 - TorchScript: `torch.jit.script` compiles a module's hooks; it is wrapped to lift the
   ModelHooks off for the duration. `torch.jit.trace` and `torch.export` run the hooks, which
-  return at once while a tracer is active (`tracing()`).
+  return at once while a tracer is active (`tracing()`). (A traced archive's debug tables,
+  the Python stack of each op, then hold torch's own frame for calling a module with hooks.)
 - torch.compile: every hook body starts with `if compiling(): return`, so when Dynamo inlines
   a hook inside a compiled region it traces a no-op (no graph break, no guard), and every
   hook's code object is marked "skip" for Dynamo's frame evaluation, so eager code between two
@@ -122,6 +123,7 @@ def install(torch: Any, hooks: Hooks) -> None:
 
     functools.update_wrapper(script, original_script)
     hooks.patch(torch.jit, "script", script)
+
     skip_own_frames(__getstate__, script)
 
 
