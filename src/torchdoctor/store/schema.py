@@ -118,6 +118,26 @@ OPTIMIZER_STEPS = TableSpec(
     ),
 )
 
+COLLECTIVES = TableSpec(
+    "collectives",
+    "a collective or point-to-point call of torch.distributed (DDP's and FSDP's own included)",
+    (
+        _c("step", INT, "the step in progress when it was issued"),
+        _c("group", STR, "process group: 'default' or its name / ranks"),
+        _c("seq", INT, "sequence number within the group on this rank, from 0"),
+        _c("op", STR, "all_reduce, broadcast, all_gather, reduce_scatter, barrier, send, ..."),
+        _c("shapes", STR, "JSON list of the tensors' shapes", nullable=True),
+        _c("dtype", STR, nullable=True),
+        _c("bytes", INT, "bytes of the tensors this rank contributes"),
+        _c("peer", INT, "send/recv: the other rank", nullable=True),
+        _c("time", FLOAT, "wall-clock time when it was issued"),
+        _c("duration", FLOAT, "issue to completion, where known", nullable=True),
+        _c("state", STR, "issued, completed or failed"),
+        _c("site", STR, "file:line of the user's code that issued it", nullable=True),
+        _c("rank", INT),
+    ),
+)
+
 TORCH_TRACE = TableSpec(
     "torch_trace",
     "one module call in a traced step",
@@ -249,6 +269,7 @@ ALL_TABLES: tuple[TableSpec, ...] = (
     THREADS,
     STEPS,
     OPTIMIZER_STEPS,
+    COLLECTIVES,
     TORCH_TRACE,
     MODULES,
     MODULE_GRADS,
