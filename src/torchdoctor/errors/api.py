@@ -63,11 +63,6 @@ class Explanation:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    def __str__(self) -> str:
-        from torchdoctor.report.explanation import render_text
-
-        return render_text(self)
-
 
 @dataclass(frozen=True)
 class _Match:
