@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from torchdoctor._json import dumps
+
 log = logging.getLogger("torchdoctor")
 
 MAX_BODY = 8 * 1024 * 1024
@@ -107,7 +109,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
         return request
 
     def _send(self, status: int, payload: dict[str, Any]) -> None:
-        data = json.dumps(payload, default=str).encode()
+        data = dumps(payload).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))

@@ -35,9 +35,9 @@ def main(args: Any, ctx: Any) -> int:
         raise CliError(str(exc)) from None
     warn_truncated(run, ctx)
     if args.format == "json":
-        from torchdoctor.probe.routes import jsonable
+        from torchdoctor._json import clean
 
-        ctx.print(json.dumps(jsonable([f.to_dict() for f in families]), indent=1))
+        ctx.print(json.dumps(clean([f.to_dict() for f in families]), indent=1))
     else:
         ctx.print(render(families).rstrip("\n"))
     return OK
