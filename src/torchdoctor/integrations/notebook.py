@@ -30,6 +30,7 @@ from IPython.display import HTML, display
 
 from torchdoctor import session as sessions
 from torchdoctor._json import clean
+from torchdoctor.cli import formats
 from torchdoctor.config import ConfigError, add_arguments, from_args
 from torchdoctor.integrations.report import REPORT_FILE, write_report
 from torchdoctor.integrations.saved_run import open_recorded
@@ -149,7 +150,7 @@ class TorchdoctorMagics(Magics):
 
     def _status(self, rest: str) -> None:
         parser = _Parser(prog="%torchdoctor status")
-        parser.add_argument("--format", choices=("text", "json"), default="text")
+        formats.add(parser, formats.REPORT)
         args = parser.parse_args(shlex.split(rest))
         status = clean(_live().status())
         if args.format == "json":
@@ -171,7 +172,7 @@ class TorchdoctorMagics(Magics):
     def _diagnoses(self, rest: str) -> None:
         parser = _Parser(prog="%torchdoctor diagnoses")
         parser.add_argument("run_dir", nargs="?")
-        parser.add_argument("--format", choices=("text", "json"), default="text")
+        formats.add(parser, formats.REPORT)
         args = parser.parse_args(shlex.split(rest))
         if args.run_dir is not None:
             rows = _saved(args.run_dir).block("diagnoses").to_records()

@@ -8,16 +8,17 @@ import argparse
 import json
 from typing import Any
 
+from torchdoctor.cli import formats
 from torchdoctor.cli.errors import OK, CliError
 
 NAME = "metrics"
 SUMMARY = "a run's numbers in the Prometheus text format (what --metrics serves live)"
 TARGET = "none"
+FORMATS = formats.PROMETHEUS
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("source", help="a run or job directory")
-    parser.add_argument("--format", choices=("prometheus", "json"), default="prometheus")
 
 
 def main(args: Any, ctx: Any) -> int:
