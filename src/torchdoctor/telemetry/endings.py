@@ -58,6 +58,7 @@ class Endings:
         self._real_signal = signal.signal
         self._real_getsignal = signal.getsignal
         self._ours = self._handler  # one bound method: compared by identity below
+        self.installed = False
 
     # -- install / remove -------------------------------------------------------------------
     def install(self, directory: Path) -> bool:
@@ -72,12 +73,13 @@ class Endings:
         self.hooks.patch(signal, "signal", self._signal)
         self.hooks.patch(signal, "getsignal", self._getsignal)
         self.hooks.on_remove(self._restore)
+        self.installed = True
         self.fatal_to(directory)
         return True
 
     def fatal_to(self, directory: Path) -> None:
         """Fatal signals' stacks go to `directory` (again when the record moves)."""
-        if faulthandler.is_enabled() and self._fatal is None:
+        if not self.installed or (faulthandler.is_enabled() and self._fatal is None):
             return  # the script's own faulthandler (python -X faulthandler, ...)
         try:
             f = open(directory / rundir.FATAL_FILE, "wb")  # noqa: SIM115 - open while we run
@@ -91,6 +93,7 @@ class Endings:
 
     def remove(self) -> None:
         self.hooks.remove()
+        self.installed = False
 
     def _restore(self) -> None:
         if os.getpid() == self.pid and threading.current_thread() is threading.main_thread():
