@@ -30,7 +30,7 @@ from IPython.display import HTML, display
 
 from torchdoctor import session as sessions
 from torchdoctor._json import clean
-from torchdoctor.cli import formats
+from torchdoctor.report import formats
 from torchdoctor.config import ConfigError, add_arguments, from_args
 from torchdoctor.integrations.report import REPORT_FILE, write_report
 from torchdoctor.integrations.saved_run import open_recorded

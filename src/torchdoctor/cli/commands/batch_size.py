@@ -30,7 +30,7 @@ import threading
 import time
 from typing import Any
 
-from torchdoctor.cli import formats
+from torchdoctor.report import formats
 from torchdoctor.cli.errors import OK, TARGET_ERROR, CliError
 
 NAME = "batch-size"

@@ -10,7 +10,7 @@ import json
 import sys
 from typing import Any
 
-from torchdoctor.cli import formats
+from torchdoctor.report import formats
 from torchdoctor.cli.errors import OK, TARGET_ERROR, CliError
 
 NAME = "eval"

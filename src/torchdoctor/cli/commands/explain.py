@@ -12,7 +12,7 @@ import argparse
 import sys
 from typing import Any
 
-from torchdoctor.cli import formats
+from torchdoctor.report import formats
 from torchdoctor.cli.errors import OK, CliError
 
 NAME = "explain"

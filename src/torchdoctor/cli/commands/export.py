@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from torchdoctor.cli import formats
+from torchdoctor.report import formats
 from torchdoctor.cli.errors import OK, CliError
 
 NAME = "export"

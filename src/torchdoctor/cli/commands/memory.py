@@ -9,7 +9,7 @@ import argparse
 import json
 from typing import Any
 
-from torchdoctor.cli import formats
+from torchdoctor.report import formats
 from torchdoctor.cli.errors import OK, TARGET_ERROR, CliError
 
 NAME = "memory"

@@ -8,7 +8,7 @@ import argparse
 import json
 from typing import Any
 
-from torchdoctor.cli import formats
+from torchdoctor.report import formats
 from torchdoctor.cli.errors import OK, CliError
 
 NAME = "metrics"
