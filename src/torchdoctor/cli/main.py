@@ -12,8 +12,8 @@ from types import ModuleType
 from typing import Any
 
 from torchdoctor._version import __version__
-from torchdoctor.report import formats
 from torchdoctor.cli.errors import OK, USAGE, CliError
+from torchdoctor.report import formats
 
 # Every verb, in the order `torchdoctor --help` lists them. Each names a module in
 # torchdoctor.cli.commands with NAME, SUMMARY, TARGET ("live", "optional" or "none"),
