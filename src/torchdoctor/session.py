@@ -21,8 +21,11 @@ from typing import TYPE_CHECKING, Any
 from torchdoctor import registry
 from torchdoctor._failsafe import warn_once
 from torchdoctor._version import __version__
+from torchdoctor.cluster.watch import ClusterWatch
 from torchdoctor.config import Config, from_env, parse_listen
-from torchdoctor.doctor import Doctor
+from torchdoctor.diagnose.inputs import JobInputs
+from torchdoctor.doctor import STARTUP_GRACE, Doctor
+from torchdoctor.probe.cluster_routes import add_cluster_routes
 from torchdoctor.probe.metrics import start_metrics_server
 from torchdoctor.probe.routes import build_routes
 from torchdoctor.probe.server import TcpServer, UnixServer, serve_in_background
@@ -115,6 +118,10 @@ class Session:
         self._stopped = False
         self.exit_code: int | None = None
         self.crash: BaseException | None = None  # the uncaught exception that ended the script
+        # The job this process is a rank of (once init_process_group has run).
+        self.cluster = ClusterWatch(
+            self, registry.socket_path(self.pid), self._collective_timeout, config.token is not None
+        )
 
     # -- life cycle --------------------------------------------------------------------------
     def start(self) -> Session:
@@ -122,6 +129,7 @@ class Session:
         self.spiller.start()
         self._start_servers()
         self._start_doctor()
+        self.cluster.start()
         self._cancel_torch_wait = when_imported("torch", self._on_torch)
         self._install_excepthook()
         atexit.register(self.stop)
@@ -129,6 +137,7 @@ class Session:
 
     def _start_servers(self) -> None:
         routes = build_routes(self)
+        add_cluster_routes(routes, self.cluster)
         try:
             registry.ensure_dir()
             path = registry.socket_path(self.pid)
@@ -201,6 +210,16 @@ class Session:
     def save_diagnoses(self) -> None:
         self.spiller.flush(only="diagnoses")
 
+    def job(self) -> JobInputs | None:
+        """The ranks of this process's job, as last gathered (None outside a job)."""
+        return self.cluster.job_inputs()
+
+    def _collective_timeout(self) -> float:
+        """How long a collective may wait before it holds the job up: the hang timeout."""
+        if self.doctor is None:
+            return STARTUP_GRACE
+        return self.doctor.hang_timeout(self.tables["steps"].snapshot())
+
     def _on_torch(self, _module: Any) -> None:
         try:
             from torchdoctor.telemetry.recorder import Recorder
@@ -222,6 +241,7 @@ class Session:
         self._cancel_torch_wait()
         if self.telemetry is not None:
             self.telemetry.remove()
+        self.cluster.stop()
         if self.doctor is not None:
             self.doctor.stop()
         for server in self._servers:

@@ -31,6 +31,7 @@ COMMANDS: tuple[str, ...] = (
     "export",
     "metrics",
     "list",
+    "cluster",
     "explain",
     "ckpt",
     "lint",

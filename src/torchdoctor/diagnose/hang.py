@@ -82,6 +82,11 @@ def classify(frames: list[dict[str, Any]]) -> tuple[str, dict[str, Any], dict[st
     return "user_code", user or blocking, user
 
 
+def what(category: str) -> str:
+    """Where a thread of this category is stuck, in words ("waiting for a DataLoader batch")."""
+    return _WHAT[category]
+
+
 def _short(path: str) -> str:
     try:
         rel = os.path.relpath(path)
