@@ -1,19 +1,15 @@
-"""Asking every rank at once, and what was heard from each: the rows a rank sent so far (a
-bounded recent window, merged across answers), its last answer, or why it could not be asked.
-Shared by the rank's own watcher and the CLI's `cluster` verb; `views()` turns the records into
-what the job-level diagnoses read."""
+"""What was heard from each rank: the rows it sent so far (a bounded recent window, merged
+across answers), its last answer, or why it could not be asked. Shared by the rank's own
+watcher and the CLI's `cluster diagnoses`; `job_inputs()` turns the records into what the
+job-level diagnoses read."""
 
 from __future__ import annotations
 
-import concurrent.futures
 import time
-from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from torchdoctor.cluster import loops
-from torchdoctor.cluster.peers import Peer
-from torchdoctor.cluster.transport import Unreachable, request
 from torchdoctor.diagnose.inputs import DEAD, JobInputs, RankView
 from torchdoctor.store import rundir
 from torchdoctor.store.columns import Block
@@ -24,57 +20,6 @@ _GROUP, _SEQ, _STATE, _SITE, _TIME = (
 )
 KEEP_STEPS = 512
 KEEP_CALLS = 4096
-MAX_WORKERS = 32
-
-
-class Answer:
-    """One rank's answer to one request: payload, or the reason it could not be asked."""
-
-    def __init__(
-        self, peer: Peer, status: int = 0, payload: Any = None, reason: str | None = None
-    ) -> None:
-        self.peer = peer
-        self.status = status
-        self.payload = payload
-        self.reason = reason
-        self.gone = peer.gone
-
-    @property
-    def ok(self) -> bool:
-        return self.reason is None and self.status == 200
-
-
-def fan_out(
-    peers: Iterable[Peer],
-    method: str,
-    path: str,
-    body: Callable[[Peer], dict[str, Any] | None] | dict[str, Any] | None = None,
-    timeout: float = 5.0,
-) -> dict[int, Answer]:
-    """The same request to every peer in parallel; unreachable ones answered with the reason."""
-    peers = list(peers)
-    out: dict[int, Answer] = {}
-
-    def ask(peer: Peer) -> Answer:
-        if peer.target is None:
-            return Answer(peer, reason=peer.reason)
-        data = body(peer) if callable(body) else body
-        try:
-            status, payload = request(peer.target, method, path, data, timeout)
-        except Unreachable as exc:
-            return Answer(peer, reason=str(exc))
-        return Answer(peer, status, payload)
-
-    reachable = [p for p in peers if p.target is not None]
-    for peer in peers:
-        if peer.target is None:
-            out[peer.rank] = ask(peer)
-    if reachable:
-        workers = min(MAX_WORKERS, len(reachable))
-        with concurrent.futures.ThreadPoolExecutor(workers, "torchdoctor-fanout") as pool:
-            for answer in pool.map(ask, reachable):
-                out[answer.peer.rank] = answer
-    return dict(sorted(out.items()))
 
 
 class RankRecord:

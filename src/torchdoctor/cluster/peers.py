@@ -71,6 +71,9 @@ def route(rank: int, entry: dict[str, Any] | None, token: str | None = None) -> 
         return Peer(rank, entry, Target(f"rank {rank}", socket_path=local))
     if same_host and pid and not registry.alive(pid):
         return Peer(rank, entry, reason=f"process {pid} has exited{_ended(entry)}", gone=True)
+    sock = entry.get("socket")
+    if same_host and sock and not os.path.exists(sock):
+        return Peer(rank, entry, reason=f"process {pid} is exiting: its endpoint is closed")
     tcp = entry.get("tcp")
     if tcp:
         host, _, port = str(tcp).rpartition(":")

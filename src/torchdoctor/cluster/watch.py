@@ -24,9 +24,11 @@ from typing import Any, Protocol
 from torchdoctor._failsafe import warn_once
 from torchdoctor._version import __version__
 from torchdoctor.cluster import gather
+from torchdoctor.cluster.fanout import fan_out
 from torchdoctor.cluster.member import Member, this_member
 from torchdoctor.cluster.peers import Peer, route, this_host
 from torchdoctor.cluster.state import current_calls, rank_state
+from torchdoctor.cluster.store import JobStore
 from torchdoctor.diagnose.inputs import JobInputs
 from torchdoctor.store.schema import COLLECTIVES
 from torchdoctor.store.tables import Tables
@@ -125,8 +127,6 @@ class ClusterWatch:
     def _publish(self, member: Member) -> None:
         try:
             if self.store is None:
-                from torchdoctor.cluster.store import JobStore
-
                 self.store = JobStore.of_default_group()
                 if self.store is None:
                     return
@@ -186,7 +186,7 @@ class ClusterWatch:
         def body(peer: Peer) -> dict[str, Any]:
             return {"rows": gather_rows(full), "since": cursors.get(peer.rank, {})}
 
-        answers = gather.fan_out(peers, "POST", "/v1/cluster/state", body, REQUEST_TIMEOUT)
+        answers = fan_out(peers, "POST", "/v1/cluster/state", body, REQUEST_TIMEOUT)
         own = self.own_state(rows=gather_rows(full), since=cursors.get(member.rank))
         with self._lock:
             for rank, answer in answers.items():

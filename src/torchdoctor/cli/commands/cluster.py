@@ -120,7 +120,7 @@ def _any_rank(ctx: Any) -> tuple[Any, dict[str, Any]]:
 
 
 def _fan_out(job: Job, ctx: Any, method: str, path: str, body: Any = None) -> dict[int, Any]:
-    from torchdoctor.cluster.gather import fan_out
+    from torchdoctor.cluster.fanout import fan_out
 
     return fan_out(job.peers, method, path, body, ctx.timeout or DEFAULT_TIMEOUT)
 
