@@ -76,6 +76,8 @@ class ClusterWatch:
         self._stop = threading.Event()
         self._last_light = 0.0
         self._last_full = 0.0
+        self._gathered = 0  # gathers done
+        self._served = 0  # the gather the doctor last got a view of
         self._thread = threading.Thread(target=self._loop, name="torchdoctor-cluster", daemon=True)
 
     def start(self) -> None:
@@ -199,6 +201,7 @@ class ClusterWatch:
             record = self.records.setdefault(member.rank, gather.RankRecord(member.rank))
             record.entry = self.entry(member)
             record.update(own)
+            self._gathered += 1
 
     def own_state(self, rows: int, since: dict[str, int] | None = None) -> dict[str, Any]:
         member = self.member or this_member()
@@ -207,14 +210,21 @@ class ClusterWatch:
         return rank_state(self.host, member, self.hang_timeout(), since, rows)
 
     def job_inputs(self) -> JobInputs | None:
-        """The job as last gathered, this rank's own state fresh: None outside a job."""
+        """The job as last gathered, with this rank's own state fresh: once after each
+        gather, and on every call while a collective waits for half the hang timeout or more.
+        None otherwise, and outside a job: nothing new to compare."""
         member = self.member
         if member is None or len(self.records) < 2:
             return None
+        timeout = self.hang_timeout()
+        urgent = self._waiting_for(time.time()) >= timeout / 2
+        if self._served == self._gathered and not urgent:
+            return None
         own = self.own_state(rows=0)
         with self._lock:
+            self._served = self._gathered
             self.records[member.rank].update(own)
-            return gather.job_inputs(dict(self.records), member.world_size, self.hang_timeout())
+            return gather.job_inputs(dict(self.records), member.world_size, timeout)
 
     def peers_payload(self) -> dict[str, Any]:
         member = self.member or this_member()

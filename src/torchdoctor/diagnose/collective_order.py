@@ -111,8 +111,12 @@ def by_group(calls: dict[tuple[str, int], Call]) -> dict[str, dict[int, Call]]:
 
 
 def job_calls(job: JobInputs) -> dict[int, dict[str, dict[int, Call]]]:
-    """rank -> group -> seq -> Call, for every rank with data."""
-    return {rank: by_group(calls_of(rank, v.collectives)) for rank, v in job.ranks.items()}
+    """rank -> group -> seq -> Call, for every rank with data (worked out once per view)."""
+    table = job.memo.get("calls")
+    if table is None:
+        table = {rank: by_group(calls_of(rank, v.collectives)) for rank, v in job.ranks.items()}
+        job.memo["calls"] = table
+    return dict(table)
 
 
 def members(job: JobInputs, group: str, table: dict[int, dict[str, dict[int, Call]]]) -> list[int]:

@@ -108,6 +108,8 @@ class JobInputs:
     # file -> (first, last) line of each for/while loop in it: tells a rank still in its
     # training loop from one that left it (read from the sources where they could be read)
     loops: dict[str, list[tuple[int, int]]] = dataclasses.field(default_factory=dict)
+    # what the modules derive alike from the same view (the collectives lined up), once
+    memo: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def view(self, rank: int) -> RankView | None:
         return self.ranks.get(rank)
