@@ -1,23 +1,16 @@
-"""This process as a rank of a job: rank, local rank, world size, node, job, read once
-torch.distributed is initialised (before that, a process is not yet a member of anything)."""
+"""This process as a rank of a job, once torch.distributed is initialised (before that, it is
+not yet a member of anything it could publish itself in): the rank identity the session knows
+(torchdoctor.identity), or the one torch.distributed tells."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 
-
-@dataclasses.dataclass(frozen=True)
-class Member:
-    rank: int
-    local_rank: int
-    world_size: int
-    node: str  # torchrun's node rank (GROUP_RANK), else the host name
-    job: str | None  # torchrun's run id, when there is one
+from torchdoctor.identity import RankIdentity, from_process_group
 
 
-def this_member() -> Member | None:
+def this_member(known: RankIdentity | None) -> RankIdentity | None:
     """None until init_process_group has run (or when torch was never imported)."""
     dist = sys.modules.get("torch.distributed")
     if dist is None:
@@ -28,12 +21,12 @@ def this_member() -> Member | None:
         rank, world = int(dist.get_rank()), int(dist.get_world_size())
     except Exception:  # the default group is being destroyed
         return None
-    local = os.environ.get("LOCAL_RANK", "")
-    node = os.environ.get("GROUP_RANK") or os.uname().nodename
-    return Member(
-        rank=rank,
-        local_rank=int(local) if local.isdigit() else rank,
-        world_size=world,
-        node=str(node),
-        job=os.environ.get("TORCHELASTIC_RUN_ID"),
-    )
+    if known is not None and (known.rank, known.world_size) == (rank, world):
+        return known
+    return from_process_group(rank, world)
+
+
+def node_rank() -> str | None:
+    """torchrun's node rank (GROUP_RANK): tells the nodes of one job apart, even on one host."""
+    value = os.environ.get("GROUP_RANK", "")
+    return value if value.isdigit() else None

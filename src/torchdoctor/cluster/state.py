@@ -12,7 +12,8 @@ import threading
 import time
 from typing import Any, Protocol
 
-from torchdoctor.cluster.member import Member
+from torchdoctor.cluster.member import node_rank
+from torchdoctor.identity import RankIdentity
 from torchdoctor.store.schema import COLLECTIVES, STEPS
 from torchdoctor.store.table import RingTable
 from torchdoctor.store.tables import Tables
@@ -32,7 +33,7 @@ class StateHost(Protocol):
 
 def rank_state(
     host: StateHost,
-    member: Member,
+    member: RankIdentity,
     hang_timeout: float,
     since: dict[str, int] | None = None,
     rows: int = MAX_ROWS,
@@ -42,7 +43,7 @@ def rank_state(
         "rank": member.rank,
         "local_rank": member.local_rank,
         "world_size": member.world_size,
-        "node": member.node,
+        "node": node_rank() or member.node,
         "time": time.time(),
         "status": "running",
         "steps_done": training.steps_done if training is not None else 0,

@@ -25,11 +25,12 @@ from torchdoctor._failsafe import warn_once
 from torchdoctor._version import __version__
 from torchdoctor.cluster import gather
 from torchdoctor.cluster.fanout import fan_out
-from torchdoctor.cluster.member import Member, this_member
+from torchdoctor.cluster.member import node_rank, this_member
 from torchdoctor.cluster.peers import Peer, route, this_host
 from torchdoctor.cluster.state import current_calls, rank_state
 from torchdoctor.cluster.store import JobStore
 from torchdoctor.diagnose.inputs import JobInputs
+from torchdoctor.identity import RankIdentity
 from torchdoctor.store.schema import COLLECTIVES
 from torchdoctor.store.tables import Tables
 from torchdoctor.views import TrainingView
@@ -49,6 +50,7 @@ class WatchHost(Protocol):
     run_dir: Path
     token: str | None
     tcp_address: tuple[str, int] | None
+    identity: RankIdentity | None  # who this process is in its job, as far as known
 
     @property
     def telemetry(self) -> TrainingView | None: ...
@@ -66,10 +68,11 @@ class ClusterWatch:
         self.socket_path = socket_path
         self.hang_timeout = hang_timeout
         self.token_given = token_given  # the user's --token: never put in the store
-        self.member: Member | None = None
+        self.member: RankIdentity | None = None
         self.store: Any = None
         self.store_error: str | None = None
         self.published = False
+        self._run_dir = ""  # as published
         self.entries: dict[int, dict[str, Any]] = {}
         self.records: dict[int, gather.RankRecord] = {}
         self._lock = threading.Lock()
@@ -97,11 +100,11 @@ class ClusterWatch:
 
     # -- one tick --------------------------------------------------------------------------
     def tick(self, now: float | None = None) -> None:
-        member = self.member or this_member()
+        member = self.member or this_member(self.host.identity)
         if member is None or member.world_size < 2:
             return
         self.member = member
-        if not self.published:
+        if not self.published or self._moved():
             self._publish(member)
             if not self.published:
                 return
@@ -126,26 +129,32 @@ class ClusterWatch:
             times += [t for rec in self.records.values() if (t := rec.pending_since()) is not None]
         return now - min(times) if times else 0.0
 
-    def _publish(self, member: Member) -> None:
+    def _publish(self, member: RankIdentity) -> None:
         try:
             if self.store is None:
                 self.store = JobStore.of_default_group()
                 if self.store is None:
                     return
-            self.store.publish(member.rank, self.entry(member))
+            entry = self.entry(member)
+            self.store.publish(member.rank, entry)
             self.published = True
+            self._run_dir = entry["run_dir"]
             self.store_error = None
         except Exception as exc:
             self.store_error = f"{type(exc).__name__}: {exc}"
             warn_once("cluster-store", f"cannot publish this rank's endpoint: {self.store_error}")
 
-    def entry(self, member: Member) -> dict[str, Any]:
+    def _moved(self) -> bool:
+        """The record moved into the job directory after this rank published its entry."""
+        return str(self.host.run_dir) != self._run_dir
+
+    def entry(self, member: RankIdentity) -> dict[str, Any]:
         """What this rank publishes: enough for any rank or CLI to reach it."""
         out: dict[str, Any] = {
             "rank": member.rank,
             "local_rank": member.local_rank,
             "world_size": member.world_size,
-            "node": member.node,
+            "node": node_rank() or member.node,
             "job": member.job,
             "host": this_host(),
             "pid": self.host.pid,
@@ -204,7 +213,7 @@ class ClusterWatch:
             self._gathered += 1
 
     def own_state(self, rows: int, since: dict[str, int] | None = None) -> dict[str, Any]:
-        member = self.member or this_member()
+        member = self.member or this_member(self.host.identity)
         if member is None:
             raise LookupError("this process is not part of a distributed job (yet)")
         return rank_state(self.host, member, self.hang_timeout(), since, rows)
@@ -227,7 +236,7 @@ class ClusterWatch:
             return gather.job_inputs(dict(self.records), member.world_size, timeout)
 
     def peers_payload(self) -> dict[str, Any]:
-        member = self.member or this_member()
+        member = self.member or this_member(self.host.identity)
         if member is None:
             raise LookupError(
                 "this process is not part of a distributed job: torch.distributed is not "
@@ -246,7 +255,7 @@ class ClusterWatch:
             "entries": {str(r): e for r, e in self._entries_now(member).items()},
         }
 
-    def _entries_now(self, member: Member) -> dict[int, dict[str, Any]]:
+    def _entries_now(self, member: RankIdentity) -> dict[int, dict[str, Any]]:
         self.peers()  # reads the entries still missing
         out = dict(self.entries)
         out[member.rank] = self.entry(member)

@@ -4,6 +4,9 @@
 <run_dir>/diagnoses.jsonl   one diagnosis per line, written as found
 <run_dir>/tables/<t>.seg    every stored table, appended every second
 <run_dir>/token             the TCP token, 0600, when --listen was given
+
+A rank of a distributed job writes to JOB_DIR/rank<N>/ (see torchdoctor.identity); a process
+that learns it is a rank only when `init_process_group` runs moves its record there (`move`).
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import shutil
 import socket
 from pathlib import Path
 from typing import Any
@@ -62,3 +66,40 @@ def write_token(run_dir: Path, token: str) -> Path:
     finally:
         os.close(fd)
     return path
+
+
+def move(old: Path, new: Path, whole: bool) -> Path:
+    """Move a run's record from `old` to `new` and return `new`, resolved.
+
+    whole: `old` is this process's own directory (a default one): renamed as a whole, files
+    held open keep working. Otherwise `old` may be shared (a --run-dir given to every rank):
+    only the tables, diagnoses and token move, and meta.json stays for its last writer to
+    replace. Whatever cannot move stays where it was; the run goes on in `new`.
+    """
+    new.parent.mkdir(parents=True, exist_ok=True)
+    if whole and not new.exists():
+        try:
+            os.rename(old, new)
+            return new.resolve()
+        except OSError:
+            pass
+    (new / TABLES_DIR).mkdir(parents=True, exist_ok=True)
+    names = [Path(TABLES_DIR) / p.name for p in (old / TABLES_DIR).glob(f"*{TABLE_SUFFIX}")]
+    for rel in [*names, Path(DIAGNOSES_FILE), Path(TOKEN_FILE)]:
+        src, dst = old / rel, new / rel
+        if src.exists() and not dst.exists():
+            try:
+                shutil.move(src, dst)
+            except OSError:
+                pass
+    # A shared directory keeps its tables/ (another rank may still write there until it
+    # moves too); its meta.json goes if this process wrote it last.
+    ours = read_meta(old).get("pid") == os.getpid()
+    leftovers = [old / META_FILE] if ours or whole else []
+    leftovers += [old / TABLES_DIR, old] if whole else []
+    for leftover in leftovers:
+        try:
+            leftover.unlink() if leftover.is_file() else leftover.rmdir()  # rmdir: only if empty
+        except OSError:
+            pass
+    return new.resolve()

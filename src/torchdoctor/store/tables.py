@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from torchdoctor.store import rundir
@@ -63,20 +64,34 @@ class Spiller:
 
     def flush(self, only: str | None = None) -> None:
         with self._flush_lock:
-            for name, table in self.tables.items():
-                if only is not None and name != only:
-                    continue
-                blocks = table.take_unspilled()
-                if not blocks:
-                    continue
-                if name == DIAGNOSES.name:
-                    _append_jsonl(self.directory / rundir.DIAGNOSES_FILE, blocks)
-                    continue
-                writer = self._writers.get(name)
-                if writer is None:
-                    path = self.directory / rundir.TABLES_DIR / f"{name}{rundir.TABLE_SUFFIX}"
-                    writer = self._writers[name] = SegmentWriter(path)
-                writer.write(blocks)
+            self._flush_locked(only)
+
+    def relocate(self, move: Callable[[Path], Path]) -> Path:
+        """Save what is pending, close the table files, have `move(old)` move the record, and
+        go on writing in the directory it returns."""
+        with self._flush_lock:
+            self._flush_locked(None)
+            for writer in self._writers.values():
+                writer.close()
+            self._writers.clear()
+            self.directory = move(self.directory)
+            return self.directory
+
+    def _flush_locked(self, only: str | None) -> None:
+        for name, table in self.tables.items():
+            if only is not None and name != only:
+                continue
+            blocks = table.take_unspilled()
+            if not blocks:
+                continue
+            if name == DIAGNOSES.name:
+                _append_jsonl(self.directory / rundir.DIAGNOSES_FILE, blocks)
+                continue
+            writer = self._writers.get(name)
+            if writer is None:
+                path = self.directory / rundir.TABLES_DIR / f"{name}{rundir.TABLE_SUFFIX}"
+                writer = self._writers[name] = SegmentWriter(path)
+            writer.write(blocks)
 
     def stop(self) -> None:
         self._stop.set()
