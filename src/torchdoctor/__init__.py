@@ -60,11 +60,7 @@ def _recorder(start_if_needed: bool = True) -> Any:
     from torchdoctor import session
 
     current = session.current() or (session.start() if start_if_needed else None)
-    if current is None:
-        return None
-    if current.telemetry is None:
-        current._on_torch(None)  # torch is imported by whoever holds a model
-    return current.telemetry
+    return current.ensure_telemetry() if current is not None else None
 
 
 def watch(model: Any, optimizer: Any = None, name: str | None = None) -> None:
@@ -104,8 +100,9 @@ def explain(error: BaseException | str) -> Any:
     Explanation (category, summary, meaning, fields, ranked causes, first steps, fixes;
     .to_dict() for JSON); print() it for the same report as `torchdoctor explain`."""
     from torchdoctor.errors.api import explain as _explain
+    from torchdoctor.report.explanation import printable
 
-    return _explain(error)
+    return printable(_explain(error))
 
 
 def find_max_batch_size(

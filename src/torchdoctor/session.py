@@ -268,6 +268,13 @@ class Session:
             return STARTUP_GRACE
         return self.doctor.hang_timeout(self.tables["steps"].snapshot())
 
+    def ensure_telemetry(self) -> Recorder | None:
+        """The Recorder, installed now if torch is imported but the import hook has not fired
+        yet (watch() and step() are called by whoever holds a model)."""
+        if self.telemetry is None and "torch" in sys.modules:
+            self._on_torch(None)
+        return self.telemetry
+
     def _on_torch(self, _module: Any) -> None:
         try:
             from torchdoctor.telemetry.recorder import Recorder

@@ -16,7 +16,6 @@ from typing import Any
 
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
-from torchdoctor.telemetry.compile_events import frame_id, normalise
 
 NOTE = 2
 STORM = 4
@@ -26,6 +25,26 @@ _LIBRARY = re.compile(r"[/\\](?:torch|site-packages|dist-packages)[/\\]")
 _SIZE = re.compile(r"tensor '(?P<name>.+?)' size mismatch at index (?P<dim>\d+)")
 _VALUES = re.compile(r"expected (?P<expected>[^,\s]+),? actual (?P<actual>\S+)")
 _EQUALS = re.compile(r"(?P<name>L\[[^\]]+\](?:\.\w+)*|[\w.]+) == (?P<value>[^\s#]+)")
+
+
+def normalise(reason: str | None) -> str:
+    """A guard failure without the values that change from one recompilation to the next, so
+    the same guard failing again counts as one: "tensor 'x' size mismatch at index 0.
+    expected 8, actual 5" -> "... expected *, actual *"."""
+    if not reason:
+        return ""
+    first = reason.strip().splitlines()[0]
+    first = re.sub(r"^\d+/\d+: ", "", first)
+    first = re.sub(r"expected (\S+?),? actual (\S+)", "expected *, actual *", first)
+    first = re.sub(r"(==|!=|<=|>=|<|>) [^\s#]+", r"\1 *", first)
+    first = re.sub(r"\b0x[0-9a-f]+\b|\b\d{6,}\b", "*", first)
+    return first.split("  #")[0].strip()
+
+
+def frame_id(compile_id: str | None) -> str | None:
+    """Dynamo's frame id in a compile id ("3/2" -> "3"): the same code object."""
+    m = re.search(r"(\d+)/\d+", compile_id or "")
+    return m.group(1) if m else None
 
 
 def records(inputs: Inputs, *kinds: str) -> list[dict[str, Any]]:

@@ -15,7 +15,6 @@ from typing import Any
 
 import torch
 
-import torchdoctor
 from torchdoctor import session as sessions
 from torchdoctor._failsafe import warn_once
 from torchdoctor.integrations.report import write_report
@@ -65,7 +64,7 @@ class TrainingRun:
             current = sessions.current()
             if current is None:
                 options = {"run_dir": str(run_dir_under(base)), "alerts": False, **self.options}
-                current = torchdoctor.start(**options)
+                current = sessions.start(**options)
                 self.owned = True
             else:
                 # The trainer's logger carries the diagnoses now: no second copy on stderr.
@@ -75,7 +74,9 @@ class TrainingRun:
             self.run_dir = Path(current.run_dir)
             self._sent = {_seen(d) for d in current.diagnoses()}
             if model is not None:
-                torchdoctor.watch(model, unwrap_optimizer(optimizer) if optimizer else None)
+                recorder = current.ensure_telemetry()
+                if recorder is not None:
+                    recorder.watch(model, unwrap_optimizer(optimizer) if optimizer else None)
             elif current.telemetry is not None:
                 current.telemetry.rediscover()  # this training's optimizer: the next to step
         except Exception as exc:

@@ -6,7 +6,12 @@ from __future__ import annotations
 import json
 import textwrap
 from collections.abc import Sequence
+from dataclasses import fields
 from typing import Any
+
+from torchdoctor._json import dumps
+from torchdoctor.errors.api import Explanation
+from torchdoctor.errors.catalog import entries, pick, placeholders
 
 WIDTH = 100
 MAX_CAUSES = 6
@@ -116,7 +121,21 @@ def _brief(e: Any) -> str:
 
 
 def render_json(explanation: Any) -> str:
-    return json.dumps(explanation.to_dict(), indent=2, default=str)
+    return dumps(explanation.to_dict(), indent=2)
+
+
+class PrintableExplanation(Explanation):
+    """An Explanation that print() shows as `torchdoctor explain` does (what the public
+    `torchdoctor.explain()` returns)."""
+
+    def __str__(self) -> str:
+        return render_text(self)
+
+
+def printable(explanation: Explanation) -> PrintableExplanation:
+    return PrintableExplanation(
+        **{f.name: getattr(explanation, f.name) for f in fields(explanation)}
+    )
 
 
 def render(explanation: Any, fmt: str = "text") -> str:
@@ -130,8 +149,6 @@ def render(explanation: Any, fmt: str = "text") -> str:
 
 
 def _entries() -> Sequence[Any]:
-    from torchdoctor.errors.catalog import entries
-
     return entries()
 
 
@@ -150,8 +167,6 @@ def catalog_text() -> str:
 
 
 def catalog_json() -> str:
-    from torchdoctor.errors.catalog import placeholders
-
     records = []
     for e in _entries():
         records.append(
@@ -180,8 +195,6 @@ def _md_code(text: str) -> str:
 def catalog_markdown() -> str:
     """The generated part of docs/explain.md: every category with its code, meaning, typical
     messages, causes and fixes."""
-    from torchdoctor.errors.catalog import pick, placeholders
-
     out: list[str] = ["| code | title |", "|---|---|"]
     out += [f"| [`{e.code}`](#{e.code.replace('.', '')}) | {e.title} |" for e in _entries()]
     for e in _entries():

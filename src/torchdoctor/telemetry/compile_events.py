@@ -37,6 +37,7 @@ from collections.abc import Callable
 from typing import Any
 
 from torchdoctor._failsafe import Switch, warn_once
+from torchdoctor.diagnose.recompilation import frame_id, normalise
 from torchdoctor.telemetry.on_import import when_imported
 from torchdoctor.telemetry.patches import Hooks
 
@@ -62,20 +63,6 @@ def _rank_from_env() -> int:
         return int(os.environ.get("RANK", "0"))
     except ValueError:
         return 0
-
-
-def normalise(reason: str | None) -> str:
-    """A guard failure without the values that change from one recompilation to the next, so
-    the same guard failing again counts as one: "tensor 'x' size mismatch at index 0.
-    expected 8, actual 5" -> "... expected *, actual *"."""
-    if not reason:
-        return ""
-    first = reason.strip().splitlines()[0]
-    first = re.sub(r"^\d+/\d+: ", "", first)
-    first = re.sub(r"expected (\S+?),? actual (\S+)", "expected *, actual *", first)
-    first = re.sub(r"(==|!=|<=|>=|<|>) [^\s#]+", r"\1 *", first)
-    first = re.sub(r"\b0x[0-9a-f]+\b|\b\d{6,}\b", "*", first)
-    return first.split("  #")[0].strip()
 
 
 def parse_graph_break(message: str) -> dict[str, str | None]:
@@ -123,12 +110,6 @@ def user_frame() -> str | None:
             return f"{name}:{frame.f_lineno}"
         frame = frame.f_back
     return None
-
-
-def frame_id(compile_id: str | None) -> str | None:
-    """Dynamo's frame id in a compile id ("3/2" -> "3"): the same code object."""
-    m = re.search(r"(\d+)/\d+", compile_id or "")
-    return m.group(1) if m else None
 
 
 class _MetricsFilter(logging.Filter):

@@ -14,7 +14,8 @@ import dataclasses
 import json
 from typing import Any
 
-from torchdoctor import registry
+from torchdoctor import _json, registry
+from torchdoctor.cli import formats
 from torchdoctor.cli.errors import OK, TARGET_ERROR, USAGE, CliError
 
 NAME = "cluster"
@@ -27,14 +28,14 @@ DEFAULT_TIMEOUT = 10.0
 def configure(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="sub", metavar="SUBVERB", required=True)
     p = sub.add_parser("list", help="every rank: node, pid, endpoint, step, or why unreachable")
-    p.add_argument("--format", choices=("table", "json", "csv"), default="table")
+    formats.add(p, formats.ROWS)
     p = sub.add_parser("backtrace", help="main-thread stacks, ranks with the same one grouped")
-    p.add_argument("--format", choices=("text", "json"), default="text")
+    formats.add(p, formats.REPORT)
     p = sub.add_parser("query", help="SQL on every rank, rows unioned with their rank")
     p.add_argument("sql", help="the query; tables are python.<name>; '-' reads stdin")
-    p.add_argument("--format", choices=("table", "json", "csv"), default="table")
+    formats.add(p, formats.ROWS)
     p = sub.add_parser("diagnoses", help="every rank's diagnoses and the job-level ones")
-    p.add_argument("--format", choices=("text", "json"), default="text")
+    formats.add(p, formats.REPORT)
 
 
 @dataclasses.dataclass
@@ -156,7 +157,7 @@ def _list(job: Job, args: Any, ctx: Any) -> int:
         records.append(record)
     if args.format == "json":
         info = {k: job.info.get(k) for k in ("job", "world_size", "store")}
-        ctx.print(json.dumps({**info, "ranks": records}, indent=2))
+        ctx.print(_json.dumps({**info, "ranks": records}, indent=2))
         return OK
     columns = ["rank", "node", "pid", "endpoint", "step", "phase", "status", "reason"]
     if args.format == "table":
@@ -181,7 +182,7 @@ def _backtrace(job: Job, args: Any, ctx: Any) -> int:
             for r, p in ok.items()
         }
         unreachable = {str(r): reason for r, reason in lost.items()}
-        ctx.print(json.dumps({"ranks": ranks, "unreachable": unreachable}, indent=2))
+        ctx.print(_json.dumps({"ranks": ranks, "unreachable": unreachable}, indent=2))
         return OK
     stacks = {r: report.main_stacks(p["columns"], p["rows"]) for r, p in ok.items()}
     ctx.print(report.render_backtrace(report.group_stacks(stacks), lost))
@@ -276,7 +277,7 @@ def _diagnoses(job: Job, args: Any, ctx: Any) -> int:
             _add(record, None, True, merged, records)
     records.sort(key=lambda r: (not r.get("job"), r.get("time") or 0))
     if args.format == "json":
-        ctx.print(json.dumps(records, indent=2, default=str))
+        ctx.print(_json.dumps(records, indent=2))
     else:
         ctx.print(report.render_diagnoses(records, lost))
     return OK if records or not lost else USAGE
