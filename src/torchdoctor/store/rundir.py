@@ -84,7 +84,7 @@ def move(old: Path, new: Path, whole: bool) -> Path:
         except OSError:
             pass
     (new / TABLES_DIR).mkdir(parents=True, exist_ok=True)
-    names = [Path(TABLES_DIR) / p.name for p in (old / TABLES_DIR).glob(f"*{TABLE_SUFFIX}")]
+    names = [Path(TABLES_DIR) / p.name for p in (old / TABLES_DIR).glob("*") if p.is_file()]
     for rel in [*names, Path(DIAGNOSES_FILE), Path(TOKEN_FILE)]:
         src, dst = old / rel, new / rel
         if src.exists() and not dst.exists():

@@ -10,7 +10,8 @@ from pathlib import Path
 
 from torchdoctor.store import rundir
 from torchdoctor.store.columns import Block
-from torchdoctor.store.schema import BY_NAME, DIAGNOSES, STORED
+from torchdoctor.store.journal import JournalTable
+from torchdoctor.store.schema import BY_NAME, DIAGNOSES, STORED, TableSpec
 from torchdoctor.store.segment import SegmentWriter
 from torchdoctor.store.table import RingTable
 
@@ -22,7 +23,7 @@ class Tables:
 
     def __init__(self, capacities: dict[str, int] | None = None) -> None:
         caps = capacities or {}
-        self._tables = {spec.name: RingTable(spec, caps.get(spec.name)) for spec in STORED}
+        self._tables = {spec.name: _table(spec, caps.get(spec.name)) for spec in STORED}
 
     def __getitem__(self, name: str) -> RingTable:
         return self._tables[name]
@@ -32,6 +33,10 @@ class Tables:
 
     def items(self) -> list[tuple[str, RingTable]]:
         return list(self._tables.items())
+
+
+def _table(spec: TableSpec, capacity: int | None) -> RingTable:
+    return JournalTable(spec, capacity) if spec.write_through else RingTable(spec, capacity)
 
 
 class Spiller:
@@ -50,6 +55,9 @@ class Spiller:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="torchdoctor-spill", daemon=True)
         (directory / rundir.TABLES_DIR).mkdir(parents=True, exist_ok=True)
+        for _name, table in tables.items():
+            if isinstance(table, JournalTable):  # writes itself, into wherever the run is now
+                table.attach(lambda: self.directory)
 
     def start(self) -> None:
         self._thread.start()
@@ -103,6 +111,9 @@ class Spiller:
             for writer in self._writers.values():
                 writer.close()
             self._writers.clear()
+            for _name, table in self.tables.items():
+                if isinstance(table, JournalTable):
+                    table.close()
 
 
 def _append_jsonl(path: Path, blocks: list[Block]) -> None:
