@@ -1,6 +1,6 @@
 """A small DDP job (gloo) with one planted multi-rank problem: the job behind the cluster tests.
 
-    torchrun --nproc_per_node=N dist_cluster.py MODE [--fixed] [--linger]
+    torchrun --nproc_per_node=N dist_cluster.py MODE [--fixed] [--linger | --linger0]
 
 MODE:
   stuck      rank 1's data read never returns at step 5 while the others wait in DDP's
@@ -11,6 +11,7 @@ MODE:
   mismatch   only rank 0 all-reduces its loss for logging at step 3: gloo pairs it with rank
              1's gradient all-reduce and the job dies (--fixed: every rank does)
   straggler  the last rank's batches take 40 ms longer to load (--fixed: no delay)
+  all        every one of the above (with --fixed: every one of their fixes, in one job)
 --linger: every rank waits for the file `stop` after its loop (a slow final checkpoint);
 --linger0: rank 0 only, the others exit. A read or a checkpoint that never ends waits for it too.
 """
@@ -30,12 +31,12 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 MODE = sys.argv[1]
 FIXED = "--fixed" in sys.argv
-STEPS = {"stuck": 12, "mismatch": 8, "straggler": 30}.get(MODE, 0)
+BUGS = {"stuck", "uneven", "mismatch", "straggler"} if MODE == "all" else {MODE}
+STEPS = {"stuck": 12, "mismatch": 8, "straggler": 30, "all": 12}.get(MODE, 0)
 
 
-def wait_for_stop() -> None:
-    while not os.path.exists("stop"):
-        time.sleep(0.05)
+def bug(name: str) -> bool:
+    return name in BUGS and not FIXED
 
 
 class Samples(Dataset):
@@ -53,15 +54,16 @@ class Samples(Dataset):
 
 
 def load_batch(batches, step: int, rank: int) -> torch.Tensor:
-    if MODE == "stuck" and rank == 1 and step == 5 and not FIXED:
-        wait_for_stop()  # the read that never returns
+    if bug("stuck") and rank == 1 and step == 5:
+        while not os.path.exists("stop"):  # the read that never returns
+            time.sleep(0.05)
     return next(batches)
 
 
 def save_checkpoint(model: nn.Module, linger: bool) -> None:
     torch.save(model.state_dict(), f"model{dist.get_rank()}.pt")
-    if linger:
-        wait_for_stop()  # a large checkpoint, slow storage
+    while linger and not os.path.exists("stop"):  # a large checkpoint, slow storage
+        time.sleep(0.05)
 
 
 def main() -> None:
@@ -70,8 +72,8 @@ def main() -> None:
     torch.manual_seed(0)
     model = DistributedDataParallel(nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1)))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    if MODE == "uneven":
-        data = Samples(41)
+    if "uneven" in BUGS:
+        data = Samples(41 if MODE == "uneven" else 4 * STEPS * world + 1)
         if FIXED:
             loader = DataLoader(data, batch_size=4, sampler=DistributedSampler(data, shuffle=False))
         else:
@@ -80,7 +82,7 @@ def main() -> None:
         batches = iter(loader)
         steps = len(loader)
     else:
-        slow = MODE == "straggler" and rank == world - 1 and not FIXED
+        slow = bug("straggler") and rank == world - 1
         loader = DataLoader(Samples(4 * STEPS, delay=0.01 if slow else 0.0), batch_size=4)
         batches, steps = iter(loader), STEPS
     for step in range(steps):
@@ -89,11 +91,11 @@ def main() -> None:
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-        if MODE == "mismatch" and step == 3 and (rank == 0 or FIXED):
+        if "mismatch" in BUGS and step == 3 and (rank == 0 or FIXED):
             logged = loss.detach().clone()
             dist.all_reduce(logged)  # the bug: only rank 0 gets here
     linger = "--linger" in sys.argv or (rank == 0 and "--linger0" in sys.argv)
-    linger = linger or (MODE == "uneven" and not FIXED)
+    linger = linger or bug("uneven")
     save_checkpoint(model, linger)
     dist.destroy_process_group()
 

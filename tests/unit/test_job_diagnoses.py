@@ -292,8 +292,14 @@ def _write_rank(job: Path, rank: int, calls: list[tuple], steps: int, meta: dict
     tables = Tables()
     for s in range(steps):
         tables["steps"].append(step_row(rank, s, NOW - 100 + s))
+    journal = tables["collectives"]  # written through, as the ranks write it
+    journal.attach(lambda: run)
+    state, duration = COLLECTIVES.index("state"), COLLECTIVES.index("duration")
     for c in calls:
-        tables["collectives"].append(c)
+        rid = journal.issue(c)
+        if c[state] != "issued":
+            journal.end(rid, c[duration], c[state])
+    journal.close()
     Spiller(tables, run).stop()
     rundir.write_meta(run, {"pid": 100 + rank, "rank": rank, "world_size": 2, **meta})
 

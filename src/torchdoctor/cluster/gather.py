@@ -108,12 +108,19 @@ class RankRecord:
             status=status,
             reason=reason,
             stack=state.get("stack") if self.reason is None else None,
+            # A rank's waits count up to when it told them, not to now: a record gathered a
+            # while ago must not show a collective it has completed since as still waiting.
+            clock=_float(state.get("time")) if self.reason is None else None,
             phase=state.get("phase"),
             done=state.get("steps_done"),
             node=state.get("node", entry.get("node")),
             host=entry.get("host"),
             pid=entry.get("pid"),
         )
+
+
+def _float(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) else None
 
 
 def _order(key: Any) -> Any:

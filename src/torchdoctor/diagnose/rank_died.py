@@ -98,6 +98,8 @@ def _how(view: RankView) -> str:
         return view.reason
     if view.exit_code is not None:
         return f"{view.status}, exit code {view.exit_code}"
+    if view.status == "killed":  # gone without writing how: nothing runs after these
+        return "killed without a word: SIGKILL or the kernel's OOM killer"
     return view.status
 
 
