@@ -172,18 +172,11 @@ def holdups(job: JobInputs) -> list[Holdup]:
         if not first:
             continue
         seq = min(c.seq for c in first.values())
-        waiting: dict[int, Call] = {}
-        waited = 0.0
-        for rank, call in first.items():
-            if call.seq != seq:
-                continue
-            view = job.ranks[rank]
-            clock = _clock(job, view)
-            wait = max(0.0, clock - call.time)
-            if wait >= threshold:
-                waiting[rank] = call
-                waited = max(waited, wait)
-        if not waiting:
+        # Every rank pending there waits, once one of them has waited for the threshold (the
+        # others' waits are counted up to their last report, which may be a moment old).
+        waiting = {rank: call for rank, call in first.items() if call.seq == seq}
+        waited = max(max(0.0, _clock(job, job.ranks[r]) - c.time) for r, c in waiting.items())
+        if waited < threshold:
             continue
         missing, unknown, last = [], [], {}
         for rank in members(job, group, table):
