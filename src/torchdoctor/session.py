@@ -11,6 +11,7 @@ import datetime as _dt
 import logging
 import os
 import secrets
+import signal
 import socket
 import sys
 import threading
@@ -35,7 +36,7 @@ from torchdoctor.store import rundir
 from torchdoctor.store.columns import Block
 from torchdoctor.store.schema import ALL_TABLES, BY_NAME
 from torchdoctor.store.tables import Spiller, Tables
-from torchdoctor.telemetry import stacks
+from torchdoctor.telemetry import endings, stacks
 from torchdoctor.telemetry.on_import import when_imported
 
 if TYPE_CHECKING:  # the Recorder module imports torch: loaded once the script imports it
@@ -126,6 +127,8 @@ class Session:
         self.cluster = ClusterWatch(
             self, registry.socket_path(self.pid), self._collective_timeout, config.token is not None
         )
+        self.signal: int | None = None  # the signal that ended (or is ending) the run
+        self.endings = endings.Endings(self._on_signal)
 
     # -- life cycle --------------------------------------------------------------------------
     def start(self) -> Session:
@@ -136,6 +139,7 @@ class Session:
         self.cluster.start()
         self._cancel_torch_wait = when_imported("torch", self._on_torch)
         self._install_excepthook()
+        self.endings.install(self.run_dir)  # SIGTERM, SIGHUP, SIGINT, fatal signals
         atexit.register(self.stop)
         return self
 
@@ -218,6 +222,7 @@ class Session:
                 self.run_dir = self.spiller.relocate(lambda old: rundir.move(old, target, whole))
             except OSError as exc:
                 warn_once("relocate", f"cannot move the run directory to {target}: {exc}")
+        self.endings.fatal_to(self.run_dir)
         self._write_meta("running")
         if self.socket_path is not None:
             try:
@@ -245,7 +250,9 @@ class Session:
         previous = sys.excepthook
 
         def hook(kind: Any, value: BaseException, tb: Any) -> None:
-            if not isinstance(value, KeyboardInterrupt) and not self._stopped:
+            if isinstance(value, KeyboardInterrupt):
+                self.note_signal(signal.SIGINT)
+            elif not self._stopped:
                 self.report_crash(value)
             previous(kind, value, tb)
 
@@ -302,6 +309,7 @@ class Session:
             self._stopped = True
         if exit_code is not None:
             self.exit_code = exit_code
+        self.endings.remove()
         self._cancel_torch_wait()
         if self.telemetry is not None:
             self.telemetry.remove()
@@ -320,10 +328,43 @@ class Session:
             self.spiller.stop()
         except Exception as exc:
             warn_once("spill", f"could not save the last rows: {exc}")
-        self._write_meta("finished" if self.exit_code in (None, 0) else "failed")
+        self._write_meta(self._ending())
         global _current
         if _current is self:
             _current = None
+
+    def note_signal(self, signum: int) -> None:
+        """The run is ending because of `signum` (meta.json says so when it is over)."""
+        self.signal = signum
+
+    def _ending(self) -> str:
+        if self.signal is not None:
+            return endings.STATUS.get(self.signal, "terminated")
+        return "finished" if self.exit_code in (None, 0) else "failed"
+
+    def _on_signal(self, signum: int, phase: str) -> None:
+        """On the main thread, in the signal's handler (telemetry/endings.py): save the tables
+        and the ending now, whatever comes next."""
+        if self._stopped:
+            return
+        if phase == endings.SURVIVED:  # the script's handler chose to go on
+            self._write_meta("running")
+            return
+        self.note_signal(signum)
+        try:
+            self.spiller.flush(timeout=2.0)
+        except Exception as exc:
+            warn_once("spill", f"could not save the last rows: {exc}")
+        self._write_meta(self._ending())
+        if phase == endings.GOING:  # no atexit after a default disposition: leave no trace
+            self._stopped = True
+            self.endings.remove()  # an empty fatal.log goes too
+            registry.unregister(self.pid)
+            for server in self._servers:
+                try:
+                    server.server_close()
+                except Exception:
+                    pass
 
     def _write_meta(self, status: str) -> None:
         meta = {
@@ -341,6 +382,8 @@ class Session:
             meta["exit_code"] = self.exit_code
             if self.telemetry is not None:
                 meta["steps"] = self.telemetry.steps_done
+            if self.signal is not None:
+                meta["signal"] = endings.signal_name(self.signal)
         if self.identity is not None:
             meta.update(self.identity.as_dict())
         if self.tcp_address:

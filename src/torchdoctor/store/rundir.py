@@ -4,6 +4,8 @@
 <run_dir>/diagnoses.jsonl   one diagnosis per line, written as found
 <run_dir>/tables/<t>.seg    every stored table, appended every second
 <run_dir>/token             the TCP token, 0600, when --listen was given
+<run_dir>/fatal.log         the stacks of every thread when a fatal signal (SIGABRT, SIGSEGV)
+                            ended the process (faulthandler; removed when empty)
 
 A rank of a distributed job writes to JOB_DIR/rank<N>/ (see torchdoctor.identity); a process
 that learns it is a rank only when `init_process_group` runs moves its record there (`move`).
@@ -24,6 +26,7 @@ DIAGNOSES_FILE = "diagnoses.jsonl"
 TABLES_DIR = "tables"
 TABLE_SUFFIX = ".seg"
 TOKEN_FILE = "token"
+FATAL_FILE = "fatal.log"
 DEFAULT_PARENT = "torchdoctor-runs"
 
 
@@ -51,10 +54,69 @@ def write_meta(run_dir: Path, meta: dict[str, Any]) -> None:
 
 
 def read_meta(run_dir: Path) -> dict[str, Any]:
+    """meta.json, with the ending that a process gone without writing it could not record."""
     try:
-        return dict(json.loads((run_dir / META_FILE).read_text()))
+        meta = dict(json.loads((run_dir / META_FILE).read_text()))
     except (OSError, ValueError):
         return {}
+    return settle(run_dir, meta)
+
+
+# faulthandler's first line -> the signal it reports
+_FATAL = {
+    "Aborted": "SIGABRT",
+    "Segmentation fault": "SIGSEGV",
+    "Bus error": "SIGBUS",
+    "Floating-point exception": "SIGFPE",
+    "Illegal instruction": "SIGILL",
+}
+
+
+def settle(run_dir: Path, meta: dict[str, Any]) -> dict[str, Any]:
+    """A record still `running` whose process is gone (same host): `crashed` with the signal
+    when faulthandler left its stacks (SIGABRT from gloo/NCCL, a segfault), else `killed`
+    (SIGKILL, the OOM killer: nothing runs after them). `inferred` says the reader decided."""
+    if meta.get("status") != "running" or meta.get("host") != socket.gethostname():
+        return meta
+    if _alive(meta.get("pid"), meta.get("started")):
+        return meta
+    out = dict(meta, status="killed", inferred=True)
+    try:
+        text = (run_dir / FATAL_FILE).read_text(errors="replace")
+    except OSError:
+        text = ""
+    if text:
+        first = text.splitlines()[0] if text.strip() else ""
+        name = next((sig for words, sig in _FATAL.items() if words in first), "fatal signal")
+        out.update(status="crashed", signal=name, fatal_file=str(run_dir / FATAL_FILE))
+    return out
+
+
+def _alive(pid: Any, started: Any) -> bool:
+    """Whether process `pid` runs and is the one that started at `started` (not a zombie,
+    not a later process given the same pid)."""
+    if not isinstance(pid, int) or pid <= 0:
+        return True  # nothing to judge by
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+    fields = stat[stat.rindex(")") + 2 :].split()
+    if fields[0] in ("Z", "X"):
+        return False  # dead, not yet reaped by its parent (torchrun's agent)
+    try:
+        boot = next(
+            float(line.split()[1])
+            for line in Path("/proc/stat").read_text().splitlines()
+            if line.startswith("btime ")
+        )
+        began = boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+        recorded = _dt.datetime.fromisoformat(str(started)).timestamp()
+    except (OSError, ValueError, StopIteration, IndexError):
+        return True
+    return began <= recorded + 5  # the recorded start is after the process's own start
 
 
 def write_token(run_dir: Path, token: str) -> Path:

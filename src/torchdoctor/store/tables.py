@@ -70,9 +70,15 @@ class Spiller:
                 log.warning("torchdoctor: cannot save tables to %s: %s", self.directory, exc)
                 return
 
-    def flush(self, only: str | None = None) -> None:
-        with self._flush_lock:
+    def flush(self, only: str | None = None, timeout: float = -1) -> None:
+        """timeout: give up after that long when another flush holds the files (a signal
+        handler may have interrupted one on its own thread)."""
+        if not self._flush_lock.acquire(timeout=timeout):
+            return
+        try:
             self._flush_locked(only)
+        finally:
+            self._flush_lock.release()
 
     def relocate(self, move: Callable[[Path], Path]) -> Path:
         """Save what is pending, close the table files, have `move(old)` move the record, and
