@@ -270,14 +270,10 @@ class Session:
         return self.cluster.job_inputs()
 
     def _collective_timeout(self) -> float:
-        """How long a collective may wait before it holds the job up: the hang timeout, and
-        before the first step the startup grace at least (ranks start at their own pace: one
-        imports slower, rank 0 prepares the data while the others wait in a barrier)."""
+        """How long a collective may wait before it holds the job up: the hang timeout."""
         if self.doctor is None:
             return STARTUP_GRACE
-        steps = self.tables["steps"].snapshot()
-        timeout = self.doctor.hang_timeout(steps)
-        return timeout if steps.rows else max(timeout, STARTUP_GRACE)
+        return self.doctor.hang_timeout(self.tables["steps"].snapshot())
 
     def ensure_telemetry(self) -> Recorder | None:
         """The Recorder, installed now if torch is imported but the import hook has not fired

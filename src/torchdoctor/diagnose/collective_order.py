@@ -20,6 +20,7 @@ from torchdoctor.diagnose.inputs import DEAD, JobInputs, RankView
 from torchdoctor.frames import is_user_file
 from torchdoctor.store.columns import Block
 
+STARTUP_WAIT = 300.0  # the doctor's startup grace: before the first step
 SAVED_MIN_WAIT = 2.0  # read from a job directory: a collective pending this long at the end
 _P2P = ("send", "recv", "isend", "irecv", "batch_isend_irecv")
 
@@ -172,12 +173,13 @@ def holdups(job: JobInputs) -> list[Holdup]:
         if not first:
             continue
         seq = min(c.seq for c in first.values())
-        # Every rank pending there waits, once one of them has waited for the threshold (the
+        # Every rank pending there waits, once one of them has waited for its threshold (the
         # others' waits are counted up to their last report, which may be a moment old).
         waiting = {rank: call for rank, call in first.items() if call.seq == seq}
-        waited = max(max(0.0, _clock(job, job.ranks[r]) - c.time) for r, c in waiting.items())
-        if waited < threshold:
+        waits = {r: max(0.0, _clock(job, job.ranks[r]) - c.time) for r, c in waiting.items()}
+        if not any(w >= _threshold(job, job.ranks[r], threshold) for r, w in waits.items()):
             continue
+        waited = max(waits.values())
         missing, unknown, last = [], [], {}
         for rank in members(job, group, table):
             if rank in waiting:
@@ -198,6 +200,15 @@ def holdups(job: JobInputs) -> list[Holdup]:
         call = waiting[min(waiting)]
         out.append(Holdup(group, seq, call, waiting, missing, unknown, waited, last))
     return out
+
+
+def _threshold(job: JobInputs, view: RankView, timeout: float) -> float:
+    """How long this rank waits before it is held up. Live, before its first step, as long
+    as a start may take: ranks start at their own pace (one imports slower, rank 0 prepares the
+    data while the others wait in a barrier)."""
+    if not job.live or view.steps_done:
+        return timeout
+    return max(timeout, STARTUP_WAIT)
 
 
 def _clock(job: JobInputs, view: RankView) -> float:

@@ -23,8 +23,15 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
     dead = [v for v in job.ranks.values() if v.status in DEAD]
     if not dead:
         return []
-    first = min(dead, key=lambda v: (v.status in _VICTIM, last_seen(v), v.rank))
     table = co.job_calls(job)
+
+    def waited(v: RankView) -> bool:
+        # Killed without a word while in a collective: it was waiting for someone (its last
+        # row says when the hang began, not when it died, so time cannot tell these apart).
+        calls = table.get(v.rank, {})
+        return v.ended is None and any(c.pending for seqs in calls.values() for c in seqs.values())
+
+    first = min(dead, key=lambda v: (v.status in _VICTIM, waited(v), last_seen(v), v.rank))
     others: dict[str, dict[str, Any]] = {}
     parts = []
     for rank, view in sorted(job.ranks.items()):
