@@ -28,8 +28,10 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
     def waited(v: RankView) -> bool:
         # Killed without a word while in a collective: it was waiting for someone (its last
         # row says when the hang began, not when it died, so time cannot tell these apart).
-        calls = table.get(v.rank, {})
-        return v.ended is None and any(c.pending for seqs in calls.values() for c in seqs.values())
+        # A rank the backend aborted in a collective (SIGABRT) is a cause, not a waiter.
+        if v.status != "killed" or v.signal is not None or v.ended is not None:
+            return False
+        return any(c.pending for seqs in table.get(v.rank, {}).values() for c in seqs.values())
 
     first = min(dead, key=lambda v: (v.status in _VICTIM, waited(v), last_seen(v), v.rank))
     others: dict[str, dict[str, Any]] = {}
