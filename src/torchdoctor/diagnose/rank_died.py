@@ -45,7 +45,10 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
     how = _how(first)
     where = _last_site(first, table.get(first.rank, {}))
     later = [last_seen(v) - last_seen(first) for v in dead if v is not first]
-    summary = f"Rank {first.rank} died first ({how}) at step {first.steps_done}"
+    # Its collectives are written through; its steps table may have lost its last second.
+    calls = [c for seqs in table.get(first.rank, {}).values() for c in seqs.values()]
+    step = max([first.steps_done, *(c.step for c in calls)])
+    summary = f"Rank {first.rank} died first ({how}) at step {step}"
     if where:
         summary += f", last seen at {co.short(where)}"
     if later and min(later) > 0.05:
@@ -57,7 +60,7 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
         Diagnosis(
             kind="rank_died",
             severity="error",
-            step=first.steps_done,
+            step=step,
             location=co.short(where),
             summary=summary,
             evidence={
@@ -67,7 +70,7 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
                 "exit_code": first.exit_code,
                 "signal": first.signal,
                 "reason": first.reason,
-                "steps": first.steps_done,
+                "steps": step,
                 "last_site": where,
                 "dead": sorted(v.rank for v in dead),
                 "others": others,
