@@ -15,8 +15,8 @@ import json
 from typing import Any
 
 from torchdoctor import _json, registry
-from torchdoctor.cli import formats
 from torchdoctor.cli.errors import OK, TARGET_ERROR, USAGE, CliError
+from torchdoctor.report import formats
 
 NAME = "cluster"
 SUMMARY = "every rank of a distributed job: cluster list|backtrace|query SQL|diagnoses"
