@@ -92,6 +92,10 @@ def test_spawned_ranks_of_torchdoctor_run(env: dict[str, str], tmp_path: Path) -
         env=env,
     )
     assert rows == [{"rank": 0, "n": 4}, {"rank": 1, "n": 4}]
+    # Their collectives too: per step DDP's gradient all-reduce and the script's own.
+    sql = "SELECT rank, count(*) AS n FROM python.collectives WHERE op = 'all_reduce' GROUP BY 1"
+    rows = _json("query", str(job_dir), sql + " ORDER BY 1", env=env)
+    assert rows == [{"rank": 0, "n": 8}, {"rank": 1, "n": 8}]
 
 
 def test_ranks_that_name_themselves_share_a_run_dir(

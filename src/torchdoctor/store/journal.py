@@ -8,6 +8,9 @@ event, appended (O_APPEND) in a single write, so it survives any end of the proc
     I [id, value, value, ...]     issued: the row's values in column order
     E [id, duration, state]       ended: completed or failed, with its duration
 
+An issued row is written at once; ends wait for the next issued row (one write per call) or
+the spill thread's next second, whichever comes first.
+
 A line cut short by a kill is skipped by the reader; an `I` without its `E` is a call still in
 flight when the process ended (state `issued`): for a rank that died in a collective, the last
 one. JSON keeps it readable by anything, and nothing in it is ever evaluated.
@@ -49,6 +52,7 @@ class JournalTable(RingTable):
         self._directory: Callable[[], Path] | None = None
         self._fd: int | None = None
         self._fd_lock = threading.Lock()  # only the first open takes it
+        self._ends: list[bytes] = []  # E lines not yet written
         self.write_errors = 0
 
     def attach(self, directory: Callable[[], Path]) -> None:
@@ -60,14 +64,15 @@ class JournalTable(RingTable):
         """Record an issued row, on disk before this returns; its id, for `end`."""
         rid = next(self._ids)
         self._open[rid] = row
-        self._write(ISSUED + _line([rid, *row]))
+        ends, self._ends = self._ends, []
+        self._write(b"".join(ends) + ISSUED + _line([rid, *row]))
         return rid
 
     def end(self, rid: int, duration: float | None, state: str) -> None:
         row = self._open.pop(rid, None)
         if row is None:
             return
-        self._write(ENDED + _line([rid, duration, state]))
+        self._ends.append(_end_line(rid, duration, state))
         values = list(row)
         values[self._duration], values[self._state] = duration, state
         self.append(tuple(values))
@@ -99,6 +104,7 @@ class JournalTable(RingTable):
 
     def close(self) -> None:
         """The run is over: later records (a completion arriving late) are not written."""
+        self.write_ends()
         with self._fd_lock:
             fd, self._fd, self._directory = self._fd, None, None
         if fd is not None:
@@ -117,16 +123,30 @@ class JournalTable(RingTable):
         extra = [Block.from_rows(self.spec, pending)] if pending else []
         return super().blocks() + extra
 
+    def write_ends(self) -> None:
+        ends, self._ends = self._ends, []
+        if ends:
+            self._write(b"".join(ends))
+
     def take_unspilled(self) -> list[Block]:
-        super().take_unspilled()  # already on disk, line by line
+        super().take_unspilled()  # on disk line by line, but for the latest ends
+        self.write_ends()
         return []
 
     def __len__(self) -> int:
         return super().__len__() + len(self._open)
 
 
+_encode = json.JSONEncoder(separators=(",", ":"), default=str).encode  # one, not one per row
+
+
 def _line(values: Sequence[Any]) -> bytes:
-    return json.dumps(values, separators=(",", ":"), default=str).encode() + b"\n"
+    return _encode(values).encode() + b"\n"
+
+
+def _end_line(rid: int, duration: float | None, state: str) -> bytes:
+    took = "null" if duration is None else repr(float(duration))
+    return f'E [{rid},{took},"{state}"]\n'.encode()
 
 
 def read(path: Path, spec: TableSpec) -> tuple[Block, bool]:

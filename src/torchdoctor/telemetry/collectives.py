@@ -36,7 +36,6 @@ from typing import Any
 import torch
 
 from torchdoctor._failsafe import Switch
-from torchdoctor._json import dumps
 from torchdoctor.frames import site, user_frame
 from torchdoctor.telemetry import invisible, process_group
 from torchdoctor.telemetry.invisible import compiling
@@ -111,9 +110,11 @@ class Collectives:
         return self.switch.on and self.rec.switch.on
 
     # -- the kernel's two halves ---------------------------------------------------------------
-    def issued(self, spec: OpSpec, args: tuple[Any, ...]) -> tuple[int, float, bool]:
-        """Record the call (on disk before it goes on): its id, start and whether on CPU."""
+    def issued(self, spec: OpSpec, args: tuple[Any, ...]) -> tuple[int, float]:
+        """Record the call (on disk before it goes on): its id and start."""
         process_group.poll()  # the rank and job directory first: this may be the first call
+        if self._polled:
+            self.poll()  # the calls seen completed since: their ends go out with this row
         info = self._group(args[spec.group])
         tensors = _tensors(args[spec.inputs]) if spec.inputs is not None else []
         peer = None
@@ -133,8 +134,8 @@ class Collectives:
             info.label,
             seq,
             spec.name,
-            dumps([list(t.shape) for t in tensors]) if tensors else None,
-            str(tensors[0].dtype).replace("torch.", "") if tensors else None,
+            _shapes(tensors) if tensors else None,
+            str(tensors[0].dtype)[6:] if tensors else None,  # 'torch.float32'[6:]
             sum(t.numel() * t.element_size() for t in tensors),
             peer,
             time.time(),
@@ -143,55 +144,34 @@ class Collectives:
             self._site(),
             rec.rank,
         )
-        cpu = all(t.device.type == "cpu" for t in tensors)
-        return self.table.issue(row), _now(), cpu
+        return self.table.issue(row), _now()
 
-    def returned(self, rid: int, t0: float, cpu: bool, out: Any) -> None:
-        """The backend took the call: end it when its work completes."""
+    def returned(self, rid: int, t0: float, out: Any) -> None:
+        """The backend took the call: end it when its work is seen completed (at the next
+        call or the step's end; a Python callback on the backend's thread would cost a GIL
+        hand-over per call)."""
         work = out[1] if isinstance(out, tuple) else out
         if work is None:  # synchronous (monitored_barrier): over already
             self.table.end(rid, _now() - t0, COMPLETED)
             return
-        work = self._unbox_work(work)
-        if cpu:
-            try:
-                future = work.get_future()
-            except Exception:
-                future = None
-            if future is not None:
-                future.add_done_callback(functools.partial(self._done, rid, t0))
-                return
-        self._polled.append((rid, t0, work))
+        self._polled.append((rid, t0, self._unbox_work(work)))
 
     def failed(self, rid: int, t0: float) -> None:
         self.table.end(rid, _now() - t0, FAILED)
 
-    def _done(self, rid: int, t0: float, future: Any) -> None:
-        # On the backend's thread, when the work completes: keep it short.
-        duration = _now() - t0
-        try:
-            future.value()
-            state = COMPLETED
-        except Exception:
-            state = FAILED
-        self.table.end(rid, duration, state)
-
     def poll(self) -> None:
-        """End the calls whose work is seen completed (CUDA works; called at step ends)."""
-        if not self._polled:
-            return
-        waiting = []
-        for rid, t0, work in self._polled:
+        """End the calls whose work is seen completed (their duration is not known: the
+        moment they completed was not seen). Failures show where the call raised (`failed`)."""
+        polled, self._polled = self._polled, []
+        for item in polled:
             try:
-                done = work.is_completed()
-                state = COMPLETED if done and work.is_success() else FAILED
+                done = item[2].is_completed()
             except Exception:
-                done, state = True, FAILED
+                done = True
             if done:
-                self.table.end(rid, None, state)
+                self.table.end(item[0], None, COMPLETED)
             else:
-                waiting.append((rid, t0, work))
-        self._polled = waiting
+                self._polled.append(item)
 
     # -- helpers ---------------------------------------------------------------------------------
     def _group(self, boxed: Any) -> GroupInfo:
@@ -238,6 +218,11 @@ def _describe(pg: Any) -> GroupInfo:
     return GroupInfo(label, ranks, itertools.count(start))
 
 
+def _shapes(tensors: list[Any]) -> str:
+    """JSON list of shapes, e.g. [[65],[8,6]]."""
+    return "[" + ",".join(repr(list(t.shape)).replace(" ", "") for t in tensors) + "]"
+
+
 def _tensors(value: Any) -> list[Any]:
     """The tensors of an argument: a tensor, a list of them, or a list of lists."""
     if isinstance(value, torch.Tensor):
@@ -266,6 +251,15 @@ def install(rec: Any, hooks: Hooks) -> Collectives | None:
     return collectives
 
 
+def set_kernels(on: bool) -> None:
+    """Register or drop the kernels, the current Collectives kept (benchmarks/ddp_overhead.py
+    compares steps with and without them)."""
+    if on and not _library:
+        _library.append(_register())
+    elif not on and _library:
+        _library.pop()._destroy()
+
+
 def _uninstall(collectives: Collectives) -> None:
     if _current and _current[0] is collectives:
         _current.clear()
@@ -291,7 +285,7 @@ def _kernel(op: Any, spec: OpSpec, after: Any, keyset: Any, *args: Any) -> Any:
     if collectives is None or compiling() or not collectives.on():
         return op.redispatch(keys, *args)
     try:
-        rid, t0, cpu = collectives.issued(spec, args)
+        rid, t0 = collectives.issued(spec, args)
     except Exception as exc:
         collectives.switch.fail(exc)
         return op.redispatch(keys, *args)
@@ -300,7 +294,7 @@ def _kernel(op: Any, spec: OpSpec, after: Any, keyset: Any, *args: Any) -> Any:
     except BaseException:
         _guarded(collectives, collectives.failed, rid, t0)
         raise
-    _guarded(collectives, collectives.returned, rid, t0, cpu, out)
+    _guarded(collectives, collectives.returned, rid, t0, out)
     return out
 
 
@@ -312,4 +306,4 @@ def _guarded(collectives: Collectives, method: Any, *args: Any) -> None:
 
 
 invisible.skip_frames(_kernel, _guarded, Collectives.issued, Collectives.returned)
-invisible.skip_frames(Collectives._done, Collectives.poll)
+invisible.skip_frames(Collectives.poll)
