@@ -1,8 +1,14 @@
 """`TORCHDOCTOR=1 python train.py`: started by the torchdoctor.pth line at interpreter start-up.
 
 The probe starts once the script imports torch, so plain Python processes (pip, tools, our own
-CLI) never start one. Left alone: torchrun's launcher (its workers are probed instead),
-multiprocessing children (spawned DataLoader workers), and the torchdoctor command itself.
+CLI) never start one. Left alone: torchrun's launcher (its workers are probed instead) and the
+torchdoctor command itself.
+
+Multiprocessing children (spawned processes: DataLoader workers and torch.multiprocessing.spawn
+ranks alike) are not probed at start. They are probed when they call `init_process_group`,
+that is when they turn out to be ranks, and only if TORCHDOCTOR=1 is in their environment or
+the process that launched them is probed (`torchdoctor run` of a script that uses mp.spawn).
+DataLoader workers never call it, so they never are.
 """
 
 from __future__ import annotations
@@ -29,12 +35,45 @@ def wanted(argv: list[str], env: dict[str, str] | os._Environ[str]) -> bool:
     return True
 
 
+def rank_child(argv: list[str], env: dict[str, str] | os._Environ[str]) -> bool:
+    """A spawned multiprocessing child that is to be probed if it becomes a rank."""
+    if "--multiprocessing-fork" not in argv:
+        return False
+    if env.get("TORCHDOCTOR", "").strip().lower() not in _OFF:
+        return True
+    from torchdoctor import registry
+
+    try:
+        return registry.find(os.getppid()) is not None
+    except Exception:
+        return False
+
+
+def _arm(_module: object) -> None:
+    """In a spawned child: wait for init_process_group, which starts the probe (a rank)."""
+    from torchdoctor.telemetry import process_group
+
+    def on_rank(identity: object) -> None:
+        from torchdoctor import session
+
+        session.on_rank(identity)  # type: ignore[arg-type]
+
+    process_group.install(on_rank)
+
+
 def _autostart() -> None:
     if getattr(sys, "_torchdoctor_autostart", False):
         return  # the .pth line can run twice (editable installs)
     sys._torchdoctor_autostart = True  # type: ignore[attr-defined]
     argv = list(getattr(sys, "orig_argv", sys.argv))
     if not wanted(argv, os.environ):
+        try:
+            if rank_child(argv, os.environ):
+                from torchdoctor.telemetry.on_import import when_imported
+
+                when_imported("torch", _arm)
+        except Exception as exc:
+            sys.stderr.write(f"torchdoctor: start-up hook failed: {exc}\n")
         return
     try:
         from torchdoctor.telemetry.on_import import when_imported

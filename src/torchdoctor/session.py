@@ -11,6 +11,7 @@ import datetime as _dt
 import logging
 import os
 import secrets
+import signal
 import socket
 import sys
 import threading
@@ -18,11 +19,15 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from torchdoctor import identity as identities
 from torchdoctor import registry
 from torchdoctor._failsafe import warn_once
 from torchdoctor._version import __version__
-from torchdoctor.config import Config, from_env, parse_listen
-from torchdoctor.doctor import Doctor
+from torchdoctor.cluster.watch import ClusterWatch
+from torchdoctor.config import Config, from_env, parse_listen, to_env
+from torchdoctor.diagnose.inputs import JobInputs
+from torchdoctor.doctor import STARTUP_GRACE, Doctor
+from torchdoctor.probe.cluster_routes import add_cluster_routes
 from torchdoctor.probe.metrics import start_metrics_server
 from torchdoctor.probe.routes import build_routes
 from torchdoctor.probe.server import TcpServer, UnixServer, serve_in_background
@@ -31,7 +36,7 @@ from torchdoctor.store import rundir
 from torchdoctor.store.columns import Block
 from torchdoctor.store.schema import ALL_TABLES, BY_NAME
 from torchdoctor.store.tables import Spiller, Tables
-from torchdoctor.telemetry import stacks
+from torchdoctor.telemetry import endings, stacks
 from torchdoctor.telemetry.on_import import when_imported
 
 if TYPE_CHECKING:  # the Recorder module imports torch: loaded once the script imports it
@@ -92,12 +97,15 @@ class LiveSource:
 
 
 class Session:
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, identity: identities.RankIdentity | None = None) -> None:
         self.config = config
         self.pid = os.getpid()
         self.started = time.time()
         self.command = list(getattr(sys, "orig_argv", sys.argv))
-        self.run_dir = rundir.create(config.run_dir)
+        # Who this process is in a distributed job (None: not a rank, or not known yet).
+        self.identity = identity or identities.from_env()
+        self.run_dir = rundir.create(self._record_path())
+        self.socket_path: Path | None = None
         self.tables = Tables()
         self.spiller = Spiller(self.tables, self.run_dir)
         self.sql = SqlEngine(LiveSource(self))
@@ -115,6 +123,12 @@ class Session:
         self._stopped = False
         self.exit_code: int | None = None
         self.crash: BaseException | None = None  # the uncaught exception that ended the script
+        # The job this process is a rank of (once init_process_group has run).
+        self.cluster = ClusterWatch(
+            self, registry.socket_path(self.pid), self._collective_timeout, config.token is not None
+        )
+        self.signal: int | None = None  # the signal that ended (or is ending) the run
+        self.endings = endings.Endings(self._on_signal)
 
     # -- life cycle --------------------------------------------------------------------------
     def start(self) -> Session:
@@ -122,13 +136,16 @@ class Session:
         self.spiller.start()
         self._start_servers()
         self._start_doctor()
+        self.cluster.start()
         self._cancel_torch_wait = when_imported("torch", self._on_torch)
         self._install_excepthook()
+        self.endings.install(self.run_dir)  # SIGTERM, SIGHUP, SIGINT, fatal signals
         atexit.register(self.stop)
         return self
 
     def _start_servers(self) -> None:
         routes = build_routes(self)
+        add_cluster_routes(routes, self.cluster)
         try:
             registry.ensure_dir()
             path = registry.socket_path(self.pid)
@@ -152,6 +169,7 @@ class Session:
                 self._servers.append(metrics)
                 self.metrics_address = metrics.address
         if path is not None:
+            self.socket_path = path
             registry.register(self.pid, self.registry_entry(path))
 
     def registry_entry(self, socket_path: Path) -> dict[str, Any]:
@@ -162,11 +180,55 @@ class Session:
             "run_dir": str(self.run_dir),
             "started": self.started,
             "version": __version__,
+            # What a rank this process launches (mp.spawn) starts with: the same options.
+            "config": {k: v for k, v in to_env(self.config).items() if k in _CHILD_OPTIONS},
         }
+        if self.identity is not None:
+            entry.update(self.identity.as_dict())
         if self.tcp_address:
             entry["tcp"] = f"{self.tcp_address[0]}:{self.tcp_address[1]}"
             entry["token_file"] = str(self.run_dir / rundir.TOKEN_FILE)
         return entry
+
+    # -- rank identity and the job directory ---------------------------------------------------
+    def _record_path(self) -> Path | None:
+        """Where this process's record goes: the configured or default run directory, or for a
+        rank, JOB_DIR/rank<N> (see torchdoctor.identity)."""
+        configured = Path(self.config.run_dir) if self.config.run_dir else None
+        ident = self.identity
+        if ident is None:
+            return configured
+        if configured is not None:
+            # --run-dir JOB/rank1 given to rank 1 is already its place.
+            return configured if configured.name == ident.dir_name else configured / ident.dir_name
+        launcher = registry.find(os.getppid())  # a probed launcher: its run directory is the job's
+        if launcher and launcher.get("run_dir"):
+            return Path(launcher["run_dir"]) / ident.dir_name
+        parent = Path.cwd() / rundir.DEFAULT_PARENT
+        return identities.default_job_dir(parent, os.getppid(), ident) / ident.dir_name
+
+    def set_identity(self, identity: identities.RankIdentity) -> None:
+        """torch.distributed told us who we are (init_process_group returned): rows from now on
+        carry the rank, and a record begun before it moves into JOB_DIR/rank<N>."""
+        if identity == self.identity:
+            return
+        self.identity = identity
+        if self.telemetry is not None:
+            self.telemetry.set_rank(identity.rank)
+        target = self._record_path()
+        if target is not None and target.resolve() != self.run_dir:
+            whole = not self.config.run_dir  # a default directory is this process's alone
+            try:
+                self.run_dir = self.spiller.relocate(lambda old: rundir.move(old, target, whole))
+            except OSError as exc:
+                warn_once("relocate", f"cannot move the run directory to {target}: {exc}")
+        self.endings.fatal_to(self.run_dir)
+        self._write_meta("running")
+        if self.socket_path is not None:
+            try:
+                registry.register(self.pid, self.registry_entry(self.socket_path))
+            except (OSError, registry.InsecureDirectory):
+                pass
 
     def _census(self) -> list[tuple[Any, ...]]:
         from torchdoctor.memory.census import census_rows  # the census is heavy: when asked
@@ -188,7 +250,9 @@ class Session:
         previous = sys.excepthook
 
         def hook(kind: Any, value: BaseException, tb: Any) -> None:
-            if not isinstance(value, KeyboardInterrupt) and not self._stopped:
+            if isinstance(value, KeyboardInterrupt):
+                self.note_signal(signal.SIGINT)
+            elif not self._stopped:
                 self.report_crash(value)
             previous(kind, value, tb)
 
@@ -201,6 +265,16 @@ class Session:
     def save_diagnoses(self) -> None:
         self.spiller.flush(only="diagnoses")
 
+    def job(self) -> JobInputs | None:
+        """The ranks of this process's job, as last gathered (None outside a job)."""
+        return self.cluster.job_inputs()
+
+    def _collective_timeout(self) -> float:
+        """How long a collective may wait before it holds the job up: the hang timeout."""
+        if self.doctor is None:
+            return STARTUP_GRACE
+        return self.doctor.hang_timeout(self.tables["steps"].snapshot())
+
     def ensure_telemetry(self) -> Recorder | None:
         """The Recorder, installed now if torch is imported but the import hook has not fired
         yet (watch() and step() are called by whoever holds a model)."""
@@ -212,8 +286,13 @@ class Session:
         try:
             from torchdoctor.telemetry.recorder import Recorder
 
-            self.telemetry = Recorder(self, rank=_rank_from_env())
+            rank = self.identity.rank if self.identity is not None else _rank_from_env()
+            self.telemetry = Recorder(self, rank=rank)
             self.telemetry.install()
+            from torchdoctor.telemetry import process_group
+
+            process_group.install(on_rank)  # init_process_group tells the rank
+            self.telemetry.hooks.on_remove(process_group.remove)
         except Exception as exc:
             warn_once("telemetry", f"training telemetry is off: {type(exc).__name__}: {exc}")
 
@@ -226,9 +305,11 @@ class Session:
             self._stopped = True
         if exit_code is not None:
             self.exit_code = exit_code
+        self.endings.remove()
         self._cancel_torch_wait()
         if self.telemetry is not None:
             self.telemetry.remove()
+        self.cluster.stop()
         if self.doctor is not None:
             self.doctor.stop()
         for server in self._servers:
@@ -243,10 +324,43 @@ class Session:
             self.spiller.stop()
         except Exception as exc:
             warn_once("spill", f"could not save the last rows: {exc}")
-        self._write_meta("finished" if self.exit_code in (None, 0) else "failed")
+        self._write_meta(self._ending())
         global _current
         if _current is self:
             _current = None
+
+    def note_signal(self, signum: int) -> None:
+        """The run is ending because of `signum` (meta.json says so when it is over)."""
+        self.signal = signum
+
+    def _ending(self) -> str:
+        if self.signal is not None:
+            return endings.STATUS.get(self.signal, "terminated")
+        return "finished" if self.exit_code in (None, 0) else "failed"
+
+    def _on_signal(self, signum: int, phase: str) -> None:
+        """On the main thread, in the signal's handler (telemetry/endings.py): save the tables
+        and the ending now, whatever comes next."""
+        if self._stopped:
+            return
+        if phase == endings.SURVIVED:  # the script's handler chose to go on
+            self._write_meta("running")
+            return
+        self.note_signal(signum)
+        try:
+            self.spiller.flush(timeout=2.0)
+        except Exception as exc:
+            warn_once("spill", f"could not save the last rows: {exc}")
+        self._write_meta(self._ending())
+        if phase == endings.GOING:  # no atexit after a default disposition: leave no trace
+            self._stopped = True
+            self.endings.remove()  # an empty fatal.log goes too
+            registry.unregister(self.pid)
+            for server in self._servers:
+                try:
+                    server.server_close()
+                except Exception:
+                    pass
 
     def _write_meta(self, status: str) -> None:
         meta = {
@@ -264,6 +378,10 @@ class Session:
             meta["exit_code"] = self.exit_code
             if self.telemetry is not None:
                 meta["steps"] = self.telemetry.steps_done
+            if self.signal is not None:
+                meta["signal"] = endings.signal_name(self.signal)
+        if self.identity is not None:
+            meta.update(self.identity.as_dict())
         if self.tcp_address:
             meta["tcp"] = f"{self.tcp_address[0]}:{self.tcp_address[1]}"
         if self.metrics_address:
@@ -285,6 +403,8 @@ class Session:
         }
         if self.telemetry is not None:
             out.update(self.telemetry.status())
+        if self.identity is not None:
+            out.update(self.identity.as_dict())
         if self.tcp_address:
             out["tcp"] = f"{self.tcp_address[0]}:{self.tcp_address[1]}"
         if self.metrics_address:
@@ -377,6 +497,12 @@ class Session:
         return {k: getattr(self.config, k) for k in sorted(allowed)}
 
 
+# Options a launched rank inherits from a probed launcher (not its endpoints or token).
+_CHILD_OPTIONS = frozenset(
+    f"TORCHDOCTOR_{name}" for name in ("HANG_TIMEOUT", "TRACE_EVERY", "GUARD", "QUIET")
+)
+
+
 def _rank_from_env() -> int:
     for var in ("RANK", "LOCAL_RANK"):
         value = os.environ.get(var, "")
@@ -389,8 +515,40 @@ def current() -> Session | None:
     return _current
 
 
-def start(config: Config | None = None, **options: Any) -> Session:
-    """Start the probe in this process (idempotent: a second call returns the running one)."""
+def on_rank(identity: identities.RankIdentity) -> None:
+    """init_process_group returned: the probe of this process learns its rank; a launched
+    child without one (mp.spawn, a fork of a probed process) starts it now, as that rank."""
+    running = _current
+    if running is not None and running.pid == os.getpid():
+        running.set_identity(identity)
+        return
+    config = launcher_config()
+    if config is not None:
+        start(config, identity=identity)
+
+
+def launcher_config() -> Config | None:
+    """The options a launched rank is probed with: TORCHDOCTOR=1 in its environment, else
+    those of the probed process it was forked from or launched by; None: not to be probed."""
+    if os.environ.get("TORCHDOCTOR", "").strip().lower() not in ("", "0", "false", "no", "off"):
+        return from_env()
+    if _forked_from is not None and _forked_from.pid == os.getppid():
+        return _forked_from.config
+    entry = registry.find(os.getppid())
+    if entry is None:
+        return None
+    inherited = {k: str(v) for k, v in dict(entry.get("config") or {}).items()}
+    return from_env(base=from_env(inherited))
+
+
+def start(
+    config: Config | None = None,
+    *,
+    identity: identities.RankIdentity | None = None,
+    **options: Any,
+) -> Session:
+    """Start the probe in this process (idempotent: a second call returns the running one).
+    `identity`: this process is that rank of a job (known before the environment says so)."""
     global _current
     with _lock:
         if _current is not None:
@@ -398,7 +556,7 @@ def start(config: Config | None = None, **options: Any) -> Session:
                 warn_once("restart", "torchdoctor is already running here; new options ignored")
             return _current
         cfg = (config or from_env()).replace(**options) if options else (config or from_env())
-        session = Session(cfg.validate())
+        session = Session(cfg.validate(), identity)
         _current = session
     try:
         return session.start()
@@ -408,12 +566,17 @@ def start(config: Config | None = None, **options: Any) -> Session:
         raise
 
 
+_forked_from: Session | None = None  # in a forked child: the parent's probe, stopped here
+
+
 def _forget_in_child() -> None:
     # A forked child (a DataLoader worker) inherits the hooks but not the threads: switch the
     # hooks off and forget the session, so the child neither records nor claims the socket.
-    global _current
+    # (A forked rank starts its own probe when it calls init_process_group: see on_rank.)
+    global _current, _forked_from
     session = _current
     _current = None
+    _forked_from = session
     if session is not None and session.telemetry is not None:
         session.telemetry.disable_in_child()
 

@@ -1,6 +1,6 @@
-"""A job directory of two real ranks (gloo, under `torchdoctor run`, one run directory per
-rank) read as one by every verb that reads a saved run; a missing rank and a rank of another
-job are named and the rest is read."""
+"""A job directory of two real ranks (gloo, under `torchdoctor run --run-dir JOB`: each rank
+writes JOB/rank<N>) read as one by every verb that reads a saved run; a missing rank and a rank
+of another job are named and the rest is read."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> Path:
                 MASTER_ADDR="127.0.0.1",
                 MASTER_PORT=port,
             )
-            argv = td_run("--quiet", "--run-dir", str(job_dir / f"rank{rank}"))
+            argv = td_run("--quiet", "--run-dir", str(job_dir))
             argv += [script("dist_uneven.py"), "--fixed"]
             procs.append(subprocess.Popen(argv, env=env, cwd=root, stderr=subprocess.PIPE))
         for p in procs:
@@ -51,14 +51,10 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> Path:
             if p.poll() is None:
                 p.kill()
                 p.wait()
-    # The job's identity in each rank's meta.json (written by the session when it knows it).
+    # Each rank's identity is in its meta.json.
     for rank in range(WORLD):
-        d = job_dir / f"rank{rank}"
-        meta = rundir.read_meta(d)
-        meta.setdefault("rank", rank)
-        meta.setdefault("world_size", WORLD)
-        meta.setdefault("job", "job-a")
-        rundir.write_meta(d, meta)
+        meta = rundir.read_meta(job_dir / f"rank{rank}")
+        assert (meta["rank"], meta["world_size"], meta["job"]) == (rank, WORLD, f"127.0.0.1:{port}")
     return job_dir
 
 
@@ -124,7 +120,8 @@ def test_a_missing_rank_and_a_foreign_rank(job: Path, tmp_path: Path) -> None:
     out = cli("query", str(copy), "SELECT DISTINCT rank FROM python.steps ORDER BY 1")
     assert out.returncode == 0, out.stderr
     assert "rank 2 is missing (world size 3)" in out.stderr
-    assert "rank 3" in out.stderr and "another job ('job-b', not 'job-a')" in out.stderr
+    ours = rundir.read_meta(job / "rank0")["job"]
+    assert "rank 3" in out.stderr and f"another job ('job-b', not {ours!r})" in out.stderr
     assert out.stdout.split() == ["rank", "----", "0", "1", "(2", "rows)"]
     for verb in (["diagnoses"], ["memory"], ["tables"], ["report", "--format", "json"]):
         out = cli(verb[0], str(copy), *verb[1:])

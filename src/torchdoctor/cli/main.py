@@ -33,6 +33,7 @@ COMMANDS: tuple[str, ...] = (
     "export",
     "metrics",
     "list",
+    "cluster",
     "explain",
     "ckpt",
     "lint",

@@ -4,6 +4,11 @@
 <run_dir>/diagnoses.jsonl   one diagnosis per line, written as found
 <run_dir>/tables/<t>.seg    every stored table, appended every second
 <run_dir>/token             the TCP token, 0600, when --listen was given
+<run_dir>/fatal.log         the stacks of every thread when a fatal signal (SIGABRT, SIGSEGV)
+                            ended the process (faulthandler; removed when empty)
+
+A rank of a distributed job writes to JOB_DIR/rank<N>/ (see torchdoctor.identity); a process
+that learns it is a rank only when `init_process_group` runs moves its record there (`move`).
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import shutil
 import socket
 from pathlib import Path
 from typing import Any
@@ -20,6 +26,7 @@ DIAGNOSES_FILE = "diagnoses.jsonl"
 TABLES_DIR = "tables"
 TABLE_SUFFIX = ".seg"
 TOKEN_FILE = "token"
+FATAL_FILE = "fatal.log"
 DEFAULT_PARENT = "torchdoctor-runs"
 
 
@@ -47,10 +54,69 @@ def write_meta(run_dir: Path, meta: dict[str, Any]) -> None:
 
 
 def read_meta(run_dir: Path) -> dict[str, Any]:
+    """meta.json, with the ending that a process gone without writing it could not record."""
     try:
-        return dict(json.loads((run_dir / META_FILE).read_text()))
+        meta = dict(json.loads((run_dir / META_FILE).read_text()))
     except (OSError, ValueError):
         return {}
+    return settle(run_dir, meta)
+
+
+# faulthandler's first line -> the signal it reports
+_FATAL = {
+    "Aborted": "SIGABRT",
+    "Segmentation fault": "SIGSEGV",
+    "Bus error": "SIGBUS",
+    "Floating-point exception": "SIGFPE",
+    "Illegal instruction": "SIGILL",
+}
+
+
+def settle(run_dir: Path, meta: dict[str, Any]) -> dict[str, Any]:
+    """A record still `running` whose process is gone (same host): `crashed` with the signal
+    when faulthandler left its stacks (SIGABRT from gloo/NCCL, a segfault), else `killed`
+    (SIGKILL, the OOM killer: nothing runs after them). `inferred` says the reader decided."""
+    if meta.get("status") != "running" or meta.get("host") != socket.gethostname():
+        return meta
+    if _alive(meta.get("pid"), meta.get("started")):
+        return meta
+    out = dict(meta, status="killed", inferred=True)
+    try:
+        text = (run_dir / FATAL_FILE).read_text(errors="replace")
+    except OSError:
+        text = ""
+    if text:
+        first = text.splitlines()[0] if text.strip() else ""
+        name = next((sig for words, sig in _FATAL.items() if words in first), "fatal signal")
+        out.update(status="crashed", signal=name, fatal_file=str(run_dir / FATAL_FILE))
+    return out
+
+
+def _alive(pid: Any, started: Any) -> bool:
+    """Whether process `pid` runs and is the one that started at `started` (not a zombie,
+    not a later process given the same pid)."""
+    if not isinstance(pid, int) or pid <= 0:
+        return True  # nothing to judge by
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+    fields = stat[stat.rindex(")") + 2 :].split()
+    if fields[0] in ("Z", "X"):
+        return False  # dead, not yet reaped by its parent (torchrun's agent)
+    try:
+        boot = next(
+            float(line.split()[1])
+            for line in Path("/proc/stat").read_text().splitlines()
+            if line.startswith("btime ")
+        )
+        began = boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+        recorded = _dt.datetime.fromisoformat(str(started)).timestamp()
+    except (OSError, ValueError, StopIteration, IndexError):
+        return True
+    return began <= recorded + 5  # the recorded start is after the process's own start
 
 
 def write_token(run_dir: Path, token: str) -> Path:
@@ -62,3 +128,40 @@ def write_token(run_dir: Path, token: str) -> Path:
     finally:
         os.close(fd)
     return path
+
+
+def move(old: Path, new: Path, whole: bool) -> Path:
+    """Move a run's record from `old` to `new` and return `new`, resolved.
+
+    whole: `old` is this process's own directory (a default one): renamed as a whole, files
+    held open keep working. Otherwise `old` may be shared (a --run-dir given to every rank):
+    only the tables, diagnoses and token move, and meta.json stays for its last writer to
+    replace. Whatever cannot move stays where it was; the run goes on in `new`.
+    """
+    new.parent.mkdir(parents=True, exist_ok=True)
+    if whole and not new.exists():
+        try:
+            os.rename(old, new)
+            return new.resolve()
+        except OSError:
+            pass
+    (new / TABLES_DIR).mkdir(parents=True, exist_ok=True)
+    names = [Path(TABLES_DIR) / p.name for p in (old / TABLES_DIR).glob("*") if p.is_file()]
+    for rel in [*names, Path(DIAGNOSES_FILE), Path(TOKEN_FILE)]:
+        src, dst = old / rel, new / rel
+        if src.exists() and not dst.exists():
+            try:
+                shutil.move(src, dst)
+            except OSError:
+                pass
+    # A shared directory keeps its tables/ (another rank may still write there until it
+    # moves too); its meta.json goes if this process wrote it last.
+    ours = read_meta(old).get("pid") == os.getpid()
+    leftovers = [old / META_FILE] if ours or whole else []
+    leftovers += [old / TABLES_DIR, old] if whole else []
+    for leftover in leftovers:
+        try:
+            leftover.unlink() if leftover.is_file() else leftover.rmdir()  # rmdir: only if empty
+        except OSError:
+            pass
+    return new.resolve()

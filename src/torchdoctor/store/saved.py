@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from torchdoctor.store import rundir
+from torchdoctor.store import journal, rundir
 from torchdoctor.store.columns import Block
 from torchdoctor.store.schema import BY_NAME, DIAGNOSES, INT, STORED, Column, TableSpec
 from torchdoctor.store.segment import MAGIC, read
@@ -63,6 +63,7 @@ class SavedRun:
         has_tables = tables.is_dir() and any(
             p.stat().st_size > len(MAGIC) for p in tables.glob(f"*{rundir.TABLE_SUFFIX}")
         )
+        has_tables = has_tables or any(_nonempty(p) for p in tables.glob(f"*{journal.SUFFIX}"))
         return has_tables or _nonempty(self.path / rundir.DIAGNOSES_FILE)
 
     def _load(self, name: str) -> Block:
@@ -70,10 +71,12 @@ class SavedRun:
         if name == DIAGNOSES.name:
             return Block.from_rows(spec, load_diagnoses(self.path))
         path = self.path / rundir.TABLES_DIR / f"{name}{rundir.TABLE_SUFFIX}"
+        if spec.write_through:
+            path = journal.path_of(self.path, spec)
         if not path.exists():
             return Block.empty(spec)
         try:
-            block, truncated = read(path, spec)
+            block, truncated = journal.read(path, spec) if spec.write_through else read(path, spec)
         except (OSError, ValueError) as exc:
             raise RunNotFound(f"cannot read {path}: {exc}") from None
         if truncated:

@@ -27,6 +27,7 @@ class TableSpec:
     doc: str
     columns: tuple[Column, ...]
     live: bool = False  # computed when queried (stacks, tensors), never stored
+    write_through: bool = False  # each row on disk as it happens (store/journal.py)
     capacity: int = 1_000_000  # rows kept in memory; the oldest go first
 
     @property
@@ -136,6 +137,7 @@ COLLECTIVES = TableSpec(
         _c("site", STR, "file:line of the user's code that issued it", nullable=True),
         _c("rank", INT),
     ),
+    write_through=True,
 )
 
 TORCH_TRACE = TableSpec(

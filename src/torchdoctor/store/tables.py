@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from torchdoctor.store import rundir
 from torchdoctor.store.columns import Block
-from torchdoctor.store.schema import BY_NAME, DIAGNOSES, STORED
+from torchdoctor.store.journal import JournalTable
+from torchdoctor.store.schema import BY_NAME, DIAGNOSES, STORED, TableSpec
 from torchdoctor.store.segment import SegmentWriter
 from torchdoctor.store.table import RingTable
 
@@ -21,7 +23,7 @@ class Tables:
 
     def __init__(self, capacities: dict[str, int] | None = None) -> None:
         caps = capacities or {}
-        self._tables = {spec.name: RingTable(spec, caps.get(spec.name)) for spec in STORED}
+        self._tables = {spec.name: _table(spec, caps.get(spec.name)) for spec in STORED}
 
     def __getitem__(self, name: str) -> RingTable:
         return self._tables[name]
@@ -31,6 +33,10 @@ class Tables:
 
     def items(self) -> list[tuple[str, RingTable]]:
         return list(self._tables.items())
+
+
+def _table(spec: TableSpec, capacity: int | None) -> RingTable:
+    return JournalTable(spec, capacity) if spec.write_through else RingTable(spec, capacity)
 
 
 class Spiller:
@@ -49,6 +55,9 @@ class Spiller:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="torchdoctor-spill", daemon=True)
         (directory / rundir.TABLES_DIR).mkdir(parents=True, exist_ok=True)
+        for _name, table in tables.items():
+            if isinstance(table, JournalTable):  # writes itself, into wherever the run is now
+                table.attach(lambda: self.directory)
 
     def start(self) -> None:
         self._thread.start()
@@ -61,22 +70,42 @@ class Spiller:
                 log.warning("torchdoctor: cannot save tables to %s: %s", self.directory, exc)
                 return
 
-    def flush(self, only: str | None = None) -> None:
+    def flush(self, only: str | None = None, timeout: float = -1) -> None:
+        """timeout: give up after that long when another flush holds the files (a signal
+        handler may have interrupted one on its own thread)."""
+        if not self._flush_lock.acquire(timeout=timeout):
+            return
+        try:
+            self._flush_locked(only)
+        finally:
+            self._flush_lock.release()
+
+    def relocate(self, move: Callable[[Path], Path]) -> Path:
+        """Save what is pending, close the table files, have `move(old)` move the record, and
+        go on writing in the directory it returns."""
         with self._flush_lock:
-            for name, table in self.tables.items():
-                if only is not None and name != only:
-                    continue
-                blocks = table.take_unspilled()
-                if not blocks:
-                    continue
-                if name == DIAGNOSES.name:
-                    _append_jsonl(self.directory / rundir.DIAGNOSES_FILE, blocks)
-                    continue
-                writer = self._writers.get(name)
-                if writer is None:
-                    path = self.directory / rundir.TABLES_DIR / f"{name}{rundir.TABLE_SUFFIX}"
-                    writer = self._writers[name] = SegmentWriter(path)
-                writer.write(blocks)
+            self._flush_locked(None)
+            for writer in self._writers.values():
+                writer.close()
+            self._writers.clear()
+            self.directory = move(self.directory)
+            return self.directory
+
+    def _flush_locked(self, only: str | None) -> None:
+        for name, table in self.tables.items():
+            if only is not None and name != only:
+                continue
+            blocks = table.take_unspilled()
+            if not blocks:
+                continue
+            if name == DIAGNOSES.name:
+                _append_jsonl(self.directory / rundir.DIAGNOSES_FILE, blocks)
+                continue
+            writer = self._writers.get(name)
+            if writer is None:
+                path = self.directory / rundir.TABLES_DIR / f"{name}{rundir.TABLE_SUFFIX}"
+                writer = self._writers[name] = SegmentWriter(path)
+            writer.write(blocks)
 
     def stop(self) -> None:
         self._stop.set()
@@ -88,6 +117,9 @@ class Spiller:
             for writer in self._writers.values():
                 writer.close()
             self._writers.clear()
+            for _name, table in self.tables.items():
+                if isinstance(table, JournalTable):
+                    table.close()
 
 
 def _append_jsonl(path: Path, blocks: list[Block]) -> None:

@@ -29,7 +29,14 @@ from typing import Any, Protocol
 from torchdoctor._failsafe import Switch, warn_once
 from torchdoctor._json import dumps
 from torchdoctor.frames import user_frame
-from torchdoctor.telemetry import compile_events, discovery, gradients, torch_hooks
+from torchdoctor.telemetry import (
+    collectives,
+    compile_events,
+    discovery,
+    gradients,
+    process_group,
+    torch_hooks,
+)
 from torchdoctor.telemetry.clock import CpuClock, CudaClock
 from torchdoctor.telemetry.gradient_check import Check, GradientCheck, guard_update
 from torchdoctor.telemetry.invisible import compile_in_use
@@ -104,6 +111,8 @@ class Recorder:
         self._backward_end = 0.0
         self._scanned = False  # looked for models in the training code's frames
         self._cycle_params: tuple[int, list[Any]] = (-1, [])
+        self._compile_watch: Any = None
+        self.collective_calls: Any = None  # telemetry.collectives.Collectives, once installed
 
     # -- install / remove ------------------------------------------------------------------
     def install(self) -> None:
@@ -116,7 +125,9 @@ class Recorder:
         NanLocalizer(self)
         # torch.compile's own events (graph breaks, recompilations), once Dynamo is imported
         watch = compile_events.install(self.tables, lambda: self.step, self.rank)
+        self._compile_watch = watch
         self.hooks.on_remove(watch.remove)
+        self.collective_calls = collectives.install(self, self.hooks)  # python.collectives
         self.hooks.on_remove(self._root_hooks.remove)
         self.hooks.on_remove(lambda: self.set_global_hooks(False))
         self.memory.start()
@@ -136,6 +147,12 @@ class Recorder:
 
     def disable_in_child(self) -> None:
         self.switch.on = False
+
+    def set_rank(self, rank: int) -> None:
+        """torch.distributed told the process its rank: rows from now on carry it."""
+        self.rank = rank
+        if self._compile_watch is not None:
+            self._compile_watch.rank = rank
 
     def set_global_hooks(self, on: bool) -> None:
         self._gdepth = 0
@@ -589,6 +606,9 @@ class Recorder:
 
     def _finish(self, state: StepState, end: float, skipped: bool) -> None:
         """The row of a finished step; then get ready for the next one."""
+        process_group.poll()  # a rank whose init_process_group we did not see return
+        if self.collective_calls is not None:
+            self.collective_calls.poll()  # CUDA works seen completed
         if self.tracing:
             self.tracer.end(self.clock.mark())
         allocated, peak, reserved, rss = self.memory.read()

@@ -12,9 +12,10 @@ from torchdoctor.report import formats
 from torchdoctor.report.tabular import render
 
 NAME = "list"
-SUMMARY = "probed processes of this user: pid, endpoint, command, step"
+SUMMARY = "probed processes of this user: pid, rank, endpoint, command, step"
 TARGET = "none"
 FORMATS = formats.ROWS
+RANK_FIELDS = ("rank", "local_rank", "world_size", "node", "job")  # from the registry entry
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -46,6 +47,8 @@ def main(args: Any, ctx: Any) -> int:
                 "socket": e["socket"],
                 "tcp": e.get("tcp"),
                 "step": None if args.no_step else _step(e),
+                # A rank of a distributed job: its identity (None for other processes).
+                **{field: e.get(field) for field in RANK_FIELDS},
                 "run_dir": e.get("run_dir"),
                 "command": " ".join(e.get("command") or []),
             }
@@ -57,5 +60,7 @@ def main(args: Any, ctx: Any) -> int:
         ctx.print("no probed processes")
         return OK
     columns = ["pid", "endpoint", "step", "command"]
+    if any(r["rank"] is not None for r in records):
+        columns[1:1] = ["rank", "world_size", "node", "job"]
     ctx.print(render(columns, [[r[c] for c in columns] for r in records], args.format))
     return OK

@@ -109,6 +109,8 @@ def main(args: Any, ctx: Any) -> int:
         probe.report_crash(outcome.exception)
         if not config.quiet:
             _explain(outcome.exception, ctx)
+    if outcome.interrupted:
+        probe.note_signal(signal.SIGINT)
     probe.stop(outcome.code)
     if not config.quiet:
         from torchdoctor.report.summary import render_summary

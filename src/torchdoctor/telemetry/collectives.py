@@ -1,0 +1,309 @@
+"""python.collectives: every collective and point-to-point call of torch.distributed, the ones
+DDP and FSDP issue themselves included, one row each.
+
+Where they are seen: every ProcessGroup call goes through torch's dispatcher as a `c10d::` op
+(allreduce_, broadcast_, _allgather_base_, send, ...), whether Python called it (dist.all_reduce,
+FSDP) or C++ did (DDP's Reducer, on its gradient buckets). A Python kernel is registered for
+those ops at the BackendSelect key: it runs just before the backend kernel, for every caller,
+and redispatches to it unchanged. Nothing of the user's is replaced (no DDP comm hook, no
+wrapper process group), and tensor subclasses and fake tensors are handled above that key, so a
+compiled region's tracing never reaches it.
+
+What a call records, before it is passed on: the row, written through to the run directory
+(store/journal.py) so that a rank the backend aborts (gloo and NCCL end it with SIGABRT) has the
+fatal call on disk. When it ends: on CPU (gloo) a callback on the work's future gives the
+completion time, hence the duration; on CUDA (NCCL) the future completes when the kernel is
+queued, so the row ends when the work is seen completed (polled at step ends) without a
+duration; synchronous calls end when they return.
+
+`seq` counts the calls of each process group in issue order, from the group's own counter at
+the first call seen (so a probe started late still lines up with the other ranks); sends and
+receives are numbered per peer instead (the k-th send from A to B pairs with B's k-th receive
+from A), so that point-to-point traffic between some ranks does not shift the group's numbers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import itertools
+import sys
+import threading
+import time
+import weakref
+from typing import Any
+
+import torch
+
+from torchdoctor._failsafe import Switch
+from torchdoctor.frames import site, user_frame
+from torchdoctor.telemetry import invisible, process_group
+from torchdoctor.telemetry.invisible import compiling
+from torchdoctor.telemetry.patches import Hooks
+
+_now = time.perf_counter
+
+
+@dataclasses.dataclass(frozen=True)
+class OpSpec:
+    name: str  # the op as the table names it
+    inputs: int | None  # argument holding the tensors this rank contributes
+    group: int  # argument holding the process group
+    peer: int | None = None  # send/recv: the other rank; broadcast, reduce...: the root
+    p2p: bool = False
+
+
+# c10d op -> how to read its arguments (schemas: torch.ops.c10d.<op>.default._schema)
+OPS: dict[str, OpSpec] = {
+    "allreduce_": OpSpec("all_reduce", 0, 1),
+    "allreduce_coalesced_": OpSpec("all_reduce_coalesced", 0, 1),
+    "broadcast_": OpSpec("broadcast", 0, 1, peer=2),
+    "reduce_": OpSpec("reduce", 0, 1, peer=3),
+    "allgather_": OpSpec("all_gather", 1, 2),
+    "_allgather_base_": OpSpec("all_gather_into_tensor", 1, 2),
+    "allgather_coalesced_": OpSpec("all_gather_coalesced", 1, 2),
+    "allgather_into_tensor_coalesced_": OpSpec("all_gather_into_tensor_coalesced", 1, 2),
+    "reduce_scatter_": OpSpec("reduce_scatter", 1, 2),
+    "_reduce_scatter_base_": OpSpec("reduce_scatter_tensor", 1, 2),
+    "reduce_scatter_tensor_coalesced_": OpSpec("reduce_scatter_tensor_coalesced", 1, 2),
+    "gather_": OpSpec("gather", 1, 2, peer=3),
+    "scatter_": OpSpec("scatter", 1, 2, peer=3),
+    "alltoall_": OpSpec("all_to_all", 1, 2),
+    "alltoall_base_": OpSpec("all_to_all_single", 1, 2),
+    "barrier": OpSpec("barrier", None, 1),
+    "monitored_barrier_": OpSpec("monitored_barrier", None, 1),
+    "send": OpSpec("send", 0, 1, peer=2, p2p=True),
+    "recv_": OpSpec("recv", 0, 1, peer=2, p2p=True),
+    "recv_any_source_": OpSpec("recv", 0, 1, p2p=True),
+}
+
+ISSUED, COMPLETED, FAILED = "issued", "completed", "failed"
+
+
+@dataclasses.dataclass
+class GroupInfo:
+    label: str  # 'default', or "<name> [global ranks]"
+    ranks: list[int]  # global rank of each group rank
+    seq: Any  # itertools.count: next() is atomic, callers may be on several threads
+    p2p: dict[tuple[str, int | None], Any] = dataclasses.field(default_factory=dict)
+
+    def global_rank(self, group_rank: int) -> int:
+        return self.ranks[group_rank] if 0 <= group_rank < len(self.ranks) else group_rank
+
+
+class Collectives:
+    """Turns c10d calls into python.collectives rows (see the module's docstring)."""
+
+    def __init__(self, rec: Any) -> None:
+        self.rec = rec
+        self.table = rec.tables["collectives"]
+        self.switch = Switch("torchdoctor collective tracing")
+        self._groups: weakref.WeakKeyDictionary[Any, GroupInfo] = weakref.WeakKeyDictionary()
+        self._polled: list[tuple[int, float, Any]] = []  # (id, t0, work) ended when seen done
+        self._lock = threading.Lock()  # group creation only
+        from torch._C._distributed_c10d import ProcessGroup, Work
+
+        self._unbox_group = ProcessGroup.unbox
+        self._unbox_work = Work.unbox
+
+    def on(self) -> bool:
+        return self.switch.on and self.rec.switch.on
+
+    # -- the kernel's two halves ---------------------------------------------------------------
+    def issued(self, spec: OpSpec, args: tuple[Any, ...]) -> tuple[int, float]:
+        """Record the call (on disk before it goes on): its id and start."""
+        process_group.poll()  # the rank and job directory first: this may be the first call
+        if self._polled:
+            self.poll()  # the calls seen completed since: their ends go out with this row
+        info = self._group(args[spec.group])
+        tensors = _tensors(args[spec.inputs]) if spec.inputs is not None else []
+        peer = None
+        if spec.peer is not None:
+            peer = info.global_rank(int(args[spec.peer]))
+        if spec.p2p:
+            key = (spec.name, peer)
+            counter = info.p2p.get(key)
+            if counter is None:
+                counter = info.p2p.setdefault(key, itertools.count())
+            seq = next(counter)
+        else:
+            seq = next(info.seq)
+        rec = self.rec
+        row = (
+            rec.step,
+            info.label,
+            seq,
+            spec.name,
+            _shapes(tensors) if tensors else None,
+            str(tensors[0].dtype)[6:] if tensors else None,  # 'torch.float32'[6:]
+            sum(t.numel() * t.element_size() for t in tensors),
+            peer,
+            time.time(),
+            None,
+            ISSUED,
+            self._site(),
+            rec.rank,
+        )
+        return self.table.issue(row), _now()
+
+    def returned(self, rid: int, t0: float, out: Any) -> None:
+        """The backend took the call: end it when its work is seen completed (at the next
+        call or the step's end; a Python callback on the backend's thread would cost a GIL
+        hand-over per call)."""
+        work = out[1] if isinstance(out, tuple) else out
+        if work is None:  # synchronous (monitored_barrier): over already
+            self.table.end(rid, _now() - t0, COMPLETED)
+            return
+        self._polled.append((rid, t0, self._unbox_work(work)))
+
+    def failed(self, rid: int, t0: float) -> None:
+        self.table.end(rid, _now() - t0, FAILED)
+
+    def poll(self) -> None:
+        """End the calls whose work is seen completed (their duration is not known: the
+        moment they completed was not seen). Failures show where the call raised (`failed`)."""
+        polled, self._polled = self._polled, []
+        for item in polled:
+            try:
+                done = item[2].is_completed()
+            except Exception:
+                done = True
+            if done:
+                self.table.end(item[0], None, COMPLETED)
+            else:
+                self._polled.append(item)
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def _group(self, boxed: Any) -> GroupInfo:
+        pg = self._unbox_group(boxed)
+        info = self._groups.get(pg)
+        if info is None:
+            with self._lock:
+                info = self._groups.get(pg)
+                if info is None:
+                    info = self._groups[pg] = _describe(pg)
+        return info
+
+    def _site(self) -> str | None:
+        frame = user_frame(sys._getframe(2))
+        if frame is not None:
+            return site(frame)
+        # A backward on another thread (CUDA autograd): the training thread's backward() call.
+        state = getattr(self.rec, "state", None)
+        where = getattr(state, "backward_site", None)
+        return f"{where[0]}:{where[1]}" if where else None
+
+
+def _describe(pg: Any) -> GroupInfo:
+    dist = torch.distributed
+    try:
+        ranks = [int(r) for r in dist.get_process_group_ranks(pg)]
+    except Exception:
+        ranks = list(range(pg.size()))
+    try:
+        world = dist.distributed_c10d._world.default_pg
+    except Exception:
+        world = None
+    if pg is world:
+        label = "default"
+    else:
+        desc = getattr(pg, "group_desc", "") or ""
+        name = desc if desc and desc != "undefined" else str(getattr(pg, "group_name", "?"))
+        label = f"{name} [{','.join(map(str, ranks))}]"
+    try:
+        # The group's own count of calls so far: a probe started late still lines up.
+        start = int(pg._get_sequence_number_for_group())
+    except Exception:
+        start = 0
+    return GroupInfo(label, ranks, itertools.count(start))
+
+
+def _shapes(tensors: list[Any]) -> str:
+    """JSON list of shapes, e.g. [[65],[8,6]]."""
+    return "[" + ",".join(repr(list(t.shape)).replace(" ", "") for t in tensors) + "]"
+
+
+def _tensors(value: Any) -> list[Any]:
+    """The tensors of an argument: a tensor, a list of them, or a list of lists."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    out: list[Any] = []
+    for item in value or ():
+        out.extend(_tensors(item))
+    return out
+
+
+# -- the kernels: registered once per process, they call whichever Collectives is current --------
+_current: list[Collectives] = []
+_library: list[Any] = []
+
+
+def install(rec: Any, hooks: Hooks) -> Collectives | None:
+    """Record collectives for `rec` (removed with `hooks`)."""
+    dist = getattr(torch, "distributed", None)
+    if dist is None or not dist.is_available():
+        return None
+    collectives = Collectives(rec)
+    _current[:] = [collectives]
+    if not _library:
+        _library.append(_register())
+    hooks.on_remove(functools.partial(_uninstall, collectives))
+    return collectives
+
+
+def set_kernels(on: bool) -> None:
+    """Register or drop the kernels, the current Collectives kept (benchmarks/ddp_overhead.py
+    compares steps with and without them)."""
+    if on and not _library:
+        _library.append(_register())
+    elif not on and _library:
+        _library.pop()._destroy()
+
+
+def _uninstall(collectives: Collectives) -> None:
+    if _current and _current[0] is collectives:
+        _current.clear()
+        if _library:
+            _library.pop()._destroy()
+
+
+def _register() -> Any:
+    after = torch._C._dispatch_keyset_full_after(torch._C.DispatchKey.BackendSelect)
+    library = torch.library.Library("c10d", "IMPL")
+    for name, spec in OPS.items():
+        packet = getattr(torch.ops.c10d, name, None)
+        if packet is None:  # an op this torch does not have
+            continue
+        kernel = functools.partial(_kernel, packet.default, spec, after)
+        library.impl(name, kernel, "BackendSelect", with_keyset=True)
+    return library
+
+
+def _kernel(op: Any, spec: OpSpec, after: Any, keyset: Any, *args: Any) -> Any:
+    keys = keyset & after
+    collectives = _current[0] if _current else None
+    if collectives is None or compiling() or not collectives.on():
+        return op.redispatch(keys, *args)
+    try:
+        rid, t0 = collectives.issued(spec, args)
+    except Exception as exc:
+        collectives.switch.fail(exc)
+        return op.redispatch(keys, *args)
+    try:
+        out = op.redispatch(keys, *args)
+    except BaseException:
+        _guarded(collectives, collectives.failed, rid, t0)
+        raise
+    _guarded(collectives, collectives.returned, rid, t0, out)
+    return out
+
+
+def _guarded(collectives: Collectives, method: Any, *args: Any) -> None:
+    try:
+        method(*args)
+    except Exception as exc:
+        collectives.switch.fail(exc)
+
+
+invisible.skip_frames(_kernel, _guarded, Collectives.issued, Collectives.returned)
+invisible.skip_frames(Collectives.poll)

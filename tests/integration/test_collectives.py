@@ -1,0 +1,123 @@
+"""python.collectives on real 2-rank gloo DDP jobs under torchrun: DDP's own gradient
+all-reduces and the script's are recorded on every rank, and they are on disk when a rank dies
+of the collective it was in: gloo's SIGABRT on a mismatched all_reduce, the launcher's or a
+user's SIGTERM. One job per way of dying, shared by its assertions."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import cli, script, wait_for
+from launchers import Job, torchrun_argv
+
+from torchdoctor.store import rundir
+
+pytestmark = pytest.mark.slow
+
+BACKWARD = script("dist_job.py") + ":65"  # loss.backward(): DDP's Reducer all-reduces
+OWN = script("dist_job.py") + ":76"  # the script's dist.all_reduce(report)
+SQL = "SELECT rank, step, seq, op, shapes, dtype, bytes, state, site FROM python.collectives"
+
+
+def _env(base: Path, sockets: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHDOCTOR")}
+    env.update(TORCHDOCTOR="1", TORCHDOCTOR_QUIET="1", OMP_NUM_THREADS="1")
+    env.update(TORCHDOCTOR_SOCKET_DIR=str(sockets / "s"), TORCHDOCTOR_RUN_DIR=str(base / "job"))
+    return env
+
+
+def _rows(job_dir: Path) -> dict[int, list[dict[str, Any]]]:
+    out = cli("query", str(job_dir), SQL + " ORDER BY rank, seq", "--format", "json")
+    assert out.returncode == 0, out.stderr
+    by_rank: dict[int, list[dict[str, Any]]] = {0: [], 1: []}
+    for row in json.loads(out.stdout):
+        by_rank[row["rank"]].append(row)
+    return by_rank
+
+
+@pytest.fixture(scope="module")
+def mismatch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """At step 2 rank 1 all-reduces 64 values, rank 0 one: gloo aborts a rank (SIGABRT) and
+    torchrun ends the other (SIGTERM)."""
+    base = tmp_path_factory.mktemp("mismatch")
+    sockets = Path(tempfile.mkdtemp(prefix="td-"))  # short: Unix socket paths are limited
+    job = Job(base, _env(base, sockets))
+    try:
+        job.start(torchrun_argv(2, script("dist_job.py"), "--mismatch", "1"))
+        assert job.wait(180) != [0], job.output()
+        yield base / "job"
+    finally:
+        job.end()
+        shutil.rmtree(sockets, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def terminated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """At step 2 rank 1 stops before its all_reduce; the test sends it SIGTERM."""
+    base = tmp_path_factory.mktemp("sigterm")
+    sockets = Path(tempfile.mkdtemp(prefix="td-"))  # short: Unix socket paths are limited
+    job = Job(base, _env(base, sockets))
+    try:
+        job.start(torchrun_argv(2, script("dist_job.py"), "--wait", "1"))
+        marker = base / "waiting1"
+        wait_for(lambda: marker.exists() and marker.read_text(), 180, "rank 1 waiting")
+        os.kill(int(marker.read_text()), signal.SIGTERM)
+        job.wait(180)
+        yield base / "job"
+    finally:
+        job.end()
+        shutil.rmtree(sockets, ignore_errors=True)
+
+
+def test_ddp_and_script_collectives_on_every_rank(mismatch: Path) -> None:
+    rows = _rows(mismatch)
+    for rank in (0, 1):
+        mine = rows[rank]
+        assert [r["seq"] for r in mine] == list(range(len(mine)))  # none missing
+        ddp = [r for r in mine if r["site"] == BACKWARD and r["op"] == "all_reduce"]
+        own = [r for r in mine if r["site"] == OWN]
+        # steps 0-2 each: DDP's gradient bucket (65 float32 values), then the script's
+        assert [(r["step"], r["shapes"], r["dtype"], r["bytes"]) for r in ddp] == [
+            (s, "[[65]]", "float32", 260) for s in range(3)
+        ]
+        assert [r["state"] for r in ddp] == ["completed"] * 3
+        assert [r["step"] for r in own] == [1, 2, 3]
+    # Up to the fatal call the ranks line up: the same op and shapes at each seq.
+    fatal = len(rows[0]) - 1
+    assert len(rows[1]) - 1 == fatal
+    for a, b in zip(rows[0][:fatal], rows[1][:fatal], strict=True):
+        assert (a["op"], a["shapes"]) == (b["op"], b["shapes"])
+
+
+def test_the_fatal_collective_is_on_disk(mismatch: Path) -> None:
+    rows = _rows(mismatch)
+    last = {rank: rows[rank][-1] for rank in (0, 1)}
+    assert {r["site"] for r in last.values()} == {OWN}
+    assert (last[0]["shapes"], last[1]["shapes"]) == ("[[]]", "[[64]]")
+    metas = {rank: rundir.read_meta(mismatch / f"rank{rank}") for rank in (0, 1)}
+    aborted = [r for r, m in metas.items() if m["status"] == "crashed"]
+    assert len(aborted) == 1, metas
+    (rank,) = aborted
+    assert metas[rank]["signal"] == "SIGABRT" and metas[rank]["inferred"] is True
+    assert "Aborted" in (mismatch / f"rank{rank}" / rundir.FATAL_FILE).read_text()
+    assert last[rank]["state"] == "issued"  # the call it died in
+    other = metas[1 - rank]
+    assert (other["status"], other.get("signal")) in {("terminated", "SIGTERM"), ("failed", None)}
+
+
+def test_a_terminated_rank_leaves_its_record(terminated: Path) -> None:
+    meta = rundir.read_meta(terminated / "rank1")
+    assert (meta["status"], meta["signal"], meta["steps"]) == ("terminated", "SIGTERM", 3)
+    rows = _rows(terminated)
+    # rank 1 stopped after step 2's gradient all-reduce; rank 0 went on into its all_reduce
+    assert (rows[1][-1]["site"], rows[1][-1]["step"]) == (BACKWARD, 2)
+    assert rows[0][-1]["site"] == OWN and rows[0][-1]["seq"] == len(rows[1])
+    assert rows[0][-1]["state"] in ("issued", "failed")

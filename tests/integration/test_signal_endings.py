@@ -1,0 +1,67 @@
+"""A run that a signal ends says so in meta.json (terminated / interrupted / crashed, and the
+signal), its tables are saved first, and the process ends as it would without torchdoctor:
+the same exit status, the script's own handler called with its own exit code."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import cli, script
+
+from torchdoctor.store import rundir
+
+# how -> (exit status as without torchdoctor, status, signal)
+CASES = {
+    "term": (-signal.SIGTERM, "terminated", "SIGTERM"),
+    "hup": (-signal.SIGHUP, "terminated", "SIGHUP"),
+    "int": (-signal.SIGINT, "interrupted", "SIGINT"),  # KeyboardInterrupt, then SIGINT again
+    "handler": (7, "terminated", "SIGTERM"),
+    "abrt": (-signal.SIGABRT, "crashed", "SIGABRT"),  # the reader's verdict, from fatal.log
+}
+
+
+@pytest.fixture(scope="module")
+def ended(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int, str, Path]]:
+    """Every case at once (one process each, run side by side)."""
+    base = tmp_path_factory.mktemp("endings")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHDOCTOR")}
+    env.update(TORCHDOCTOR="1", TORCHDOCTOR_QUIET="1", OMP_NUM_THREADS="1")
+    env["TORCHDOCTOR_SOCKET_DIR"] = str(base / "s")
+    procs = {}
+    for how in CASES:
+        run_env = dict(env, TORCHDOCTOR_RUN_DIR=str(base / how))
+        argv = [sys.executable, script("signal_end.py"), how]
+        procs[how] = subprocess.Popen(argv, env=run_env, stdout=subprocess.PIPE, text=True)
+    out = {}
+    for how, proc in procs.items():
+        try:
+            stdout, _ = proc.communicate(timeout=120)
+        finally:
+            proc.kill()
+        out[how] = (proc.returncode, stdout, base / how)
+    return out
+
+
+@pytest.mark.parametrize("how", list(CASES))
+def test_signal_ending_is_recorded(how: str, ended: dict[str, tuple[int, str, Path]]) -> None:
+    code, stdout, run_dir = ended[how]
+    expected_code, status, name = CASES[how]
+    assert code == expected_code, stdout
+    meta = rundir.read_meta(run_dir)
+    assert (meta["status"], meta.get("signal")) == (status, name), meta
+    if how == "abrt":  # no Python runs after it: rows of the last second may be lost
+        assert meta["inferred"] is True
+        assert "Aborted" in (run_dir / rundir.FATAL_FILE).read_text()
+        return
+    assert not (run_dir / rundir.FATAL_FILE).exists()
+    # The steps reached disk before the process went (the spill thread's second never came).
+    rows = cli("query", str(run_dir), "SELECT count(*) AS n FROM python.steps", "--format", "json")
+    assert rows.returncode == 0, rows.stderr
+    assert '"n": 3' in rows.stdout
+    if how == "handler":
+        assert stdout == "handler is current: True\n"
