@@ -8,6 +8,7 @@ from typing import Any
 
 from torchdoctor import registry
 from torchdoctor.cli.errors import OK, CliError
+from torchdoctor.redact import command_line
 from torchdoctor.report.tabular import render
 
 NAME = "list"
@@ -46,7 +47,7 @@ def main(args: Any, ctx: Any) -> int:
                 "tcp": e.get("tcp"),
                 "step": None if args.no_step else _step(e),
                 "run_dir": e.get("run_dir"),
-                "command": " ".join(e.get("command") or []),
+                "command": command_line(e.get("command")),
             }
         )
     if args.format == "json":
