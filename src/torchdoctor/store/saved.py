@@ -7,8 +7,8 @@ from pathlib import Path
 
 from torchdoctor.store import rundir
 from torchdoctor.store.columns import Block
+from torchdoctor.store.rotation import read_table
 from torchdoctor.store.schema import BY_NAME, DIAGNOSES, STORED
-from torchdoctor.store.segment import read
 from torchdoctor.store.tables import diagnosis_from_json
 
 
@@ -37,10 +37,7 @@ class SavedRun:
         spec = BY_NAME[name]
         if name == DIAGNOSES.name:
             return Block.from_rows(spec, load_diagnoses(self.path))
-        path = self.path / rundir.TABLES_DIR / f"{name}{rundir.TABLE_SUFFIX}"
-        if not path.exists():
-            return Block.empty(spec)
-        block, truncated = read(path, spec)
+        block, truncated = read_table(self.path / rundir.TABLES_DIR, spec)
         if truncated:
             self.truncated.append(name)
         return block
