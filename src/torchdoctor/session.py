@@ -24,6 +24,7 @@ from torchdoctor._version import __version__
 from torchdoctor.config import Config, from_env, parse_listen
 from torchdoctor.probe.routes import build_routes
 from torchdoctor.probe.server import TcpServer, UnixServer, serve_in_background
+from torchdoctor.redact import redact_argv
 from torchdoctor.sql.engine import SqlEngine
 from torchdoctor.store import rundir
 from torchdoctor.store.columns import Block
@@ -35,7 +36,9 @@ from torchdoctor.telemetry.on_import import when_imported
 log = logging.getLogger("torchdoctor")
 
 _lock = threading.Lock()
-_print_lock = threading.Lock()
+# Reentrant: while the status line is shown, sys.stdout/sys.stderr are wrappers that take it
+# too (cli/status.py), and torchdoctor's own alerts write through them.
+_print_lock = threading.RLock()
 _current: Session | None = None
 _status_shown = False
 
@@ -49,19 +52,22 @@ def clear_status_line() -> str:
     return "\r\x1b[K"
 
 
-def erase_status_line() -> None:
+def erase_status_line(terminal: Any = None) -> None:
+    """Erase the status line, if shown, on `terminal` (default: sys.stderr)."""
     with _print_lock:
         text = clear_status_line()
         if text:
-            sys.stderr.write(text)
-            sys.stderr.flush()
+            out = terminal or sys.stderr
+            out.write(text)
+            out.flush()
 
 
-def show_status_line(text: str) -> None:
+def show_status_line(text: str, terminal: Any = None) -> None:
     global _status_shown
     with _print_lock:
-        sys.stderr.write("\r\x1b[K" + text)
-        sys.stderr.flush()
+        out = terminal or sys.stderr
+        out.write("\r\x1b[K" + text)
+        out.flush()
         _status_shown = True
 
 
@@ -91,7 +97,8 @@ class Session:
         self.config = config
         self.pid = os.getpid()
         self.started = time.time()
-        self.command = list(getattr(sys, "orig_argv", sys.argv))
+        argv = list(getattr(sys, "orig_argv", sys.argv))
+        self.command = redact_argv(argv, [config.token])  # shown and saved: never the token
         self.run_dir = rundir.create(config.run_dir)
         self.tables = Tables()
         self.spiller = Spiller(self.tables, self.run_dir)
