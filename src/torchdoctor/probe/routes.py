@@ -26,6 +26,9 @@ class ProbeApp(Protocol):
     def configure(self, **changes: Any) -> dict[str, Any]: ...
 
 
+MAX_QUERY_TIMEOUT = 300.0  # one query holds the SQL engine: not for ever
+
+
 def jsonable(value: Any) -> Any:
     """Values as JSON can hold them: non-finite floats become the strings nan/inf/-inf."""
     if isinstance(value, float) and not math.isfinite(value):
@@ -70,6 +73,8 @@ def build_routes(app: ProbeApp) -> Routes:
             timeout = float(req.get("timeout") or 0) or None
         except (TypeError, ValueError):
             return _bad("timeout must be a number of seconds")
+        if timeout is not None and not 0 < timeout <= MAX_QUERY_TIMEOUT:
+            return _bad(f"timeout must be more than 0 and at most {MAX_QUERY_TIMEOUT:g} s")
         try:
             result = app.sql.execute(sql, timeout=timeout)
         except SqlError as exc:
@@ -77,7 +82,7 @@ def build_routes(app: ProbeApp) -> Routes:
         return 200, {
             "columns": result.columns,
             "types": result.types,
-            "rows": jsonable(result.rows),
+            "rows": result.rows,  # non-finite floats: the server's encoder makes them strings
             "truncated": result.truncated,
         }
 
@@ -89,7 +94,7 @@ def build_routes(app: ProbeApp) -> Routes:
             result = app.sql.execute("SELECT * FROM python.diagnoses ORDER BY time")
         except SqlError as exc:
             return 422, {"error": str(exc)}
-        return 200, {"columns": result.columns, "rows": jsonable(result.rows)}
+        return 200, {"columns": result.columns, "rows": result.rows}
 
     def configure(req: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         try:
@@ -100,8 +105,8 @@ def build_routes(app: ProbeApp) -> Routes:
     routes.add("GET", "/v1/status", status)
     routes.add("GET", "/v1/backtrace", backtrace)
     routes.add("POST", "/v1/eval", eval_)
-    routes.add("POST", "/v1/query", query)
+    routes.add("POST", "/v1/query", query, heavy=True)
     routes.add("GET", "/v1/tables", tables)
-    routes.add("GET", "/v1/diagnoses", diagnoses)
+    routes.add("GET", "/v1/diagnoses", diagnoses, heavy=True)
     routes.add("POST", "/v1/config", configure)
     return routes
