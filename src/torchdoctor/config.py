@@ -59,6 +59,7 @@ class Config:
     guard: bool = False  # skip updates whose gradients are not finite
     quiet: bool = False  # no live status line, no end-of-run summary
     alerts: bool = True  # print diagnoses on stderr as they are found
+    max_rows: int | None = None  # rows kept per table, in memory and on disk (None: each its own)
 
     def validate(self) -> Config:
         if self.listen is not None:
@@ -86,6 +87,7 @@ ENV_VARS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "trace_every": ("TORCHDOCTOR_TRACE_EVERY", _positive_int("TORCHDOCTOR_TRACE_EVERY")),
     "guard": ("TORCHDOCTOR_GUARD", _flag),
     "quiet": ("TORCHDOCTOR_QUIET", _flag),
+    "max_rows": ("TORCHDOCTOR_MAX_ROWS", _positive_int("TORCHDOCTOR_MAX_ROWS")),
 }
 
 

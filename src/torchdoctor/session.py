@@ -100,7 +100,7 @@ class Session:
         argv = list(getattr(sys, "orig_argv", sys.argv))
         self.command = redact_argv(argv, [config.token])  # shown and saved: never the token
         self.run_dir = rundir.create(config.run_dir)
-        self.tables = Tables()
+        self.tables = Tables(max_rows=config.max_rows)
         self.spiller = Spiller(self.tables, self.run_dir)
         self.sql = SqlEngine(LiveSource(self))
         # Live tables computed at query time, by name (the census needs the live objects).

@@ -196,3 +196,14 @@ def test_unspilled_rows_are_bounded_when_nothing_spills() -> None:
     out = table.take_unspilled()
     assert 50 <= sum(b.rows for b in out) <= 51
     assert out[-1].column("i")[-1] == 999
+
+
+def test_max_rows_caps_every_table() -> None:
+    from torchdoctor.config import from_env
+
+    config = from_env({"TORCHDOCTOR_MAX_ROWS": "5000"})
+    assert config.max_rows == 5000
+    tables = Tables(max_rows=config.max_rows)
+    assert {t.capacity for _n, t in tables.items()} == {5000}
+    assert Tables()["steps"].capacity == STEPS.capacity  # unset: each table's own
+    assert Tables(max_rows=10**9)["events"].capacity == 100_000  # never above its own

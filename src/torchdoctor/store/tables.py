@@ -20,8 +20,13 @@ log = logging.getLogger("torchdoctor")
 class Tables:
     """The stored tables of a live process, by name."""
 
-    def __init__(self, capacities: dict[str, int] | None = None) -> None:
-        caps = capacities or {}
+    def __init__(
+        self, capacities: dict[str, int] | None = None, max_rows: int | None = None
+    ) -> None:
+        """`max_rows`: no table keeps more rows than this (in memory and on disk)."""
+        caps = dict(capacities or {})
+        if max_rows:
+            caps = {s.name: min(caps.get(s.name, s.capacity), max_rows) for s in STORED}
         self._tables = {spec.name: RingTable(spec, caps.get(spec.name)) for spec in STORED}
 
     def __getitem__(self, name: str) -> RingTable:
