@@ -34,9 +34,9 @@ def _saved(run_dir: Path, sql: str) -> list[dict]:
 def test_memory_and_run_directory_stay_flat(launch, tmp_path) -> None:  # type: ignore[no-untyped-def]
     d = tmp_path / "run"
     points = ",".join(str(c) for c in CHECKPOINTS)
+    argv = ["--steps", "50000", "--checkpoints", points]
     run = launch(
-        td_run("--quiet", "--run-dir", str(d), script("tiny_steps.py"), "--steps", "50000")
-        + ["--checkpoints", points],
+        td_run("--quiet", "--run-dir", str(d), script("tiny_steps.py"), *argv),
         extra_env={"TORCHDOCTOR_MAX_ROWS": str(ROWS)},
     )
     measured = {}
