@@ -33,9 +33,9 @@ class EndsLines:
         self._pid = os.getpid()
         self.at_line_start = True
 
-    def write(self, text: str) -> int:
+    def write(self, text: str) -> Any:
         if os.getpid() != self._pid:  # a forked child: its parent's lock may be held forever
-            return int(self._stream.write(text))
+            return self._stream.write(text)
         with _print_lock:
             erase_status_line(self._status.terminal)
             written = self._stream.write(text)
@@ -43,7 +43,7 @@ class EndsLines:
                 self.at_line_start = text.endswith("\n")
         if text and self.at_line_start:
             self._status.wake()
-        return int(written)
+        return written  # what the stream itself returns (a count, or None for some)
 
     def writelines(self, lines: Any) -> None:
         for line in lines:
