@@ -140,3 +140,52 @@ def test_a_million_steps_are_judged_fast() -> None:
     start = time.perf_counter()
     assert not divergence.diagnose(inputs)
     assert time.perf_counter() - start < 2.0  # the doctor runs it once a second
+
+
+def test_a_long_run_is_judged_against_its_whole_history() -> None:
+    # 60,000 steps: only the newest are judged on each pass, the older ones summed up.
+    rng = np.random.default_rng(5)
+    n = 60_000
+    loss = _sgdr(rng, n)  # the highest level (the start) lies far before the steps judged
+    assert not _found(loss)
+    climb = loss.copy()
+    climb[55_000:] = loss[54_999] * 3.0 ** np.arange(1, 5_001, dtype=float).clip(max=60)
+    found = _found(_overflowing(climb))
+    assert found and 55_000 <= found[0].step <= 55_007
+    # A rise after a restart that passes the recent levels but not the start's stays quiet.
+    restart = loss.copy()
+    restart[58_000:58_050] = 2.0  # back to about where the run began
+    assert not _found(restart)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_judging_only_the_newest_steps_finds_what_judging_all_would(seed, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    rng = np.random.default_rng(seed)
+    n = 45_000
+    curve = [_noisy_batch_size_1, _warmup_cosine, _sgdr, _heavy_tailed, _spikes][seed % 5]
+    loss = curve(rng, n)
+    if seed % 2:  # and a climb among the newest steps, of a random rate
+        at = int(rng.integers(n - 15_000, n - 100))
+        rate = float(rng.uniform(1.3, 20))
+        loss[at:] = loss[at - 1] * rate ** np.minimum(np.arange(1, n - at + 1), 60.0)
+    windowed = [(d.step, d.severity) for d in _found(loss)]
+    monkeypatch.setattr(divergence, "SCAN", 10**9)
+    assert windowed == [(d.step, d.severity) for d in _found(loss)]
+    assert bool(windowed) == bool(seed % 2)
+
+
+def test_median5_summary_matches_the_whole_computation() -> None:
+    from torchdoctor.diagnose.series import median5, median5_summary
+
+    for seed in range(5):
+        values = np.random.default_rng(seed).integers(0, 50, 200_000).astype(float)
+        smoothed = median5(values)
+        best_at = int(smoothed.size - 1 - np.nanargmin(smoothed[::-1]))
+        expected = (
+            float(smoothed[best_at]),
+            best_at,
+            float(np.nanmax(smoothed[: best_at + 1])),
+            float(np.nanmax(smoothed)),
+        )
+        assert median5_summary(values) == expected
+    assert median5_summary(np.array([1.0, 2.0])) is None

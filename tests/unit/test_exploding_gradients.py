@@ -78,3 +78,12 @@ def test_a_schedule_that_multiplies_the_rate_past_anything_before_is_caught() ->
     norms *= np.exp(rng.normal(0, 0.05, 300))
     found = _found(norms, lr)
     assert found and 200 < found[0].step <= 210
+
+
+def test_a_long_run_is_judged_on_its_newest_steps() -> None:
+    rng = np.random.default_rng(7)
+    norms = np.exp(rng.normal(0, 0.3, 30_000))
+    assert not _found(norms)
+    norms[29_000:] *= 2.0 ** np.minimum(np.arange(1_000), 40)
+    found = _found(norms, np.full(30_000, 1e-3))
+    assert found and 29_000 <= found[0].step <= 29_006

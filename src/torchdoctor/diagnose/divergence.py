@@ -31,7 +31,13 @@ import numpy as np
 
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
-from torchdoctor.diagnose.series import finite, first_true, median5, run_lengths
+from torchdoctor.diagnose.series import (
+    finite,
+    first_true,
+    median5,
+    median5_summary,
+    run_lengths,
+)
 
 RISES = 4  # consecutive rises of the geometric rule
 RISE = 1.5  # each at least this factor
@@ -42,6 +48,8 @@ ERROR_FACTOR = 1e4  # either rule: the loss reached this far above its baseline
 MIN_STEPS = 8  # the sustained rule needs this much history
 MIN_HISTORY = 10  # steps before the best for its median to count as the usual level
 FLOAT32_MAX = 3.4028235e38
+SCAN = 20_000  # steps judged on each pass (the doctor looks once a second); older ones were
+LOOKBACK = 1_000  # how long before those a geometric climb may have begun
 
 
 @dataclasses.dataclass
@@ -76,39 +84,58 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
 
 
 def geometric(loss: np.ndarray) -> Detection | None:
-    positive = loss > 0
-    logs = np.where(positive, np.log(np.where(positive, loss, 1.0)), np.nan)
+    r0 = max(0, loss.size - SCAN - LOOKBACK)  # older steps were judged on earlier passes
+    region = loss[r0:]
+    positive = region > 0
+    logs = np.where(positive, np.log(np.where(positive, region, 1.0)), np.nan)
     rises = run_lengths(np.diff(logs) >= math.log(RISE))  # [j]: rises ending in point j + 1
-    point = np.arange(1, loss.size)
+    point = np.arange(1, region.size)
     start = point - rises
-    highest = np.maximum.accumulate(loss)  # every loss up to and including a climb's start
+    highest = np.maximum.accumulate(region)  # every loss up to and including a climb's start
+    if r0:
+        highest = np.maximum(highest, loss[:r0].max())
     second = np.minimum(start + 1, point)
     ok = (
         (rises >= RISES)
         & (logs[point] - logs[second] >= math.log(GEOMETRIC))
-        & (loss[point] >= ABOVE * highest[start])
+        & (region[point] >= ABOVE * highest[start])
     )
     k = first_true(ok)
     if k is None:
         return None
-    i, s = int(point[k]), int(start[k])
+    i, s = r0 + int(point[k]), r0 + int(start[k])
     return Detection("geometric", i, s, float(loss[s]), float(loss[i]), int(rises[k]))
 
 
 def sustained(loss: np.ndarray) -> Detection | None:
-    smoothed = median5(loss)
-    idx = np.arange(loss.size)
-    best = np.fmin.accumulate(smoothed)
-    best_at = np.maximum.accumulate(np.where(smoothed <= best, idx, 0))
-    ceiling = np.fmax.accumulate(smoothed)[best_at]  # the highest level up to the best
-    earlier = np.concatenate([np.full(5, np.inf), smoothed[:-5]])[: loss.size]
-    earlier = np.where(np.isnan(earlier), -np.inf, earlier)  # no level 5 steps back: rising
+    r0 = max(0, loss.size - SCAN)
+    lo = max(0, r0 - 9)  # median5 of the region, and of 5 steps back for "still rising"
+    smoothed = median5(loss[lo:])
+    region = smoothed[r0 - lo :]
+    idx = np.arange(r0, loss.size)
+    best = np.fmin.accumulate(region)
+    best_at = np.maximum.accumulate(np.where(region <= best, idx, r0))
+    highest = np.fmax.accumulate(region)
+    old = median5_summary(loss[:r0]) if r0 else None
+    if old is not None:
+        # The steps before the region, summed up: their best, the highest level up to it,
+        # and the highest of all.
+        old_best, old_at, old_ceiling, old_highest = old
+        highest = np.fmax(highest, old_highest)
+        before = (old_best < best) | np.isnan(best)
+        ceiling = np.where(before, old_ceiling, highest[best_at - r0])
+        best_at = np.where(before, old_at, best_at)
+        best = np.where(before, old_best, best)
+    else:
+        ceiling = highest[best_at - r0]  # the highest level up to the best
+    back = smoothed[np.maximum(idx - 5 - lo, 0)]
+    earlier = np.where((idx - 5 < lo) | np.isnan(back), -np.inf, back)  # no level 5 back
     ok = (
         (idx >= MIN_STEPS - 1)
         & (best > 0)
-        & (smoothed >= WARNING_FACTOR * best)
-        & (smoothed >= ABOVE * ceiling)
-        & (smoothed > earlier)  # still rising: a jump that settled is not running away
+        & (region >= WARNING_FACTOR * best)
+        & (region >= ABOVE * ceiling)
+        & (region > earlier)  # still rising: a jump that settled is not running away
     )
     typical: dict[int, float] = {}
     for k in np.flatnonzero(ok):
@@ -117,8 +144,8 @@ def sustained(loss: np.ndarray) -> Detection | None:
             typical[b] = float(np.median(loss[: b + 1]))
         # A usual level taken over a few steps may be a lucky low: ask for more then.
         bar = WARNING_FACTOR if b + 1 >= MIN_HISTORY else ERROR_FACTOR
-        if smoothed[k] >= bar * typical[b]:
-            return Detection("sustained", int(k), b, float(best[k]), float(smoothed[k]))
+        if region[k] >= bar * typical[b]:
+            return Detection("sustained", r0 + int(k), b, float(best[k]), float(region[k]))
     return None
 
 

@@ -27,7 +27,7 @@ import numpy as np
 
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
-from torchdoctor.diagnose.series import finite, median5
+from torchdoctor.diagnose.series import finite, median5, median5_summary
 
 HISTORY = 10  # steps of history for the usual level to count as one
 SUSTAINED = 3  # consecutive steps above FACTOR
@@ -51,7 +51,7 @@ class Detection:
 
 def diagnose(inputs: Inputs) -> list[Diagnosis]:
     steps, norms = finite(inputs, "grad_norm")
-    found = detections(norms, _lr_at(inputs, steps))
+    found = detections(norms, _lr_at_norms(inputs))
     if not found:
         return []
     module, growth = _worst_module(inputs)
@@ -65,22 +65,30 @@ def detections(norms: np.ndarray, lr: np.ndarray | None = None) -> list[Detectio
     if n < SUSTAINED + 1:
         return []
     lr = np.full(n, np.nan) if lr is None else lr
-    highest = np.nan_to_num(np.fmax.accumulate(median5(norms)), nan=0.0)
     first = max(SUSTAINED, n - SCAN)
     # A cheap bound first: the usual level is at least the minimum of the CLIMB + WINDOW steps
     # before the judged ones, so most steps are ruled out without a median.
     reach = CLIMB + WINDOW
     lo_start = max(0, first - SUSTAINED + 1 - reach)
+    # highest[k]: the highest level (median of 5) up to step lo_start + k; older steps summed up.
+    m5_from = max(0, lo_start - 4)
+    highest = np.fmax.accumulate(median5(norms[m5_from:])[lo_start - m5_from :])
+    old = median5_summary(norms[:lo_start]) if lo_start else None
+    if old is not None:
+        highest = np.fmax(highest, old[3])
+    highest = np.nan_to_num(highest, nan=0.0)
     padded = np.concatenate([np.full(reach, np.inf), norms[lo_start:]])
     floor = np.lib.stride_tricks.sliding_window_view(padded, reach).min(axis=1)
-    judged = np.lib.stride_tricks.sliding_window_view(norms, SUSTAINED).min(axis=1)
+    # judged[k]: the lowest of the SUSTAINED steps ending at first + k
+    judged = np.lib.stride_tricks.sliding_window_view(
+        norms[first - SUSTAINED + 1 :], SUSTAINED
+    ).min(axis=1)
     idx = np.arange(first, n)
     low = floor[idx - SUSTAINED + 1 - lo_start]  # min of the `reach` steps before the judged
-    lowest = judged[idx - SUSTAINED + 1]
-    maybe = idx[(lowest >= FACTOR * low) | (norms[idx] >= SPIKE * low)]
+    maybe = idx[(judged >= FACTOR * low) | (norms[idx] >= SPIKE * low)]
     out: list[Detection] = []
     for i in maybe.tolist():
-        d = _judge(norms, lr, highest, i, float(judged[i - SUSTAINED + 1]))
+        d = _judge(norms, lr, highest, lo_start, i, float(judged[i - first]))
         if d is None:
             continue
         if not out or (d.factor >= SPIKE and out[-1].factor < SPIKE):
@@ -91,7 +99,7 @@ def detections(norms: np.ndarray, lr: np.ndarray | None = None) -> list[Detectio
 
 
 def _judge(
-    norms: np.ndarray, lr: np.ndarray, highest: np.ndarray, i: int, lowest: float
+    norms: np.ndarray, lr: np.ndarray, highest: np.ndarray, h0: int, i: int, lowest: float
 ) -> Detection | None:
     judged_start = i - SUSTAINED + 1
     search = max(0, judged_start - CLIMB)
@@ -99,9 +107,10 @@ def _judge(
     start, end = max(0, anchor + 1 - WINDOW), anchor + 1
     history = norms[start:end]
     usual_lr = np.median(lr[start:end])
-    if lr[judged_start] > LR_JUMP * usual_lr and lowest < LR_JUMP * highest[end - 1]:
+    top = highest[end - 1 - h0]  # the highest level of the run up to the climb
+    if lr[judged_start] > LR_JUMP * usual_lr and lowest < LR_JUMP * top:
         return None  # the learning rate went up: back to an earlier level is no explosion
-    if float(norms[i]) < TINY * highest[end - 1]:
+    if float(norms[i]) < TINY * top:
         return None  # a converged run's gradients are tiny: ten times tiny is no explosion
     base = float(np.median(history))
     if base <= 0:
@@ -150,11 +159,15 @@ def _diagnosis(
     )
 
 
-def _lr_at(inputs: Inputs, steps: np.ndarray) -> np.ndarray:
-    """The learning rate at each of `steps` (NaN where not recorded)."""
-    lr = np.where(inputs.valid("lr"), inputs.column("lr").astype(float), np.nan)
-    where = np.searchsorted(inputs.column("step"), steps)
-    return lr[np.clip(where, 0, max(0, lr.size - 1))] if lr.size else np.full(steps.size, np.nan)
+def _lr_at_norms(inputs: Inputs) -> np.ndarray:
+    """The learning rate of each step that has a finite gradient norm (NaN where unknown)."""
+    norms = inputs.column("grad_norm").astype(float, copy=False)
+    keep = inputs.valid("grad_norm") & np.isfinite(norms)
+    lr = inputs.column("lr").astype(float, copy=False)
+    known = inputs.valid("lr")
+    if not known.all():
+        lr = np.where(known, lr, np.nan)
+    return lr if keep.all() else lr[keep]
 
 
 def _worst_module(inputs: Inputs) -> tuple[str | None, float]:
