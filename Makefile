@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # Integration tests run real training subprocesses; two workers suit a 2-core machine.
 PYTEST_ARGS ?= -n 2
 
-.PHONY: install demo test lint typecheck unit integration bench clean
+.PHONY: install demo test lint typecheck unit integration bench clean chromium
 
 install: $(STAMP)
 
@@ -38,6 +38,13 @@ bench: install
 	$(BIN)/python benchmarks/overhead.py
 	$(BIN)/python benchmarks/roundtrip.py
 	$(BIN)/python benchmarks/nan_guard.py
+	$(BIN)/python benchmarks/report.py
+
+# Headless Chromium (Debian's package) for the test that renders the HTML report; without it
+# that test skips and says why.
+chromium:
+	command -v chromium >/dev/null || \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache torchdoctor-runs

@@ -15,6 +15,7 @@ Public API (everything else is private):
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from torchdoctor._version import __version__
@@ -38,7 +39,12 @@ def start(config: Config | None = None, **options: Any) -> Any:
     quiet (the same as the command-line flags and TORCHDOCTOR_* variables)."""
     from torchdoctor import session
 
-    return session.start(config, **options)
+    started = session.start(config, **options)
+    if "IPython" in sys.modules:  # a notebook waits for its user between cells: no hang
+        from torchdoctor.integrations.notebook import current_shell, watch_cells
+
+        watch_cells(current_shell())
+    return started
 
 
 def stop() -> None:
@@ -54,11 +60,7 @@ def _recorder(start_if_needed: bool = True) -> Any:
     from torchdoctor import session
 
     current = session.current() or (session.start() if start_if_needed else None)
-    if current is None:
-        return None
-    if current.telemetry is None:
-        current._on_torch(None)  # torch is imported by whoever holds a model
-    return current.telemetry
+    return current.ensure_telemetry() if current is not None else None
 
 
 def watch(model: Any, optimizer: Any = None, name: str | None = None) -> None:
@@ -85,13 +87,22 @@ def configure(**changes: Any) -> dict[str, Any]:
     return current.configure(**changes)
 
 
+def load_ipython_extension(ipython: Any) -> None:
+    """`%load_ext torchdoctor`: start the probe and add `%torchdoctor status|diagnoses|query|
+    report` (see torchdoctor.integrations.notebook)."""
+    from torchdoctor.integrations.notebook import load_ipython_extension as load
+
+    load(ipython)
+
+
 def explain(error: BaseException | str) -> Any:
     """Explain an exception, or the text of an error message, traceback or log. Returns an
     Explanation (category, summary, meaning, fields, ranked causes, first steps, fixes;
     .to_dict() for JSON); print() it for the same report as `torchdoctor explain`."""
     from torchdoctor.errors.api import explain as _explain
+    from torchdoctor.report.explanation import printable
 
-    return _explain(error)
+    return printable(_explain(error))
 
 
 def find_max_batch_size(

@@ -16,8 +16,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import torchdoctor
-
 
 class AttachError(Exception):
     pass
@@ -31,7 +29,7 @@ def bootstrap_code(options: dict[str, Any]) -> str:
     Nothing may raise out of this code: an exception escaping a pending call would be
     raised into whatever the main thread was running.
     """
-    package_root = str(Path(torchdoctor.__file__).resolve().parent.parent)
+    package_root = str(Path(__file__).resolve().parent.parent)  # what holds the package
     return (
         "import os, sys, threading\n"
         "def _torchdoctor_attach():\n"

@@ -16,11 +16,14 @@ class ConfigError(ValueError):
     """A bad option value; the message names the option."""
 
 
-def parse_listen(value: str) -> tuple[str, int]:
+def parse_listen(value: str, flag: str = "--listen") -> tuple[str, int]:
     host, sep, port = value.rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
-        raise ConfigError(f"--listen expects HOST:PORT, got {value!r}")
+        raise ConfigError(f"{flag} expects HOST:PORT, got {value!r}")
     return (host or "127.0.0.1"), int(port)
+
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
 
 
 def _positive_float(name: str) -> Callable[[str], float]:
@@ -60,10 +63,16 @@ class Config:
     quiet: bool = False  # no live status line, no end-of-run summary
     alerts: bool = True  # print diagnoses on stderr as they are found
     max_rows: int | None = None  # rows kept per table, in memory and on disk (None: each its own)
+    metrics: str | None = None  # HOST:PORT of the Prometheus /metrics endpoint
+    metrics_open: bool = False  # /metrics without the token (a loopback address only)
 
     def validate(self) -> Config:
         if self.listen is not None:
             parse_listen(self.listen)
+        if self.metrics is not None:
+            host, _ = parse_listen(self.metrics, "--metrics")
+            if self.metrics_open and host not in LOOPBACK:
+                raise ConfigError(f"--metrics-open is for 127.0.0.1 or ::1 only, not {host!r}")
         if self.trace_every < 0:
             raise ConfigError("--trace-every must be >= 0")
         if self.hang_timeout is not None and self.hang_timeout <= 0:
@@ -88,6 +97,8 @@ ENV_VARS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "guard": ("TORCHDOCTOR_GUARD", _flag),
     "quiet": ("TORCHDOCTOR_QUIET", _flag),
     "max_rows": ("TORCHDOCTOR_MAX_ROWS", _positive_int("TORCHDOCTOR_MAX_ROWS")),
+    "metrics": ("TORCHDOCTOR_METRICS", str),
+    "metrics_open": ("TORCHDOCTOR_METRICS_OPEN", _flag),
 }
 
 
@@ -135,13 +146,23 @@ def add_arguments(parser: Any) -> None:
         default=None,
         help="skip optimizer updates whose gradients are not finite",
     )
+    parser.add_argument("--metrics", metavar="HOST:PORT", help="serve Prometheus /metrics (token)")
+    parser.add_argument(
+        "--metrics-open",
+        action="store_true",
+        default=None,
+        help="serve /metrics without the token (127.0.0.1 or ::1 only)",
+    )
 
 
 def from_args(args: Any, base: Config | None = None) -> Config:
     config = from_env(base=base)
     changes = {
         name: getattr(args, name)
-        for name in ("run_dir", "listen", "token", "hang_timeout", "trace_every", "guard")
+        for name in (
+            *("run_dir", "listen", "token", "hang_timeout", "trace_every", "guard"),
+            *("metrics", "metrics_open"),
+        )
         if getattr(args, name, None) is not None
     }
     if getattr(args, "quiet", False):

@@ -16,12 +16,14 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchdoctor import registry
-from torchdoctor._guard import warn_once
+from torchdoctor._failsafe import warn_once
 from torchdoctor._version import __version__
 from torchdoctor.config import Config, from_env, parse_listen
+from torchdoctor.doctor import Doctor
+from torchdoctor.probe.metrics import start_metrics_server
 from torchdoctor.probe.routes import build_routes
 from torchdoctor.probe.server import TcpServer, UnixServer, serve_in_background
 from torchdoctor.redact import redact_argv
@@ -32,6 +34,9 @@ from torchdoctor.store.schema import ALL_TABLES, BY_NAME
 from torchdoctor.store.tables import Spiller, Tables
 from torchdoctor.telemetry import stacks
 from torchdoctor.telemetry.on_import import when_imported
+
+if TYPE_CHECKING:  # the Recorder module imports torch: loaded once the script imports it
+    from torchdoctor.telemetry.recorder import Recorder
 
 log = logging.getLogger("torchdoctor")
 
@@ -105,10 +110,13 @@ class Session:
         self.sql = SqlEngine(LiveSource(self))
         # Live tables computed at query time, by name (the census needs the live objects).
         self.live_providers: dict[str, Any] = {"tensors": self._census}
-        self.telemetry: Any = None  # telemetry.recorder.Recorder once torch is imported
-        self.doctor: Any = None
+        self.telemetry: Recorder | None = None  # once torch is imported
+        self.doctor: Doctor | None = None
         self.token: str | None = None
         self.tcp_address: tuple[str, int] | None = None
+        self.metrics_address: str | None = None  # HOST:PORT of /metrics, once it serves
+        self.waiting = False  # a notebook between cells waits for its user: no hang then
+        self.resumed = self.started  # silence counts towards a hang from no earlier than this
         self._servers: list[Any] = []
         self._cancel_torch_wait = lambda: None
         self._stopped = False
@@ -145,6 +153,11 @@ class Session:
             self.tcp_address = (host, int(tcp.server_address[1]))
             rundir.write_token(self.run_dir, self.token)
             serve_in_background(tcp, "torchdoctor-tcp")
+        if self.config.metrics:
+            metrics = start_metrics_server(self)  # None (with a warning) when it cannot serve
+            if metrics is not None:
+                self._servers.append(metrics)
+                self.metrics_address = metrics.address
         if path is not None:
             registry.register(self.pid, self.registry_entry(path))
 
@@ -163,18 +176,16 @@ class Session:
         return entry
 
     def _census(self) -> list[tuple[Any, ...]]:
-        from torchdoctor.memory.census import census_rows
+        from torchdoctor.memory.census import census_rows  # the census is heavy: when asked
 
-        return census_rows(self)
+        return census_rows(self.telemetry)
 
     def on_cuda_detected(self) -> None:
         """Telemetry saw the run use CUDA: start the bounded allocator history."""
+        from torchdoctor.memory.cuda_history import start_history
+
         try:
-            from torchdoctor.memory.cuda_history import start_history
-        except ImportError:
-            return
-        try:
-            start_history(self)
+            start_history()
         except Exception as exc:
             warn_once("cuda-history", f"no CUDA allocator history: {exc}")
 
@@ -191,16 +202,24 @@ class Session:
         sys.excepthook = hook
 
     def _start_doctor(self) -> None:
-        from torchdoctor.diagnose.doctor import Doctor
-
         self.doctor = Doctor(self)
         self.doctor.start()
+
+    def save_diagnoses(self) -> None:
+        self.spiller.flush(only="diagnoses")
+
+    def ensure_telemetry(self) -> Recorder | None:
+        """The Recorder, installed now if torch is imported but the import hook has not fired
+        yet (watch() and step() are called by whoever holds a model)."""
+        if self.telemetry is None and "torch" in sys.modules:
+            self._on_torch(None)
+        return self.telemetry
 
     def _on_torch(self, _module: Any) -> None:
         try:
             from torchdoctor.telemetry.recorder import Recorder
 
-            self.telemetry = Recorder(self)
+            self.telemetry = Recorder(self, rank=_rank_from_env())
             self.telemetry.install()
         except Exception as exc:
             warn_once("telemetry", f"training telemetry is off: {type(exc).__name__}: {exc}")
@@ -254,6 +273,8 @@ class Session:
                 meta["steps"] = self.telemetry.steps_done
         if self.tcp_address:
             meta["tcp"] = f"{self.tcp_address[0]}:{self.tcp_address[1]}"
+        if self.metrics_address:
+            meta["metrics"] = self.metrics_address
         try:
             rundir.write_meta(self.run_dir, meta)
         except OSError as exc:
@@ -273,7 +294,24 @@ class Session:
             out.update(self.telemetry.status())
         if self.tcp_address:
             out["tcp"] = f"{self.tcp_address[0]}:{self.tcp_address[1]}"
+        if self.metrics_address:
+            out["metrics"] = self.metrics_address
         return out
+
+    def diagnoses(self) -> list[Any]:
+        """The diagnoses found so far (Diagnosis records)."""
+        return self.doctor.found() if self.doctor is not None else []
+
+    def flush(self) -> None:
+        """Write what the tables hold now to the run directory (a report of a live run)."""
+        self.spiller.flush()
+
+    def set_waiting(self, waiting: bool) -> None:
+        """A notebook between cells waits for its user, not on its training: the hang watchdog
+        stands down while waiting, and counts silence again from when a cell starts."""
+        if not waiting:
+            self.resumed = time.time()
+        self.waiting = waiting
 
     def table_names(self) -> list[str]:
         return [spec.name for spec in ALL_TABLES]
@@ -299,17 +337,25 @@ class Session:
         if exc is self.crash:
             return  # `torchdoctor run` reports it and the excepthook sees it too: once is enough
         self.crash = exc
-        try:
-            from torchdoctor.memory.oom import diagnose_exception
-        except ImportError:
+        # Loaded only now: the capture's modules are heavy and most runs never crash.
+        from torchdoctor.diagnose.oom import from_evidence
+        from torchdoctor.memory.oom import capture, find_oom
+
+        found = find_oom(exc)
+        if found is None or "torch" not in sys.modules:
             return
         try:
-            diagnosis = diagnose_exception(exc, self)
+            evidence = capture(*found, self.telemetry, str(self.run_dir), self._query)
+            diagnosis = from_evidence(evidence)
         except Exception as err:
             warn_once("oom-capture", f"could not analyse the crash: {type(err).__name__}: {err}")
             return
-        if diagnosis is not None and self.doctor is not None:
+        if self.doctor is not None:
             self.doctor.report(diagnosis)
+
+    def _query(self, text: str) -> tuple[list[str], list[Any]]:
+        result = self.sql.execute(text, timeout=5.0)
+        return result.columns, result.rows
 
     def summary(self) -> dict[str, Any]:
         """The end-of-run numbers: steps, time by phase, diagnoses, where the run is saved."""
@@ -336,6 +382,14 @@ class Session:
             raise ValueError(f"cannot change {', '.join(sorted(unknown))} on a live run")
         self.config = self.config.replace(**changes)
         return {k: getattr(self.config, k) for k in sorted(allowed)}
+
+
+def _rank_from_env() -> int:
+    for var in ("RANK", "LOCAL_RANK"):
+        value = os.environ.get(var, "")
+        if value.isdigit():
+            return int(value)
+    return 0
 
 
 def current() -> Session | None:

@@ -182,7 +182,7 @@ def test_leak_holders_name_the_list_that_keeps_graphs(launch) -> None:
     code = (
         "import json, torchdoctor.session as s\n"
         "from torchdoctor.memory.holders import find_holders\n"
-        "print(json.dumps(find_holders(s.current(), limit=3)))"
+        "print(json.dumps(find_holders(s.current().telemetry, limit=3)))"
     )
     out = run.cli(str(run.pid), "eval", code)
     assert out.returncode == 0, out.stderr

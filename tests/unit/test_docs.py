@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from torchdoctor.cli.main import COMMANDS
-from torchdoctor.diagnose.doctor import MODULES
+from torchdoctor.diagnose import MODULES
 from torchdoctor.report.schema_doc import render_markdown
 
 DOCS = Path(__file__).resolve().parent.parent.parent / "docs"

@@ -5,7 +5,9 @@ Fixture format (tests/fixtures/explain/<category>/*.txt, or unknown/ for errors 
 catalog): leading lines `# expect: KEY = VALUE` (exact) or `# expect: KEY ~ TEXT`
 (case-insensitive substring), then the text as a user would paste it. KEY is `category`
 (`none` for unknown), `recognised`, `rank`, a field name, or one of `top_cause`, `causes`,
-`summary`, `matched`, `text` (the rendered report), `fix` (first fix), `fixes`, `also`.
+`summary`, `matched`, `text` (the rendered report), `fix` (first fix), `fixes`, `also`,
+`from_rank` and `line` (the rank and the line number the answer was read from). Header lines
+`# source: URL` name where a log excerpt was found.
 """
 
 from __future__ import annotations
@@ -30,8 +32,10 @@ ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "explain"
 DOCS = ROOT / "docs" / "explain.md"
 EXPECT = re.compile(r"^# expect: (?P<key>[\w.]+) (?P<op>[=~]) ?(?P<value>.*?)\s*$")
+SOURCE = re.compile(r"^# source: \S+")
 
-# The categories issue 6 names; each needs several wordings.
+# The categories the catalog must cover (the errors users meet most, docs/explain.md); each
+# needs several wordings.
 REQUIRED = (
     "oom.cuda",
     "oom.cpu",
@@ -65,8 +69,9 @@ def load_fixture(path: Path) -> tuple[list[tuple[str, str, str]], str]:
     expectations: list[tuple[str, str, str]] = []
     lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
     i = 0
-    while i < len(lines) and (m := EXPECT.match(lines[i])):
-        expectations.append((m["key"], m["op"], m["value"]))
+    while i < len(lines) and ((m := EXPECT.match(lines[i])) or SOURCE.match(lines[i])):
+        if m:
+            expectations.append((m["key"], m["op"], m["value"]))
         i += 1
     return expectations, "".join(lines[i:])
 
@@ -94,6 +99,10 @@ def _actual(e: Explanation, key: str) -> Any:
         return "\n".join(f"{f['title']}\n{f['code']}" for f in e.fixes)
     if key == "also":
         return " ".join(a["category"] for a in e.also)
+    if key == "from_rank":
+        return e.rank
+    if key == "line":
+        return e.line
     assert key in e.fields, f"no field {key!r}; fields: {sorted(e.fields)}"
     return e.fields[key]
 

@@ -61,9 +61,21 @@ def _guard(body: Callable[[], object]) -> Outcome:
     except SystemExit as exc:
         return Outcome(exit_code(exc))
     except KeyboardInterrupt as exc:
-        sys.excepthook(type(exc), exc, exc.__traceback__)
+        _print(exc)
         return Outcome(130, exc, interrupted=True)
     except BaseException as exc:
-        sys.excepthook(type(exc), exc, exc.__traceback__)
+        _print(exc)
         return Outcome(1, exc)
     return Outcome(0)
+
+
+def _print(exc: BaseException) -> None:
+    """The traceback as Python prints it: from the script's own first frame, without ours."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename in _OURS:
+        tb = tb.tb_next
+    exc.__traceback__ = tb
+    sys.excepthook(type(exc), exc, tb)
+
+
+_OURS = {__file__, runpy.__file__}

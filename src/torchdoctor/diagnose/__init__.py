@@ -1,1 +1,30 @@
-"""Diagnoses: one stateless module per kind, reading tables and events, returning records."""
+"""Diagnoses: one stateless module per kind, reading tables and events, returning records.
+
+Each module in MODULES has `diagnose(Inputs) -> list[Diagnosis]`; the doctor thread
+(torchdoctor/doctor.py) runs them all about once a second. A new kind is a new module here and
+a line in MODULES.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+MODULES: tuple[str, ...] = (
+    "nan",
+    "divergence",
+    "exploding_gradients",
+    "vanishing_gradients",
+    "no_gradient",
+    "not_learning",
+    "dataloader_bound",
+    "hang",
+    "memory_leak",
+    "oom",
+    "recompilation",
+    "graph_break",
+)
+
+
+def load_modules() -> list[ModuleType]:
+    return [importlib.import_module(f"torchdoctor.diagnose.{name}") for name in MODULES]

@@ -5,15 +5,11 @@
 from __future__ import annotations
 
 import os
-import sys
-import sysconfig
 from typing import Any
 
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
-
-_STDLIB = sysconfig.get_paths().get("stdlib", "") + os.sep
-_TORCH_DIR = os.sep + "torch" + os.sep
+from torchdoctor.frames import is_stdlib, is_user_file
 
 # (category, test on a frame, what it means, fixes)
 _SYNC_CALLS = (".item()", ".cpu()", ".tolist()", ".numpy()", "synchronize(")
@@ -21,18 +17,18 @@ _SYNC_CALLS = (".item()", ".cpu()", ".tolist()", ".numpy()", "synchronize(")
 
 def diagnose(inputs: Inputs) -> list[Diagnosis]:
     capture = inputs.hang
-    if not capture:
+    if capture is None:
         return []
-    threads = capture.get("threads") or []
+    threads = capture.threads
     main = next((t for t in threads if t.get("is_main")), None)
     if main is None or not main.get("frames"):
         return []
     category, blocking, user = classify(main["frames"])
     where = user or blocking
     location = f"{_short(where['file'])}:{where['lineno']}" if where else None
-    seconds = float(capture.get("seconds", 0))
+    seconds = float(capture.seconds)
     summary = (
-        f"No training step for {seconds:.0f} s (timeout {capture.get('timeout', 0):.0f} s): the "
+        f"No training step for {seconds:.0f} s (timeout {capture.timeout:.0f} s): the "
         f"main thread is stuck {_WHAT[category]} in {blocking['func']}() "
         f"({_short(blocking['file'])}:{blocking['lineno']})"
     )
@@ -43,19 +39,19 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
         Diagnosis(
             kind="hang",
             severity="error",
-            step=int(capture.get("steps", 0)),
+            step=int(capture.steps),
             location=location,
             summary=summary,
             evidence={
                 "category": category,
                 "seconds": seconds,
-                "timeout": capture.get("timeout"),
+                "timeout": capture.timeout,
                 "blocking_frame": blocking,
                 "user_frame": user,
                 "threads": _trim(threads),
             },
             fix=_FIXES[category],
-            key=f"hang:{capture.get('steps', 0)}",
+            key=f"hang:{capture.steps}",
         )
     ]
 
@@ -79,27 +75,11 @@ def classify(frames: list[dict[str, Any]]) -> tuple[str, dict[str, Any], dict[st
     if syncing and user is frames[0]:  # blocked in the C call a .item()/.cpu() line made
         return "cuda_sync", frames[0], user
     waits = ("wait", "acquire", "get", "join", "recv", "poll", "select", "sleep", "read")
-    if _in_stdlib(files[0]) and any(w in funcs[0] for w in waits):
+    if is_stdlib(files[0]) and any(w in funcs[0] for w in waits):
         return "lock", blocking, user
     if any("/torch/_dynamo/" in p or "/torch/_inductor/" in p for p in files):
         return "compile", blocking, user
     return "user_code", user or blocking, user
-
-
-_OWN = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-_DEMOS = _OWN + "demos" + os.sep
-
-
-def is_user_file(path: str) -> bool:
-    if path.startswith("<") or "site-packages" in path or "dist-packages" in path:
-        return False
-    if path.startswith(_OWN) and not path.startswith(_DEMOS):
-        return False  # torchdoctor's own wrappers (the DataLoader patch) are not the user's
-    return not _in_stdlib(path) and _TORCH_DIR not in path
-
-
-def _in_stdlib(path: str) -> bool:
-    return path.startswith((_STDLIB, sys.base_prefix + os.sep))
 
 
 def _short(path: str) -> str:

@@ -12,6 +12,17 @@ from torchdoctor.store.columns import Block
 
 
 @dataclasses.dataclass
+class HangCapture:
+    """What the hang watchdog saw when no step came for the hang timeout (the `hang`
+    diagnosis classifies it)."""
+
+    seconds: float  # since the last step (or the start)
+    timeout: float  # the timeout in force
+    steps: int  # steps done so far
+    threads: list[dict[str, Any]]  # every thread's stack (telemetry.stacks.capture_all)
+
+
+@dataclasses.dataclass
 class Inputs:
     steps: Block  # python.steps, oldest first
     module_grads: Block  # python.module_grads
@@ -19,7 +30,8 @@ class Inputs:
     config: Any  # the run's Config (hang_timeout, guard, ...)
     now: float  # wall-clock time of this pass
     last_step_time: float | None = None  # wall-clock time of the last step, if any
-    hang: dict[str, Any] | None = None  # the watchdog's capture when no step came for long
+    hang: HangCapture | None = None  # the watchdog's capture when no step came for long
+    compile: Block | None = None  # python.compile: torch.compile events
 
     def column(self, name: str) -> np.ndarray:
         return self.steps.data[name]

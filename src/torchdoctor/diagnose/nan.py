@@ -1,11 +1,13 @@
 """`nan`: the first non-finite value, where it arose, and the likely causes, ranked.
 
-Reads the `nan_origin` event written by the replay (telemetry/nan_replay.py) and the steps
-table; without that event (replay off or impossible) it still reports the first bad step.
+Reads the `nan_origin` event (a NanOrigin) written by the replay (telemetry/nan_replay.py) and
+the steps table; without that event (replay off or impossible) it still reports the first bad
+step.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -21,10 +23,52 @@ _NORM = ("norm", "vector_norm", "normalize", "linalg_vector_norm")
 _FP16_MAX = 65504.0
 
 
+@dataclasses.dataclass
+class NanOrigin:
+    """What the replay of the first non-finite step found. `stage` says where: forward (an op
+    turned finite inputs non-finite), backward (an autograd node did), loss (the loss
+    computation outside the modules), optimizer (the weights were already bad), data (the
+    batch was), unknown (no replay possible: `note` says why)."""
+
+    stage: str = "unknown"
+    step: int | None = None
+    location: str | None = None  # module, or file:line
+    loss: float | None = None
+    grad_norm: float | None = None
+    lr: float | None = None
+    guard: bool = False  # --guard skipped the update
+    backward_site: str | None = None  # file:line of the backward() call
+    autocast: dict[str, str] = dataclasses.field(default_factory=dict)  # device -> dtype
+    bad_gradients: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    module: str | None = None  # forward/backward: the module the op or node belongs to
+    op: str | None = None  # forward: the torch op; backward: the op that created the node
+    site: str | None = None  # file:line of that op
+    node: str | None = None  # backward: the autograd node (SqrtBackward0)
+    shape: list[int] | None = None
+    dtype: str | None = None
+    nan: int | None = None
+    inf: int | None = None
+    numel: int | None = None
+    inputs: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # the op's inputs
+    input: dict[str, Any] | None = None  # data: the bad batch tensor
+    bad_weights: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # optimizer
+    loss_graph: list[str] = dataclasses.field(default_factory=list)  # loss: nodes, loss first
+    note: str | None = None
+    replay_seconds: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> NanOrigin:
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
 def diagnose(inputs: Inputs) -> list[Diagnosis]:
     origins = inputs.events_of("nan_origin")
     if origins:
-        return [from_origin(origins[0]["data"], inputs)]
+        return [from_origin(NanOrigin.from_json(origins[0]["data"]), inputs)]
     first = _first_bad_step(inputs)
     if first is None:
         return []
@@ -42,77 +86,80 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
     ]
 
 
-def from_origin(origin: dict[str, Any], inputs: Inputs | None = None) -> Diagnosis:
-    stage = origin.get("stage", "unknown")
-    step = origin.get("step")
-    evidence = dict(origin)
-    if inputs is not None and step is not None:
-        evidence["history"] = _history(inputs, step)
-    causes = rank_causes(evidence)
+def from_origin(origin: NanOrigin, inputs: Inputs | None = None) -> Diagnosis:
+    step = origin.step
+    evidence = origin.to_json()
+    history = _history(inputs, step) if inputs is not None and step is not None else {}
+    if history:
+        evidence["history"] = history
+    causes = rank_causes(origin, history)
     evidence["causes"] = causes
-    summary = _summary(stage, step, evidence)
+    summary = _summary(origin)
     fixes = [c["fix"] for c in causes]
-    if origin.get("guard"):
+    if origin.guard:
         summary += " The update was skipped (--guard): the weights are still finite."
     return Diagnosis(
         kind="nan",
         severity="error",
         step=step,
-        location=origin.get("location"),
+        location=origin.location,
         summary=summary,
         evidence=evidence,
         fix=fixes,
     )
 
 
-def _summary(stage: str, step: Any, e: dict[str, Any]) -> str:
-    bad = _count(e)
-    if stage == "forward":
+def _summary(o: NanOrigin) -> str:
+    step, bad = o.step, _count(o.nan, o.inf)
+    if o.stage == "forward":
         return (
-            f"First non-finite value at step {step}, in the forward pass of {e.get('module')}: "
-            f"{e.get('op')} at {e.get('site')} produced {bad} in a tensor of shape "
-            f"{e.get('shape')} from finite inputs."
+            f"First non-finite value at step {step}, in the forward pass of {o.module}: "
+            f"{o.op} at {o.site} produced {bad} in a tensor of shape {o.shape} from finite "
+            "inputs."
         )
-    if stage == "backward":
-        made = f", created by {e.get('op')} at {e.get('site')}" if e.get("op") else ""
+    if o.stage == "backward":
+        made = f", created by {o.op} at {o.site}" if o.op else ""
         return (
             f"First non-finite value at step {step}, in the backward pass of "
-            f"{e.get('module') or 'the model'}: {e.get('node')} turned finite gradients into "
-            f"{bad} (shape {e.get('shape')}){made}. The forward pass was finite."
+            f"{o.module or 'the model'}: {o.node} turned finite gradients into "
+            f"{bad} (shape {o.shape}){made}. The forward pass was finite."
         )
-    if stage == "loss":
+    if o.stage == "loss":
         return (
             f"Step {step}: the model's outputs and their gradients are finite, but the loss "
-            f"computed from them at {e.get('location')} is not (loss = {e.get('loss')}); its "
-            f"graph: {' <- '.join((e.get('loss_graph') or [])[:5])}."
+            f"computed from them at {o.location} is not (loss = {o.loss}); its "
+            f"graph: {' <- '.join(o.loss_graph[:5])}."
         )
-    if stage == "optimizer":
-        weights = e.get("bad_weights") or [{}]
+    if o.stage == "optimizer":
+        weights = o.bad_weights or [{}]
         return (
             f"Step {step}: the weights of {weights[0].get('module')} are already non-finite: "
             "an earlier optimizer update put them there (its gradients were finite)."
         )
-    if stage == "data":
-        return f"Step {step}: the input batch itself contains {_count(e.get('input') or {})}."
-    return f"Step {step} went non-finite; the origin could not be found ({e.get('note', '')})."
+    if o.stage == "data":
+        bad_input = o.input or {}
+        return (
+            f"Step {step}: the input batch itself contains "
+            f"{_count(bad_input.get('nan'), bad_input.get('inf'))}."
+        )
+    return f"Step {step} went non-finite; the origin could not be found ({o.note or ''})."
 
 
-def _count(e: dict[str, Any]) -> str:
+def _count(nan: int | None, inf: int | None) -> str:
     parts = []
-    if e.get("nan"):
-        parts.append(f"{e['nan']} NaN")
-    if e.get("inf"):
-        parts.append(f"{e['inf']} Inf")
+    if nan:
+        parts.append(f"{nan} NaN")
+    if inf:
+        parts.append(f"{inf} Inf")
     return " and ".join(parts) or "non-finite values"
 
 
-def rank_causes(e: dict[str, Any]) -> list[dict[str, str]]:
-    """The likely causes for this evidence, most likely first, each with its fix."""
-    stage = e.get("stage")
-    op = (e.get("op") or "").lower()
-    node = (e.get("node") or "").lower()
-    inputs = e.get("inputs") or []
-    first_in = inputs[0] if inputs else {}
+def rank_causes(o: NanOrigin, history: dict[str, Any] | None = None) -> list[dict[str, str]]:
+    """The likely causes for what the replay found, most likely first, each with its fix."""
+    stage = o.stage
+    op = (o.op or "").lower()
+    node = (o.node or "").lower()
+    first_in = o.inputs[0] if o.inputs else {}
     causes: list[tuple[float, str, str]] = []
 
     def add(weight: float, cause: str, fix: str) -> None:
@@ -153,8 +200,8 @@ def rank_causes(e: dict[str, Any]) -> list[dict[str, str]]:
             "overflow in exp: large logits exceed the float range",
             "use F.softmax / F.log_softmax (they subtract the max), or scale the logits down",
         )
-    dtype = str(e.get("dtype") or "")
-    autocast = e.get("autocast") or {}
+    dtype = str(o.dtype or "")
+    autocast = o.autocast
     if dtype == "float16" or "float16" in autocast.values():
         add(
             0.8 if dtype == "float16" else 0.5,
@@ -184,21 +231,21 @@ def rank_causes(e: dict[str, Any]) -> list[dict[str, str]]:
             "cross-entropy on probabilities",
             "use F.cross_entropy on raw logits; clamp before log; guard divisions with an eps",
         )
-    history = e.get("history") or {}
+    history = history or {}
     losses = [v for v in history.get("loss", []) if v is not None and math.isfinite(v) and v > 0]
     if len(losses) >= 3 and losses[-1] > 1e3 * min(losses):
         add(
             0.97,
             f"the run diverged first: the loss grew {losses[-1] / min(losses):.3g}x in "
             f"{len(losses)} steps before overflowing",
-            f"lower the learning rate (now {e.get('lr')}), add warm-up and gradient clipping",
+            f"lower the learning rate (now {o.lr}), add warm-up and gradient clipping",
         )
     norms = [n for n in history.get("grad_norm", []) if n is not None and math.isfinite(n)]
     rising = len(norms) >= 4 and norms[-1] > 10 * (np.median(norms[: len(norms) // 2]) or 1e-12)
     add(
         0.75 if rising else 0.35,
         "learning rate too high" + (" (the gradient norm grew before the NaN)" if rising else ""),
-        f"lower the learning rate (now {e.get('lr')}) or add warm-up",
+        f"lower the learning rate (now {o.lr}) or add warm-up",
     )
     add(
         0.6 if rising else 0.3,
@@ -223,7 +270,7 @@ def rank_causes(e: dict[str, Any]) -> list[dict[str, str]]:
 
 
 def _generic_fixes() -> list[str]:
-    return [c["fix"] for c in rank_causes({"stage": "unknown"})]
+    return [c["fix"] for c in rank_causes(NanOrigin())]
 
 
 def _first_bad_step(inputs: Inputs) -> tuple[int, Any, Any] | None:

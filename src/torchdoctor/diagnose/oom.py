@@ -1,19 +1,21 @@
 """`oom`: an allocation failed (CUDA `torch.OutOfMemoryError`, CPU "DefaultCPUAllocator: can't
 allocate memory").
 
-Event-driven: torchdoctor.memory.oom captures the numbers when the exception ends the script,
-and `from_evidence` (pure) turns them into the diagnosis: where it failed, what was asked against
-what was free, what held the memory, and the fixes ranked by what each would save on this run.
+Event-driven: torchdoctor.memory.oom captures the numbers (an OomEvidence) when the exception
+ends the script, and `from_evidence` (pure) turns them into the diagnosis: where it failed,
+what was asked against what was free, what held the memory, and the fixes ranked by what each
+would save on this run.
 The periodic pass (`diagnose`) has nothing to add.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
 
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
-from torchdoctor.memory.estimate import Breakdown, Situation, rank_fixes, shortfall
+from torchdoctor.memory.estimate import Breakdown, rank_fixes, shortfall
+from torchdoctor.memory.evidence import OomEvidence
 from torchdoctor.units import human
 
 BREAKDOWN_LABELS = (
@@ -31,21 +33,8 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
     return []
 
 
-def breakdown_of(evidence: dict[str, Any]) -> Breakdown:
-    raw = evidence.get("breakdown") or {}
-    return Breakdown(
-        parameters=int(raw.get("parameters") or 0),
-        gradients=int(raw.get("gradients") or 0),
-        optimizer_state=int(raw.get("optimizer_state") or 0),
-        buffers=int(raw.get("buffers") or 0),
-        activations=int(raw.get("activations") or 0),
-        other=int(raw.get("other") or 0),
-        cached_unused=None if raw.get("cached_unused") is None else int(raw["cached_unused"]),
-    )
-
-
-def breakdown_text(evidence: dict[str, Any]) -> str:
-    raw = evidence.get("breakdown") or {}
+def breakdown_text(breakdown: Breakdown) -> str:
+    raw = breakdown.as_dict()
     parts = []
     for key, label in BREAKDOWN_LABELS:
         value = raw.get(key)
@@ -55,32 +44,30 @@ def breakdown_text(evidence: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def from_evidence(evidence: dict[str, Any]) -> Diagnosis:
+def from_evidence(evidence: OomEvidence) -> Diagnosis:
     """The `oom` diagnosis from the captured numbers (see torchdoctor.memory.oom.capture)."""
-    b = breakdown_of(evidence)
-    s = Situation.from_dict(dict(evidence.get("situation") or {}))
-    if s.asked is None and evidence.get("asked") is not None:
-        s.asked = int(evidence["asked"])
+    b = evidence.breakdown
+    s = dataclasses.replace(evidence.situation)
+    if s.asked is None and evidence.asked is not None:
+        s.asked = int(evidence.asked)
     fixes = rank_fixes(b, s)
-    out = dict(evidence)
+    out = evidence.to_json()
     out["fixes"] = [f.as_dict() for f in fixes]
     out["shortfall"] = shortfall(b, s)
-    out["breakdown_human"] = {
-        k: human(v) for k, v in (evidence.get("breakdown") or {}).items() if v is not None
-    }
+    out["breakdown_human"] = {k: human(v) for k, v in b.as_dict().items() if v is not None}
 
-    device = str(evidence.get("device") or s.device)
+    device = str(evidence.device or s.device)
     what = "CUDA out of memory" if device.startswith("cuda") else f"Out of memory ({device})"
-    phase = evidence.get("phase") or "other"
-    module = evidence.get("module")
-    module_type = evidence.get("module_type")
+    phase = evidence.phase or "other"
+    module = evidence.module
+    module_type = evidence.module_type
     where = ""
     if module:
         kind = f" ({module_type})" if module_type and module_type != module else ""
         where = f" in the {phase} of {module}{kind}"
     elif phase:
         where = f" in the {phase} phase"
-    step = evidence.get("step")
+    step = evidence.step
     when = f" at step {step}" if step is not None else ""
     asked = f"asked for {human(s.asked)}" if s.asked is not None else "an allocation failed"
     room = ""
@@ -88,16 +75,16 @@ def from_evidence(evidence: dict[str, Any]) -> Diagnosis:
         room = f" with {human(s.available)} available"
         if s.capacity:
             room += f" of {human(s.capacity)}"
-    held = breakdown_text(evidence)
+    held = breakdown_text(b)
     summary = f"{what}{where}{when}: {asked}{room}."
     if held:
         summary += f" Held: {held}."
-    if evidence.get("location_source") in ("autograd_function", "traced_backward"):
-        summary += f" (Module: {evidence.get('location_note')}.)"
+    if evidence.location_source in ("autograd_function", "traced_backward"):
+        summary += f" (Module: {evidence.location_note}.)"
 
     location = module
-    if not location and evidence.get("file"):
-        location = f"{evidence['file']}:{evidence.get('line')}"
+    if not location and evidence.file:
+        location = f"{evidence.file}:{evidence.line}"
     fix_lines = [_line(f.text, f.enough) for f in fixes]
     if not fix_lines:
         fix_lines = ["find what holds the memory: `torchdoctor memory RUN_DIR` and python.tensors"]

@@ -9,7 +9,7 @@ import traceback
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from torchdoctor.errors import extract
+from torchdoctor.errors import extract, torchrun
 from torchdoctor.errors.catalog import Entry, Fields, entries, first, pick
 
 GENERIC_FIRST_STEPS: tuple[str, ...] = (
@@ -26,6 +26,7 @@ GENERIC_FIRST_STEPS: tuple[str, ...] = (
 )
 
 ALSO_PLAIN_LINES = 500  # how far back plain lines are searched for other errors
+MIN_RANK_LINES = 500  # plain lines searched per rank in a job's log, at least
 
 _RANK_IN_MESSAGE = (
     r"\[(?:PG \S+ )?Rank (\d+)\]",
@@ -39,7 +40,9 @@ _RANK_IN_MESSAGE = (
 class Explanation:
     """What an error means and what to do about it. `category` is None when the error is not
     recognised; `causes` are ranked by what this text says; `fields` are the values pulled out
-    of the message (sizes come as bytes in `<name>_bytes` and readable in `<name>`)."""
+    of the message (sizes come as bytes in `<name>_bytes` and readable in `<name>`). `rank` is
+    the rank the error came from when the text says (a rank prefix, the launcher's summary),
+    `line` the line number (from 1) in the text of the line it was read from."""
 
     recognised: bool
     category: str | None
@@ -54,24 +57,21 @@ class Explanation:
     exception: str | None = None
     family: str | None = None
     also: list[dict[str, Any]] = field(default_factory=list)
+    rank: int | None = None
+    line: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-    def __str__(self) -> str:
-        from torchdoctor.report.explanation import render_text
-
-        return render_text(self)
 
 
 @dataclass(frozen=True)
 class _Match:
     entry: Entry
-    block: extract.Block
+    block: extract.TextBlock
     offset: int
 
 
-def _match(block: extract.Block) -> _Match | None:
+def _match(block: extract.TextBlock) -> _Match | None:
     best: _Match | None = None
     message = block.text
     for entry in entries():
@@ -83,14 +83,14 @@ def _match(block: extract.Block) -> _Match | None:
 
 def _match_line(lines: list[extract.Line], line: extract.Line) -> _Match | None:
     """A plain log line is tried on its own (cheap); its block is built when it matches."""
-    single = _match(extract.Block((line,)))
+    single = _match(extract.TextBlock((line,)))
     if single is None:
         return None
     full = _match(extract.block_at(lines, line.index))
     return full if full is not None and full.entry is single.entry else single
 
 
-def _rank(block: extract.Block, message: str) -> int | None:
+def _rank(block: extract.TextBlock, message: str) -> int | None:
     if block.rank is not None:
         return block.rank
     for pattern in _RANK_IN_MESSAGE:
@@ -100,12 +100,14 @@ def _rank(block: extract.Block, message: str) -> int | None:
     return None
 
 
-def _choose(lines: list[extract.Line]) -> tuple[_Match | None, list[_Match]]:
+def _choose(
+    lines: list[extract.Line], limit: int = extract.MAX_PLAIN_CANDIDATES
+) -> tuple[_Match | None, list[_Match]]:
     """The error that matters, and the other recognised errors in the text.
 
     The last recognised exception wins, except that a consequence (an NCCL watchdog timeout,
     a peer that hung up) gives way to a root error found elsewhere in the text."""
-    exception_blocks, plain_lines = extract.candidates(lines)
+    exception_blocks, plain_lines = extract.candidates(lines, limit)
     found: list[_Match] = []
     for block in exception_blocks:
         m = _match(block)
@@ -129,7 +131,7 @@ def _choose(lines: list[extract.Line]) -> tuple[_Match | None, list[_Match]]:
     if primary is not None:
         # Other errors told in plain log lines (an NCCL watchdog record, a kernel assert).
         covered = {line.index for m in found for line in m.block.lines}
-        for line in plain_lines[:ALSO_PLAIN_LINES]:
+        for line in plain_lines[: min(ALSO_PLAIN_LINES, limit)]:
             if line.index not in covered:
                 m = _match_line(lines, line)
                 if m is not None:
@@ -157,7 +159,11 @@ def _order_fixes(entry: Entry, ranked_keys: list[str], fields: Fields) -> list[d
     return [fix for _r, _i, fix in scored]
 
 
-def _build(m: _Match, lines: list[extract.Line], text: str) -> Explanation:
+def _build(
+    m: _Match, lines: list[extract.Line], text: str, known: Fields | None = None
+) -> Explanation:
+    """The explanation of match `m`; `known` are fields the text as a whole gave (the rank
+    from a launcher's summary), which the message's own fields complete."""
     entry, block = m.entry, m.block
     message = block.text
     fields: Fields = {}
@@ -165,6 +171,8 @@ def _build(m: _Match, lines: list[extract.Line], text: str) -> Explanation:
     if rank is not None:
         fields["rank"] = rank
     fields.update(entry.fields_for(message, text))
+    for name, value in (known or {}).items():
+        fields.setdefault(name, value)
     if "location" not in fields:
         frame = extract.user_frame(extract.frames_before(lines, block.start))
         if frame is not None:
@@ -193,6 +201,8 @@ def _build(m: _Match, lines: list[extract.Line], text: str) -> Explanation:
         matched=block.line_at(m.offset).text.strip(),
         exception=block.exception,
         family=entry.family,
+        rank=fields.get("rank") if isinstance(fields.get("rank"), int) else None,
+        line=block.line_at(m.offset).index + 1,
     )
 
 
@@ -236,22 +246,174 @@ def _shorten(text: str, limit: int = 300) -> str:
 
 
 def explain_text(text: str) -> Explanation:
-    """Explain an error message, a traceback or a whole log."""
+    """Explain an error message, a traceback or a whole log (a torchrun log included: the
+    answer is the root failure, the first rank's first error)."""
     lines = extract.clean(text)
+    job = torchrun.parse(lines)
+    if job is not None:
+        return _explain_job(lines, job)
     primary, others = _choose(lines)
     if primary is None:
         return unknown(text, lines)
     cleaned = "\n".join(line.text for line in lines)
     out = _build(primary, lines, cleaned)
-    out.also = [
-        {
-            "category": m.entry.code,
-            "title": m.entry.title,
-            "line": _shorten(m.block.line_at(m.offset).text.strip(), 200),
-            "rank": _rank(m.block, m.block.text),
-        }
-        for m in others
-    ]
+    out.also = [_also(m) for m in others]
+    return out
+
+
+def _also(m: _Match, rank: int | None = None) -> dict[str, Any]:
+    line = m.block.line_at(m.offset)
+    return {
+        "category": m.entry.code,
+        "title": m.entry.title,
+        "line": _shorten(line.text.strip(), 200),
+        "rank": rank if rank is not None else _rank(m.block, m.block.text),
+        "line_number": line.index + 1,
+    }
+
+
+# --- logs of a job: one error per rank, the launcher's summary ---------------------------------
+
+
+@dataclass
+class _RankError:
+    """What one rank's own lines say: its recognised error and the others, or the exception
+    line of an error outside the catalog."""
+
+    rank: int | None
+    lines: list[extract.Line]  # the whole text with other ranks' lines blanked
+    match: _Match | None
+    others: list[_Match]
+    exception: extract.Line | None  # an exception no catalog entry explains
+
+    @property
+    def root_like(self) -> bool:
+        """A failure of its own, not a consequence of another rank's (a peer that hung up,
+        a collective that timed out)."""
+        return self.exception is not None or (
+            self.match is not None and not self.match.entry.secondary
+        )
+
+    @property
+    def index(self) -> int:
+        if self.exception is not None and (self.match is None or self.match.entry.secondary):
+            return self.exception.index
+        assert self.match is not None
+        return self.match.block.line_at(self.match.offset).index
+
+
+def _rank_error(
+    masker: torchrun.Masker, keep: set[int], rank: int | None, limit: int
+) -> _RankError | None:
+    view = masker.view(keep)
+    primary, others = _choose(view, limit)
+    covered = {line.index for m in [primary, *others] if m for line in m.block.lines}
+    exception = None
+    for index in sorted(keep, reverse=True):
+        line = view[index]
+        if not line.noise and index not in covered and extract.exception_name(line.text):
+            exception = line
+            break
+    if primary is None and exception is None:
+        return None
+    return _RankError(rank, view, primary, others, exception)
+
+
+def _failure_fields(failure: torchrun.Failure) -> Fields:
+    f: Fields = {}
+    if failure.rank is not None:
+        f["rank"] = failure.rank
+    for name in ("exitcode", "signal", "host", "pid"):
+        value = getattr(failure, name)
+        if value is not None:
+            f[name] = value
+    return f
+
+
+def _calls_by_rank(errors: list[_RankError]) -> str | None:
+    """Where each rank stood when its collective gave up, when they stood at different calls:
+    the ranks' code paths diverged (rank 0 in all_reduce, rank 1 in broadcast)."""
+    calls: list[tuple[int, str]] = []
+    for e in errors:
+        if e.rank is None or e.match is None:
+            continue
+        frame = extract.user_frame(extract.frames_before(e.lines, e.match.block.start))
+        if frame is not None:
+            call = f"{frame.code} ({frame.file}:{frame.line})" if frame.code else frame.describe()
+            calls.append((e.rank, call))
+    if len(calls) < 2 or len({call for _r, call in calls}) < 2:
+        return None
+    return "; ".join(f"rank {r}: {call}" for r, call in sorted(calls))
+
+
+def _explain_job(lines: list[extract.Line], job: torchrun.JobLog) -> Explanation:
+    text = "\n".join(line.text for line in lines)
+    groups: list[tuple[int | None, set[int]]] = [(r, set()) for r in job.ranks]
+    by_rank = {r: keep for r, keep in groups}
+    unranked: set[int] = set()
+    for line in lines:
+        if line.index in job.launcher or line.noise:
+            continue
+        keep = by_rank.get(line.rank) if line.rank is not None else unranked
+        if keep is not None:
+            keep.add(line.index)
+    groups.append((None, unranked))
+    # Plain lines are matched against the whole catalog: the budget of a single log is
+    # shared among the ranks (each rank's last lines, where it failed, come first).
+    limit = max(MIN_RANK_LINES, extract.MAX_PLAIN_CANDIDATES // len(groups))
+    masker = torchrun.Masker(lines)
+    errors = [e for r, keep in groups if keep and (e := _rank_error(masker, keep, r, limit))]
+    errors.sort(key=lambda e: e.index)
+    root_failure = job.root_failure
+    fields: Fields = {}
+    root: _RankError | None = next((e for e in errors if e.root_like), None)
+    if root is None and root_failure is not None:
+        # Every rank's own error is a consequence (or there is none): the launcher's summary
+        # may name the cause (a SIGKILL, a traceback recorded with @record).
+        entry = _rank_error(masker, set(root_failure.lines), root_failure.rank, limit)
+        if entry is not None and entry.match is not None and not entry.match.entry.secondary:
+            root = entry
+            fields.update(_failure_fields(root_failure))
+    if root is None and errors:
+        wanted = root_failure.rank if root_failure is not None else None
+        root = next((e for e in errors if e.rank == wanted and e.rank is not None), errors[0])
+        calls = _calls_by_rank(errors)
+        if calls is not None:
+            fields["calls_by_rank"] = calls
+    if root is None and root_failure is not None:
+        root = _rank_error(masker, set(root_failure.lines), root_failure.rank, limit)
+        fields.update(_failure_fields(root_failure))
+    if root is None:
+        # Only the launcher's records: "failed (exitcode: -9) local_rank: 5 ...".
+        root = _rank_error(masker, job.launcher, None, limit)
+    if root is None:
+        return unknown(text, lines)
+    rank = root.rank
+    if rank is None and len(job.failures) == 1:
+        rank = job.failures[0].rank  # old torch: unprefixed output of the only failed rank
+    if root.match is not None and (not root.match.entry.secondary or root.exception is None):
+        if rank is not None:
+            fields["rank"] = rank
+        out = _build(root.match, root.lines, text, fields)
+        out.line = root.index + 1
+    else:
+        assert root.exception is not None
+        out = unknown(text, lines)
+        said = _shorten(root.exception.text.strip())
+        out.summary = f"torchdoctor does not recognise this error: {said}"
+        out.matched = root.exception.text.strip()
+        out.exception = extract.exception_name(root.exception.text)
+        out.line = root.exception.index + 1
+    out.rank = rank
+    also: list[dict[str, Any]] = []
+    seen = {(out.category, rank)}
+    for e in [root, *[x for x in errors if x is not root]]:
+        for m in ([e.match] if e is not root and e.match else []) + e.others:
+            key = (m.entry.code, e.rank)
+            if key not in seen:
+                seen.add(key)
+                also.append(_also(m, e.rank))
+    out.also = also
     return out
 
 
@@ -269,7 +431,7 @@ def explain_exception(exc: BaseException) -> Explanation:
         for entry in entries():
             if any(name in entry.exceptions for name in names):
                 lines = extract.clean(text)
-                block = extract.Block(
+                block = extract.TextBlock(
                     (extract.Line(0, f"{type(exc).__name__}: {exc}", str(exc)),),
                     type(exc).__name__,
                 )

@@ -18,8 +18,21 @@ def _minutes(ms: int) -> str:
     return f"{minutes:.0f} min" if abs(minutes - round(minutes)) < 0.05 else f"{minutes:.1f} min"
 
 
+_WATCHDOG = (
+    r"\[(?:PG \S+ (?:\([^)]*\) )?)?Rank {rank}\]\s*Watchdog caught collective operation "
+    r"timeout: (WorkNCCL\(.*?\) ran for \d+ milliseconds)"
+)
+
+
 def _timeout_fields(message: str, text: str) -> Fields:
     f: Fields = {}
+    if first(r"SeqNum=(\d+)", message) is None:
+        # A line that only says the rank gave up ("Some NCCL operations have failed"): the
+        # numbers are on the same rank's watchdog line elsewhere in the log.
+        rank = first(r"\[(?:PG \S+ (?:\([^)]*\) )?)?Rank (\d+)\]", message) or r"\d+"
+        watchdog = first(_WATCHDOG.format(rank=rank), text)
+        if watchdog is not None:
+            message = f"{message} {watchdog}"
     for name, pattern in (
         ("seq", r"SeqNum=(\d+)"),
         ("op", r"OpType=(\w+)"),
@@ -104,11 +117,13 @@ NCCL_TIMEOUT = Entry(
                 "The ranks are at different collectives ({{seq_by_rank}}): their code paths "
                 "diverged (a collective under `if rank == 0`, an early break, an extra batch "
                 "on some ranks, a data-dependent branch).",
+                "The ranks waited in different calls ({{calls_by_rank}}): their code paths "
+                "diverged, and each waits for a partner that is in another collective.",
                 "The ranks' code paths diverged: a collective under `if rank == 0`, an early "
                 "break, or a data-dependent branch leaves one rank waiting alone.",
             ),
             weight=2.5,
-            when=lambda f: "seq_by_rank" in f,
+            when=lambda f: "seq_by_rank" in f or "calls_by_rank" in f,
         ),
         Cause(
             "uneven",
@@ -747,6 +762,101 @@ DDP_UNUSED = Entry(
     ),
 )
 
+
+def _child_fields(message: str, text: str) -> Fields:
+    f: Fields = {}
+    code = first(r"exitcode\s*:\s*(-?\d+)", message) or first(r"\(exitcode: (-?\d+)\)", message)
+    if code is not None:
+        f["exitcode"] = int(code)
+    rank = first(r"\brank\s*:\s*(\d+)", message) or first(r"local_rank: (\d+)", message)
+    if rank is not None:
+        f["rank"] = int(rank)
+    return f
+
+
+CHILD_FAILED = Entry(
+    code="dist.child_failed",
+    title="A worker of torchrun failed (its own error is elsewhere)",
+    meaning=(
+        "torchrun's launcher saw a worker process exit with an error and stopped the others "
+        "(ChildFailedError). The launcher's summary only names the rank, its exit code and "
+        "the time; the error itself is in that rank's own output, earlier in the log or in "
+        "its log file, and the summary carries a traceback only when the script's entry point "
+        "is decorated with torch.distributed.elastic's @record."
+    ),
+    patterns=(
+        r"To enable traceback see:? https?://\S*elastic/errors",
+        r"\bChildFailedError\b",
+        r"failed \(exitcode: -?\d+\) local_rank: \d+",
+    ),
+    examples=(
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ... Root Cause "
+        "(first observed failure): [0]: rank : 0 (local_rank: 0) exitcode : 1 (pid: 78970) "
+        "error_file: <N/A> traceback : To enable traceback see: "
+        "https://pytorch.org/docs/stable/elastic/errors.html",
+        "E0822 16:10:35.525161 139625 torch/distributed/elastic/multiprocessing/api.py:833] "
+        "failed (exitcode: 1) local_rank: 0 (pid: 1754335) of binary: /usr/bin/python",
+    ),
+    summary=(
+        "Rank {{rank}} exited with code {{exitcode}}; its own error is not in this text.",
+        "A worker exited with code {{exitcode}}; its own error is not in this text.",
+        "A worker of the job failed; its own error is not in this text.",
+    ),
+    extract=_child_fields,
+    secondary=True,
+    priority=-5,
+    causes=(
+        Cause(
+            "own_output",
+            "The rank raised an exception; its traceback went to the rank's own output (above "
+            "the summary when all ranks share the terminal, else its --log-dir file or the "
+            "scheduler's per-task log), which this text does not hold.",
+            weight=3,
+        ),
+        Cause(
+            "usage",
+            "Exit code 2 is argparse's: the script rejected its command-line arguments (an "
+            "option torchrun passed through, a typo in the launch command).",
+            weight=0.5,
+            when=lambda f: f.get("exitcode") == 2,
+            only_when=True,
+        ),
+        Cause(
+            "import",
+            "The script failed before training: an import error or a missing file, which "
+            "every rank hits at once.",
+            weight=1,
+            signals=(r"ModuleNotFoundError|ImportError|FileNotFoundError",),
+        ),
+    ),
+    first_steps=(
+        "Scroll up to the first `[rankN]: Traceback`: the first rank to fail holds the root "
+        "cause (`torchdoctor explain` on the whole log picks it).",
+        "Run the same command with one process (--nproc_per_node=1) to see the error alone.",
+    ),
+    fixes=(
+        Fix(
+            "Put the worker's traceback into the launcher's summary",
+            "from torch.distributed.elastic.multiprocessing.errors import record\n\n"
+            "@record\n"
+            "def main():\n"
+            "    ...",
+            ("own_output",),
+        ),
+        Fix(
+            "Keep every rank's output, prefixed and in files",
+            "torchrun --nproc_per_node=8 --tee 3 --log-dir logs/ train.py",
+            ("own_output", "import"),
+        ),
+        Fix(
+            "Check the arguments the script receives",
+            "torchrun --nproc_per_node=1 train.py --help",
+            ("usage",),
+        ),
+    ),
+)
+
+
 ENTRIES = (
     NCCL_TIMEOUT,
     NCCL_ERROR,
@@ -755,4 +865,5 @@ ENTRIES = (
     CONNECT,
     ENV_MISSING,
     DDP_UNUSED,
+    CHILD_FAILED,
 )

@@ -8,12 +8,15 @@ are assumed when the file uses them without importing them (snippets, notebooks)
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+import functools
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
 
 FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 LOOPS = (ast.For, ast.AsyncFor, ast.While)
+
+T = TypeVar("T")
 
 _CONVENTIONS = {
     "torch": "torch",
@@ -33,36 +36,57 @@ GRAD_OFF = (
 )
 
 
-@dataclass(frozen=True)
-class Hit:
-    """A rule's finding before it becomes a Finding: the node and, optionally, a message
-    more specific than the rule's own."""
-
-    node: ast.AST
-    message: str | None = None
-
-
 class FileContext:
     def __init__(self, path: str, source: str, tree: ast.Module) -> None:
         self.path = path
         self.source = source
         self.tree = tree
         self.parents: dict[ast.AST, ast.AST] = {}
-        self.all_nodes: list[ast.AST] = [tree]
+        self.all_nodes: list[ast.AST] = []
         self._by_type: dict[type, list[ast.AST]] = {}
-        i = 0
-        while i < len(self.all_nodes):  # one breadth-first walk, everything indexed
-            node = self.all_nodes[i]
-            self._by_type.setdefault(type(node), []).append(node)
-            for child in ast.iter_child_nodes(node):
-                self.parents[child] = node
-                self.all_nodes.append(child)
-            i += 1
+        self._scope_nodes: dict[int, list[ast.AST]] = {id(tree): []}
+        self._index(tree)
         self.aliases: dict[str, str] = {}
         self.bound: set[str] = set()
-        self._scope_nodes: dict[int, list[ast.AST]] = {}
+        self._loop_nodes: dict[tuple[int, bool], list[ast.AST]] = {}
         self._assigned: dict[int, dict[str, list[ast.expr]]] = {}
+        self._bindings: dict[int, dict[str, list[tuple[int, ast.expr]]]] = {}
+        self._calls_by_name: dict[str, list[ast.Call]] | None = None
+        self._call_names: dict[int, str | None] = {}
+        self._memo: dict[str, Any] = {}
         self._collect_names()
+
+    def _index(self, tree: ast.Module) -> None:
+        """One depth-first walk in source order: parents, nodes by type, and the nodes
+        that run in each function (or the module), as walk_scope() gives them."""
+        stack: list[tuple[ast.AST, ast.AST | None]] = [(tree, None)]
+        while stack:
+            node, scope = stack.pop()
+            self.all_nodes.append(node)
+            self._by_type.setdefault(type(node), []).append(node)
+            if scope is not None and not isinstance(node, SCOPES):
+                self._scope_nodes[id(scope)].append(node)
+            inner: set[int] = set()
+            child_scope: ast.AST | None
+            if node is tree:
+                inner, child_scope = {id(c) for c in tree.body}, tree
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                self._scope_nodes[id(node)] = []
+                inner, child_scope = {id(c) for c in node.body}, node
+            elif isinstance(node, ast.Lambda):
+                self._scope_nodes[id(node)] = []
+                inner, child_scope = {id(node.body)}, node
+            elif isinstance(node, ast.ClassDef):
+                child_scope = None  # class bodies run in no function the rules look at
+            else:
+                child_scope = scope
+            scoped = isinstance(node, (ast.Module, *SCOPES))
+            for child in reversed(list(ast.iter_child_nodes(node))):
+                self.parents[child] = node
+                if scoped:
+                    stack.append((child, child_scope if id(child) in inner else None))
+                else:
+                    stack.append((child, child_scope))
 
     # --- names ---------------------------------------------------------------------------
 
@@ -103,7 +127,12 @@ class FileContext:
         return ".".join([base, *reversed(parts)])
 
     def call_name(self, node: ast.AST) -> str | None:
-        return self.qualname(node.func) if isinstance(node, ast.Call) else None
+        if not isinstance(node, ast.Call):
+            return None
+        key = id(node)
+        if key not in self._call_names:
+            self._call_names[key] = self.qualname(node.func)
+        return self._call_names[key]
 
     def is_call(self, node: ast.AST, *names: str) -> bool:
         return self.call_name(node) in names
@@ -153,6 +182,44 @@ class FileContext:
             self._scope_nodes[key] = list(walk_scope(scope))
         return self._scope_nodes[key]
 
+    def memo(self, key: str, compute: Callable[[], T]) -> T:
+        """compute() once per file: what several rules derive from the same tree."""
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return self._memo[key]
+
+    def loop_nodes(self, loop: ast.AST, direct: bool = False) -> list[ast.AST]:
+        """The nodes that run in a loop's body (`direct`: not counting nested loops),
+        computed once."""
+        key = (id(loop), direct)
+        if key not in self._loop_nodes:
+            assert isinstance(loop, LOOPS)
+            self._loop_nodes[key] = list(walk([*loop.body, *loop.orelse], skip_loops=direct))
+        return self._loop_nodes[key]
+
+    def calls_to(self, name: str) -> list[ast.Call]:
+        """Calls of a function or method by its last name: `name(...)`, `self.name(...)`."""
+        if self._calls_by_name is None:
+            self._calls_by_name = {}
+            for n in self.nodes(ast.Call):
+                assert isinstance(n, ast.Call)
+                last = terminal(n.func)
+                if last:
+                    self._calls_by_name.setdefault(last, []).append(n)
+        return self._calls_by_name.get(name, [])
+
+    def value_before(self, scope: ast.AST, name: str, line: int) -> ast.expr | None:
+        """The value last bound to a plain name in the scope on a line before `line`
+        (None when there is none, or when the binding has no single value)."""
+        key = id(scope)
+        if key not in self._bindings:
+            self._bindings[key] = _binding_lines(self.scope_nodes(scope))
+        before = [(ln, v) for ln, v in self._bindings[key].get(name, []) if ln < line]
+        if not before:
+            return None
+        value = max(before, key=lambda b: b[0])[1]
+        return None if is_const(value, None) and not hasattr(value, "lineno") else value
+
     def assigned(self, scope: ast.AST, name: str) -> list[ast.expr]:
         """The values bound to a plain name in a scope (a Constant(None) stands for bindings
         without a value: loop targets, tuple unpacking, with ... as)."""
@@ -184,6 +251,32 @@ def _assignment_map(nodes: Iterable[ast.AST]) -> dict[str, list[ast.expr]]:
             bind(n.target, unknown)
         elif isinstance(n, ast.withitem):
             bind(n.optional_vars, unknown)
+    return out
+
+
+def _binding_lines(nodes: Iterable[ast.AST]) -> dict[str, list[tuple[int, ast.expr]]]:
+    out: dict[str, list[tuple[int, ast.expr]]] = {}
+    unknown = ast.Constant(value=None)  # no lineno: "bound, value unknown"
+    for n in nodes:
+        line = getattr(n, "lineno", 0)
+        if isinstance(n, ast.Assign):
+            for t in n.targets:
+                if isinstance(t, ast.Name):
+                    out.setdefault(t.id, []).append((line, n.value))
+                else:
+                    for x in ast.walk(t):
+                        if isinstance(x, ast.Name):
+                            out.setdefault(x.id, []).append((line, unknown))
+        elif isinstance(n, (ast.AugAssign, ast.AnnAssign, ast.For, ast.AsyncFor, ast.NamedExpr)):
+            for x in ast.walk(n.target):
+                if isinstance(x, ast.Name):
+                    value = getattr(n, "value", None)
+                    plain = isinstance(n, (ast.AnnAssign, ast.NamedExpr)) and value is not None
+                    out.setdefault(x.id, []).append((line, value if plain else unknown))  # type: ignore[arg-type]
+        elif isinstance(n, ast.withitem) and n.optional_vars is not None:
+            for x in ast.walk(n.optional_vars):
+                if isinstance(x, ast.Name):
+                    out.setdefault(x.id, []).append((getattr(n.context_expr, "lineno", 0), unknown))
     return out
 
 
@@ -243,7 +336,9 @@ def terminal(node: ast.AST | None) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def text(node: ast.AST) -> str:
+    """The node as source (cached: the rules compare the same expressions many times)."""
     return ast.unparse(node)
 
 

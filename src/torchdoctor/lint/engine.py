@@ -1,60 +1,31 @@
-"""Walk files, parse them, run the rules, apply `# noqa` and --select/--ignore.
+"""Walk files, parse them, run the rules they are given, apply `# noqa` and --select/--ignore.
 
 A file that does not parse gives one finding with code TD000 (syntax-error), which neither
---select/--ignore nor noqa hides. Columns are 1-based, as in editors.
+--select/--ignore nor noqa hides. Columns are 1-based, as in editors. The engine knows no
+rule by name: the caller passes them (lint.rules.all_rules() for the catalog).
 """
 
 from __future__ import annotations
 
-import ast
 import io
 import os
 import re
 import tokenize
-import warnings
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from torchdoctor.lint.context import FileContext, Hit
+from torchdoctor.lint.context import FileContext
+from torchdoctor.lint.parse import LoweringFailed, SyntaxProblem, decode, parse
+from torchdoctor.lint.rule import Finding, Rule
 
 SYNTAX_ERROR = "TD000"
 SKIP_DIRS = {"__pycache__", "node_modules", "site-packages", "venv", "build", "dist"}
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+\d+(?:[\s,]+[A-Z]+\d+)*))?", re.IGNORECASE)
 
 
-@dataclass(frozen=True, order=True)
-class Finding:
-    path: str
-    line: int
-    col: int
-    code: str
-    message: str
-    name: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class Rule:
-    """A check with a stable code. `what`, `why`, `example` (code it flags) and `fix` (the
-    same code done right) are its documentation."""
-
-    code: str
-    name: str
-    message: str
-    what: str
-    why: str
-    example: str
-    fix: str
-    check: Callable[[FileContext], Iterable[Hit]] = field(compare=False, repr=False)
-    family: str = ""
-
-
 @dataclass
-class Result:
+class LintResult:
     findings: list[Finding] = field(default_factory=list)
     files: int = 0
     errors: list[str] = field(default_factory=list)  # rules that failed on a file (our bugs)
@@ -119,41 +90,32 @@ def _suppressed(finding: Finding, noqa: dict[int, set[str] | None]) -> bool:
     return codes is None or finding.code in codes
 
 
-def _parse(source: str, path: str) -> ast.Module | Finding:
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # SyntaxWarning for odd escapes is not ours
-            return ast.parse(source, filename=path)
-    except SyntaxError as exc:
-        return Finding(
-            path,
-            exc.lineno or 1,
-            exc.offset or 1,
-            SYNTAX_ERROR,
-            f"cannot parse: {exc.msg}",
-            "syntax-error",
-        )
-    except ValueError as exc:  # null bytes
-        return Finding(path, 1, 1, SYNTAX_ERROR, f"cannot parse: {exc}", "syntax-error")
+def _syntax_finding(path: str, problem: SyntaxProblem) -> Finding:
+    return Finding(path, problem.line, problem.col, SYNTAX_ERROR, problem.message, "syntax-error")
 
 
 def lint_source(
     source: str,
+    rules: Sequence[Rule],
     path: str = "<string>",
-    rules: Sequence[Rule] | None = None,
     errors: list[str] | None = None,
 ) -> list[Finding]:
-    """The findings for one file's source, noqa applied, sorted by position. A rule that
-    fails on the file is skipped and named in `errors` (or raises when `errors` is None)."""
-    from torchdoctor.lint.rules import all_rules
-
-    tree = _parse(source, path)
-    if isinstance(tree, Finding):
-        return [tree]
+    """The findings of `rules` for one file's source, noqa applied, sorted by position. A
+    rule that fails on the file is skipped and named in `errors` (or raises when `errors`
+    is None)."""
+    try:
+        tree = parse(source, path)
+    except LoweringFailed as exc:
+        if errors is None:
+            raise
+        errors.append(f"{path}: valid syntax that lint cannot read yet ({exc})")
+        return []
+    if isinstance(tree, SyntaxProblem):
+        return [_syntax_finding(path, tree)]
     ctx = FileContext(path, source, tree)
     noqa = noqa_lines(source)
     found: set[Finding] = set()
-    for rule in all_rules() if rules is None else rules:
+    for rule in rules:
         try:
             hits = list(rule.check(ctx))
         except Exception as exc:  # a bug of ours must not end the whole run
@@ -187,30 +149,17 @@ def python_files(paths: Iterable[str]) -> Iterator[Path]:
                     yield Path(root) / name
 
 
-def lint_paths(
-    paths: Iterable[str],
-    select: str | Sequence[str] | None = None,
-    ignore: str | Sequence[str] | None = None,
-) -> Result:
-    from torchdoctor.lint.rules import all_rules
-
-    rules = select_rules(all_rules(), select, ignore)
-    result = Result()
+def lint_paths(paths: Iterable[str], rules: Sequence[Rule]) -> LintResult:
+    """Every Python file under the paths, checked with `rules` (see select_rules)."""
+    result = LintResult()
     for path in python_files(paths):
         result.files += 1
         try:
-            source = path.read_bytes().decode("utf-8")
-        except UnicodeDecodeError:
-            result.findings.append(
-                Finding(str(path), 1, 1, SYNTAX_ERROR, "cannot read: not UTF-8", "syntax-error")
-            )
-            continue
+            source = decode(path.read_bytes())
         except OSError as exc:
-            result.findings.append(
-                Finding(
-                    str(path), 1, 1, SYNTAX_ERROR, f"cannot read: {exc.strerror}", "syntax-error"
-                )
-            )
+            source = SyntaxProblem(1, 1, f"cannot read: {exc.strerror}")
+        if isinstance(source, SyntaxProblem):
+            result.findings.append(_syntax_finding(str(path), source))
             continue
-        result.findings += lint_source(source, str(path), rules, result.errors)
+        result.findings += lint_source(source, rules, str(path), result.errors)
     return result

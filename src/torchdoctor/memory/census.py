@@ -27,6 +27,8 @@ import sys
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from torchdoctor.views import TrainingView
+
 KINDS = ("parameter", "gradient", "optimizer_state", "buffer", "activation", "other")
 GRAPH_NODE_LIMIT = 200_000  # autograd nodes visited when looking for saved tensors
 
@@ -470,30 +472,31 @@ def saved_attributes(node: Any) -> tuple[str, ...]:
     return attrs
 
 
-def census_rows(session: Any) -> list[tuple[Any, ...]]:
-    """python.tensors for a live session (computed at query time)."""
-    census = session_census(session)
+def census_rows(training: TrainingView | None) -> list[tuple[Any, ...]]:
+    """python.tensors for the live process (computed at query time)."""
+    census = live_census(training)
     return [r.row() for r in census.records] if census is not None else []
 
 
-def session_census(session: Any, names: Mapping[int, str] | None = None) -> Census | None:
-    """The census of the process a session probes; None before torch is imported."""
-    telemetry = getattr(session, "telemetry", None)
-    if telemetry is None and "torch" not in sys.modules:
+def live_census(
+    training: TrainingView | None, names: Mapping[int, str] | None = None
+) -> Census | None:
+    """The census of this process; None before torch is imported."""
+    if training is None and "torch" not in sys.modules:
         return None
     models: list[tuple[Any, str]] = []
     optimizers: list[Any] = []
     saved = True
-    if telemetry is not None:
+    if training is not None:
         try:
-            models = list(telemetry.models.models())
+            models = list(training.models.models())
         except Exception:
             models = []
-        primary = getattr(telemetry, "primary", None)
+        primary = training.primary
         if primary is not None:
             optimizers.append(primary)
         # Saved tensors are read only while no backward runs: a backward frees them.
-        saved = getattr(telemetry, "phase", "other") != "backward"
+        saved = training.phase != "backward"
     main = sys.modules.get("__main__")
     namespace = dict(vars(main)) if main is not None else {}
     return take_census(models, optimizers, namespace=namespace, names=names, saved=saved)

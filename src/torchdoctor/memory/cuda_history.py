@@ -20,7 +20,7 @@ MAX_ENTRIES = 100_000
 SNAPSHOT_FILE = "cuda_memory_snapshot.pickle"
 ENV = "TORCHDOCTOR_CUDA_HISTORY"
 
-_recording: set[int] = set()  # ids of the sessions whose history is on
+_state = {"recording": False}  # one history per process
 
 
 def entries_from_env() -> int:
@@ -39,11 +39,11 @@ def _cuda(torch: Any) -> bool:
         return False
 
 
-def start_history(session: Any) -> bool:
+def start_history() -> bool:
     """Record the allocator's history (bounded); True when it is on."""
     torch = sys.modules.get("torch")
-    if torch is None or not _cuda(torch) or id(session) in _recording:
-        return id(session) in _recording
+    if torch is None or not _cuda(torch) or _state["recording"]:
+        return _state["recording"]
     entries = entries_from_env()
     if entries <= 0:
         return False
@@ -55,22 +55,21 @@ def start_history(session: Any) -> bool:
         torch.cuda.memory._record_memory_history(True, max_entries=entries)
     except Exception:
         return False
-    _recording.add(id(session))
+    _state["recording"] = True
     return True
 
 
-def recording(session: Any) -> bool:
-    return id(session) in _recording
+def recording() -> bool:
+    return _state["recording"]
 
 
-def dump_snapshot(session: Any, path: Path | None = None) -> Path | None:
-    """Write the allocator snapshot (with the history when it was recorded); None without
-    CUDA or when it cannot be written."""
+def dump_snapshot(run_dir: Path | None, path: Path | None = None) -> Path | None:
+    """Write the allocator snapshot (with the history when it was recorded) into the run
+    directory, or to `path`; None without CUDA or when it cannot be written."""
     torch = sys.modules.get("torch")
     if torch is None or not _cuda(torch):
         return None
     if path is None:
-        run_dir = getattr(session, "run_dir", None)
         if run_dir is None:
             return None
         path = Path(run_dir) / SNAPSHOT_FILE
@@ -81,11 +80,11 @@ def dump_snapshot(session: Any, path: Path | None = None) -> Path | None:
     return path if path.exists() else None
 
 
-def stop_history(session: Any) -> None:
+def stop_history() -> None:
     torch = sys.modules.get("torch")
-    if torch is None or id(session) not in _recording:
+    if torch is None or not _state["recording"]:
         return
-    _recording.discard(id(session))
+    _state["recording"] = False
     try:
         torch.cuda.memory._record_memory_history(enabled=None)
     except Exception:

@@ -1,6 +1,6 @@
 """Who keeps tensors alive from one step to the next, and what grew between two censuses.
 
-`find_holders(session)` looks at the script's globals (`__main__`, and the modules imported
+`find_holders(training)` looks at the script's globals (`__main__`, and the modules imported
 from the script's own directory), one level into plain objects and models (`trainer.history`,
 `model.cache`), for lists, tuples, dicts, deques and sets holding tensors; the classic leak is
 `losses.append(loss)`, where each loss keeps its whole autograd graph alive. It only reads,
@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from torchdoctor.memory.census import saved_attributes
+from torchdoctor.views import TrainingView
 
 ITEM_LIMIT = 100_000  # items looked at per holder
 DEPTH_LIMIT = 3  # nesting of containers inside a holder
@@ -148,11 +149,10 @@ def _graph_bytes(roots: list[Any], exclude: set[tuple[str, int]], torch: Any) ->
     return sum(storages.values())
 
 
-def _parameter_storages(session: Any) -> set[tuple[str, int]]:
+def _parameter_storages(training: TrainingView | None) -> set[tuple[str, int]]:
     out: set[tuple[str, int]] = set()
-    telemetry = getattr(session, "telemetry", None)
     try:
-        models = [m for m, _label in telemetry.models.models()] if telemetry is not None else []
+        models = [m for m, _label in training.models.models()] if training is not None else []
     except Exception:
         models = []
     for model in models:
@@ -166,7 +166,7 @@ def _parameter_storages(session: Any) -> set[tuple[str, int]]:
     return out
 
 
-def find_holders(session: Any, limit: int = 5) -> list[dict[str, Any]]:
+def find_holders(training: TrainingView | None, limit: int = 5) -> list[dict[str, Any]]:
     """Containers reachable from the script's globals that hold tensors, the biggest first:
     {"holder": "__main__.losses", "type": "list", "tensors": 120, "with_grad_fn": 120,
      "bytes": ..., "graph_bytes": ..., "example": "tensor(shape=(), grad_fn=...)"}.
@@ -175,9 +175,8 @@ def find_holders(session: Any, limit: int = 5) -> list[dict[str, Any]]:
     torch = sys.modules.get("torch")
     if torch is None:
         return []
-    telemetry = getattr(session, "telemetry", None)
-    walk_graphs = getattr(telemetry, "phase", "other") != "backward"
-    params = _parameter_storages(session) if walk_graphs else set()
+    walk_graphs = training is None or training.phase != "backward"
+    params = _parameter_storages(training) if walk_graphs else set()
     found: list[dict[str, Any]] = []
     seen: set[int] = set()
     for name, container in _candidates(torch):

@@ -1,126 +1,46 @@
 """Out-of-memory capture: when an allocation fails, gather the numbers before the process dies.
 
-`diagnose_exception(exc, session)` is called with the exception that ended the script (the
-traceback still holds every frame, so the tensors of the failed step are still alive). It
-recognises CUDA (`torch.OutOfMemoryError`, "CUDA out of memory") and CPU ("DefaultCPUAllocator:
-can't allocate memory") failures, reads the message's fields, finds the step, the phase and
+`find_oom(exc)` recognises an out-of-memory error in the exception that ended the script (CUDA
+`torch.OutOfMemoryError`, "CUDA out of memory", CPU "DefaultCPUAllocator: can't allocate
+memory", ...) and reads its message's fields. `capture` runs while the traceback still holds
+every frame, so the tensors of the failed step are still alive: it finds the step, the phase and
 the module that asked, takes the tensor census, reads the allocator or the host memory, and
-returns the `oom` Diagnosis built by torchdoctor.diagnose.oom.from_evidence.
+returns the OomEvidence that torchdoctor.diagnose.oom turns into the diagnosis.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
-import re
-import resource
 import sys
 import types
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-from torchdoctor.units import human, size_in
-
-_SIZE = r"\d+(?:\.\d+)?\s*(?:[KMGT]i?B|bytes?)"
-_CPU = re.compile(
-    r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory)"
-    r"(?:: you tried to allocate (\d+) bytes)?"
-)
-_NUMPY = re.compile(rf"Unable to allocate ({_SIZE}) for an array")
-_NEW = re.compile(
-    rf"Tried to allocate ({_SIZE})\. (?:GPU|Device) (\d+) has a total capacity of ({_SIZE}) "
-    rf"of which ({_SIZE}) is free\."
-)
-_OLD = re.compile(
-    rf"Tried to allocate ({_SIZE}) \(GPU (\d+); ({_SIZE}) total capacity; "
-    rf"({_SIZE}) already allocated; ({_SIZE}) free;"
-)
-_OLD_ALLOWED = re.compile(rf"({_SIZE}) allowed;")
-_OLD_RESERVED = re.compile(rf"({_SIZE}) reserved in total by PyTorch")
-_PROCESS = re.compile(rf"this process has ({_SIZE}) memory in use")
-_BY_TORCH = re.compile(rf"Of the allocated memory ({_SIZE}) is allocated by PyTorch")
-_PRIVATE = re.compile(rf"with ({_SIZE}) allocated in private pools")
-_UNALLOCATED = re.compile(rf"({_SIZE}) is reserved by PyTorch but unallocated")
-_MPS = re.compile(rf"max allowed: ({_SIZE})\)")
+from torchdoctor.errors.oom_message import OomMessage, parse
+from torchdoctor.memory.census import take_census
+from torchdoctor.memory.cuda_history import dump_snapshot
+from torchdoctor.memory.estimate import Breakdown, Situation, repeated_blocks
+from torchdoctor.memory.evidence import OomEvidence
+from torchdoctor.memory.holders import find_holders
+from torchdoctor.memory.host import host_memory
+from torchdoctor.memory.phases import from_engine
+from torchdoctor.units import human
+from torchdoctor.views import TrainingView
 
 BACKWARD_FILES = (
     os.sep.join(("torch", "autograd", "")),
     os.sep.join(("torch", "_tensor.py")),
-    os.sep.join(("telemetry", "recorder.py")),
+    os.sep.join(("telemetry", "torch_hooks.py")),  # our wrapper of autograd.backward
 )
 BACKWARD_FUNCS = ("backward", "grad", "_engine_run_backward", "run_backward")
 TORCH_DIR = os.sep + "torch" + os.sep
 OWN_DIR = os.sep + "torchdoctor" + os.sep
 
 
-@dataclasses.dataclass
-class OomMessage:
-    device: str  # "cuda", "cpu", "xpu" or "mps"
-    asked: int | None = None
-    gpu: int | None = None
-    total: int | None = None  # device capacity
-    free: int | None = None  # free on the device (CUDA API) when it failed
-    allocated: int | None = None  # by PyTorch's allocator
-    reserved: int | None = None  # by PyTorch's allocator in total
-    allowed: int | None = None  # the per-process cap, when the message gives it
-    process: int | None = None  # this process, non-PyTorch memory included
-    text: str = ""
-
-    def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-
-def _sz(rx: re.Pattern[str], text: str, group: int = 1) -> int | None:
-    m = rx.search(text)
-    return size_in(m.group(group)) if m else None
-
-
 def parse_message(text: str) -> OomMessage | None:
-    """The fields of an out-of-memory message (every PyTorch wording we know), or None."""
-    first = text.strip().splitlines()[0][:500] if text.strip() else ""
-    m = _CPU.search(text)
-    if m:
-        return OomMessage("cpu", asked=int(m.group(1)) if m.group(1) else None, text=first)
-    m = _NUMPY.search(text)
-    if m:
-        return OomMessage("cpu", asked=size_in(m.group(1)), text=first)
-    gpu_kind = None
-    for marker, kind in (("CUDA out of memory", "cuda"), ("XPU out of memory", "xpu")):
-        if marker in text:
-            gpu_kind = kind
-    if gpu_kind is None and "CUDA error: out of memory" in text:
-        return OomMessage("cuda", text=first)
-    if gpu_kind is not None:
-        msg = OomMessage(gpu_kind, text=first)
-        new = _NEW.search(text)
-        old = _OLD.search(text)
-        if new:
-            msg.asked, msg.gpu = size_in(new.group(1)), int(new.group(2))
-            msg.total, msg.free = size_in(new.group(3)), size_in(new.group(4))
-            by_torch = _sz(_BY_TORCH, text)
-            private = _sz(_PRIVATE, text) or 0
-            unallocated = _sz(_UNALLOCATED, text)
-            msg.allocated = by_torch
-            if by_torch is not None and unallocated is not None:
-                msg.reserved = by_torch + private + unallocated
-            msg.process = _sz(_PROCESS, text)
-            msg.allowed = _sz(_OLD_ALLOWED, text)
-        elif old:
-            msg.asked, msg.gpu = size_in(old.group(1)), int(old.group(2))
-            msg.total, msg.allocated = size_in(old.group(3)), size_in(old.group(4))
-            msg.free = size_in(old.group(5))
-            msg.allowed = _sz(_OLD_ALLOWED, text)
-            msg.reserved = _sz(_OLD_RESERVED, text)
-        else:
-            msg.asked = _sz(re.compile(rf"Tried to allocate ({_SIZE})"), text)
-        return msg
-    if "MPS backend out of memory" in text:
-        return OomMessage(
-            "mps",
-            asked=_sz(re.compile(rf"Tried to allocate ({_SIZE})"), text),
-            allowed=_sz(_MPS, text),
-            text=first,
-        )
-    return None
+    """The fields of an out-of-memory message (the grammar `explain` uses), or None."""
+    return parse(text)
 
 
 def find_oom(exc: BaseException) -> tuple[BaseException, OomMessage] | None:
@@ -216,23 +136,23 @@ def _modules_using(fn_cls: type, candidates: list[tuple[str, Any]]) -> list[tupl
     return out
 
 
-def _named_modules(telemetry: Any) -> list[tuple[str, Any]]:
+def _named_modules(training: TrainingView | None) -> list[tuple[str, Any]]:
     out: list[tuple[str, Any]] = []
-    if telemetry is None:
+    if training is None:
         return out
     try:
-        for root, _label in telemetry.models.models():
+        for root, _label in training.models.models():
             for _name, sub in root.named_modules():
-                out.append((telemetry.models.name_of(sub), sub))
+                out.append((training.models.name_of(sub), sub))
     except Exception:
         pass
     return out
 
 
-def _module_name(module: Any, telemetry: Any) -> str:
-    if telemetry is not None:
+def _module_name(module: Any, training: TrainingView | None) -> str:
+    if training is not None:
         try:
-            return str(telemetry.models.name_of(module))
+            return str(training.models.name_of(module))
         except Exception:
             pass
     main = sys.modules.get("__main__")
@@ -249,7 +169,9 @@ def _module_name(module: Any, telemetry: Any) -> str:
     return type(module).__name__
 
 
-def locate(frames: list[types.FrameType], telemetry: Any, torch: Any) -> dict[str, Any]:
+def locate(
+    frames: list[types.FrameType], training: TrainingView | None, torch: Any
+) -> dict[str, Any]:
     """The module that asked for the memory, and how sure that is."""
     module_cls = torch.nn.Module
     user = _user_frame(frames)
@@ -265,7 +187,7 @@ def locate(frames: list[types.FrameType], telemetry: Any, torch: Any) -> dict[st
         owner = _first_arg(frame)
         if isinstance(owner, module_cls):
             where.update(
-                module=_module_name(owner, telemetry),
+                module=_module_name(owner, training),
                 module_type=type(owner).__name__,
                 source="traceback",
                 note="the innermost module in the traceback",
@@ -275,7 +197,7 @@ def locate(frames: list[types.FrameType], telemetry: Any, torch: Any) -> dict[st
             return where
         fn_cls = _function_class(frame)
         if fn_cls is not None:
-            users = _modules_using(fn_cls, _named_modules(telemetry))
+            users = _modules_using(fn_cls, _named_modules(training))
             where.update(file=frame.f_code.co_filename, line=frame.f_lineno)
             where["function"] = fn_cls.__name__
             where["source"] = "autograd_function"
@@ -294,7 +216,7 @@ def locate(frames: list[types.FrameType], telemetry: Any, torch: Any) -> dict[st
                     f"forward names it"
                 )
             return where
-    traced = _last_traced_backward(telemetry)
+    traced = training.last_traced_backward() if training is not None else None
     if traced is not None:
         where.update(
             module=traced,
@@ -317,25 +239,16 @@ def _user_frame(frames: list[types.FrameType]) -> types.FrameType | None:
     return None
 
 
-def _last_traced_backward(telemetry: Any) -> str | None:
-    tracer = getattr(telemetry, "tracer", None)
-    events = getattr(tracer, "_bwd_events", None)
-    try:
-        if events:
-            return str(events[-1][1][-1])
-    except Exception:
-        return None
-    return None
-
-
-def frame_names(frames: list[types.FrameType], telemetry: Any, torch: Any) -> dict[int, str]:
+def frame_names(
+    frames: list[types.FrameType], training: TrainingView | None, torch: Any
+) -> dict[int, str]:
     """id(tensor) -> "x in encoder.1.forward" for the tensors the failing frames hold."""
     names: dict[int, str] = {}
     for frame in reversed(frames):
         owner = _first_arg(frame)
         where = frame.f_code.co_name
         if isinstance(owner, torch.nn.Module):
-            where = f"{_module_name(owner, telemetry)}.{where}"
+            where = f"{_module_name(owner, training)}.{where}"
         for key, value in _locals(frame).items():
             try:
                 if issubclass(type(value), torch.Tensor) and id(value) not in names:
@@ -346,78 +259,6 @@ def frame_names(frames: list[types.FrameType], telemetry: Any, torch: Any) -> di
 
 
 # -- memory readings ------------------------------------------------------------------------
-def _meminfo() -> dict[str, int]:
-    out: dict[str, int] = {}
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                key, _, rest = line.partition(":")
-                parts = rest.split()
-                if parts and parts[0].isdigit():
-                    out[key] = int(parts[0]) * 1024
-    except OSError:
-        pass
-    return out
-
-
-def _status() -> dict[str, int]:
-    out: dict[str, int] = {}
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                key, _, rest = line.partition(":")
-                parts = rest.split()
-                if key.startswith("Vm") and parts and parts[0].isdigit():
-                    out[key] = int(parts[0]) * 1024
-    except OSError:
-        pass
-    return out
-
-
-def _cgroup_room() -> tuple[int | None, int | None]:
-    """(limit, room left) of the cgroup v2 memory limit, when there is one."""
-    try:
-        limit_text = open("/sys/fs/cgroup/memory.max").read().strip()  # noqa: SIM115
-        current = int(open("/sys/fs/cgroup/memory.current").read().strip())  # noqa: SIM115
-    except (OSError, ValueError):
-        return None, None
-    if not limit_text.isdigit():
-        return None, None
-    return int(limit_text), max(0, int(limit_text) - current)
-
-
-def host_memory() -> dict[str, Any]:
-    """What this process may still take from the host: RAM, address-space limit, cgroup."""
-    info = _meminfo()
-    status = _status()
-    rss = status.get("VmRSS", 0)
-    rooms: dict[str, int] = {}
-    if "MemAvailable" in info:
-        rooms["ram"] = info["MemAvailable"]
-    limit = None
-    try:
-        soft, _hard = resource.getrlimit(resource.RLIMIT_AS)
-        if soft != resource.RLIM_INFINITY:
-            limit = int(soft)
-            rooms["address_space_limit"] = max(0, limit - status.get("VmSize", 0))
-    except (OSError, ValueError):
-        pass
-    cg_limit, cg_room = _cgroup_room()
-    if cg_room is not None:
-        rooms["cgroup"] = cg_room
-    available = min(rooms.values()) if rooms else None
-    return {
-        "total": info.get("MemTotal"),
-        "available": available,
-        "limited_by": min(rooms, key=lambda k: rooms[k]) if rooms else None,
-        "rss": rss,
-        "vm_size": status.get("VmSize"),
-        "rlimit_as": limit,
-        "cgroup_limit": cg_limit,
-        "capacity": (rss + available) if available is not None else info.get("MemTotal"),
-    }
-
-
 def cuda_memory(torch: Any, index: int, msg: OomMessage) -> dict[str, Any]:
     cuda = torch.cuda
     out: dict[str, Any] = {"device_index": index}
@@ -471,12 +312,11 @@ def cuda_memory(torch: Any, index: int, msg: OomMessage) -> dict[str, Any]:
 
 
 # -- the capture -------------------------------------------------------------------------------
-def _batch_size(telemetry: Any, torch: Any) -> int | None:
-    try:
-        tape = list(telemetry.state.tape)
-    except Exception:
-        return None
-    for _module, args, kwargs in tape:
+Query = Callable[[str], tuple[list[str], list[Any]]]  # SQL -> (columns, rows)
+
+
+def _batch_size(training: TrainingView, torch: Any) -> int | None:
+    for _module, args, kwargs in training.model_inputs():
         for value in [*args, *kwargs.values()]:
             try:
                 if issubclass(type(value), torch.Tensor) and value.dim() >= 1:
@@ -486,60 +326,44 @@ def _batch_size(telemetry: Any, torch: Any) -> int | None:
     return None
 
 
-def capture(exc: BaseException, msg: OomMessage, session: Any) -> dict[str, Any]:
-    """Every number of an out-of-memory failure, as JSON-ready evidence."""
+def capture(
+    exc: BaseException,
+    msg: OomMessage,
+    training: TrainingView | None,
+    run_dir: str | None = None,
+    query: Query | None = None,
+) -> OomEvidence:
+    """Every number of an out-of-memory failure (while the failed step's tensors live)."""
     import torch
 
-    from torchdoctor.memory.census import take_census
-    from torchdoctor.memory.estimate import repeated_blocks
-
-    telemetry = getattr(session, "telemetry", None)
     frames = frames_of(exc)
-    where = locate(frames, telemetry, torch)
+    where = locate(frames, training, torch)
     phase = phase_of(frames, torch)
     if phase is None:
-        phase = getattr(telemetry, "phase", None) if telemetry is not None else None
+        phase = training.phase if training is not None else None
         if phase in (None, "other"):
-            started = telemetry is not None and (telemetry.steps_done or telemetry.state.tape)
+            started = training is not None and (training.steps_done or training.model_inputs())
             phase = "other" if started else "setup"
-    step = getattr(telemetry, "step", None) if telemetry is not None else None
+    step = training.step if training is not None else None
 
     models: list[tuple[Any, str]] = []
     optimizers: list[Any] = []
-    if telemetry is not None:
+    if training is not None:
         try:
-            models = list(telemetry.models.models())
+            models = list(training.models.models())
         except Exception:
             models = []
-        if telemetry.primary is not None:
-            optimizers.append(telemetry.primary)
+        if training.primary is not None:
+            optimizers.append(training.primary)
     main = sys.modules.get("__main__")
     census = take_census(
         models,
         optimizers,
         namespace=dict(vars(main)) if main is not None else {},
-        names=frame_names(frames, telemetry, torch),
+        names=frame_names(frames, training, torch),
         saved=True,
     )
     del frames
-
-    evidence: dict[str, Any] = {
-        "exception": type(exc).__name__,
-        "message": msg.text,
-        "asked": msg.asked,
-        "step": step,
-        "phase": phase,
-        "module": where["module"],
-        "module_type": where["module_type"],
-        "location_source": where["source"],
-        "location_note": where["note"],
-        "file": where["file"],
-        "line": where["line"],
-        "message_fields": msg.as_dict(),
-    }
-    for key in ("function", "candidates"):
-        if key in where:
-            evidence[key] = where[key]
 
     if msg.device == "cuda" and torch.cuda.is_available():
         index = msg.gpu if msg.gpu is not None else torch.cuda.current_device()
@@ -553,31 +377,18 @@ def capture(exc: BaseException, msg: OomMessage, session: Any) -> dict[str, Any]
         mem = host_memory() if msg.device == "cpu" else {}
         allocated = mem.get("rss")
         cached = None
-    evidence["device"] = device
-    evidence["memory"] = mem
 
     by_kind = census.bytes_by_kind(device)
-    breakdown = {
-        "parameters": by_kind["parameter"],
-        "gradients": by_kind["gradient"],
-        "optimizer_state": by_kind["optimizer_state"],
-        "buffers": by_kind["buffer"],
-        "activations": by_kind["activation"],
-        "other": by_kind["other"],
-        "cached_unused": cached,
-    }
-    evidence["breakdown"] = breakdown
-    evidence["counts"] = census.count_by_kind(device)
+    breakdown = Breakdown(
+        parameters=by_kind["parameter"],
+        gradients=by_kind["gradient"],
+        optimizer_state=by_kind["optimizer_state"],
+        buffers=by_kind["buffer"],
+        activations=by_kind["activation"],
+        other=by_kind["other"],
+        cached_unused=cached,
+    )
     tensor_total = census.total(device)
-    evidence["tensor_bytes"] = tensor_total
-    if allocated is not None:
-        # CUDA: allocator bytes the census found no tensor for (freed-later, C++-held);
-        # CPU: the rest of the process (Python, libraries, allocator caches).
-        evidence["not_in_tensors"] = max(0, int(allocated) - tensor_total)
-    evidence["top_tensors"] = [r.as_dict() for r in census.largest(10, device)]
-    evidence["optimizers"] = census.optimizers
-    evidence["models"] = [list(m) for m in census.models]
-
     primary_model = models[0][0] if models else None
     if primary_model is None:
         for module, _label in _script_models(torch):
@@ -591,39 +402,68 @@ def capture(exc: BaseException, msg: OomMessage, session: Any) -> dict[str, Any]
                     trainable += p.numel() * p.element_size()
         except Exception:
             pass
-    holders = _holders(session)
-    evidence["holders"] = holders
+    holders = _holders(training)
     graph_held = [h for h in holders if h.get("with_grad_fn")]
     primary_opt = optimizers[0] if optimizers else None
-    evidence["situation"] = {
-        "device": "cuda" if device.startswith("cuda") else "cpu",
-        "asked": msg.asked,
-        "capacity": mem.get("capacity"),
-        "available": mem.get("available"),
-        "phase": phase,
-        "batch_size": _batch_size(telemetry, torch) if telemetry is not None else None,
-        "activation_dtypes": census.bytes_by_dtype("activation", device),
-        "optimizer": type(primary_opt).__name__
+    situation = Situation(
+        device="cuda" if device.startswith("cuda") else "cpu",
+        asked=msg.asked,
+        capacity=mem.get("capacity"),
+        available=mem.get("available"),
+        phase=phase or "other",
+        batch_size=_batch_size(training, torch) if training is not None else None,
+        activation_dtypes=census.bytes_by_dtype("activation", device),
+        optimizer=type(primary_opt).__name__
         if primary_opt is not None
         else (census.optimizers[0] if census.optimizers else None),
-        "trainable_bytes": trainable,
-        "layers": repeated_blocks(primary_model) if primary_model is not None else None,
-        "expandable_segments": bool(mem.get("expandable_segments", False)),
-        "devices": int(mem.get("devices", 1)),
-        "held_by_globals": sum(int(h.get("graph_bytes", 0)) for h in graph_held),
-        "holder": graph_held[0]["holder"] if graph_held else None,
-        "location": where["module"] or _file_line(where),
-        "activation_tensors": census.count_by_kind(device)["activation"],
-        "float32_parameters": census.bytes_by_dtype("parameter", device).get("float32", 0),
-        "largest_activation": max(
+        trainable_bytes=trainable,
+        layers=repeated_blocks(primary_model) if primary_model is not None else None,
+        expandable_segments=bool(mem.get("expandable_segments", False)),
+        devices=int(mem.get("devices", 1)),
+        held_by_globals=sum(int(h.get("graph_bytes", 0)) for h in graph_held),
+        holder=graph_held[0]["holder"] if graph_held else None,
+        location=where["module"] or _file_line(where),
+        activation_tensors=census.count_by_kind(device)["activation"],
+        float32_parameters=census.bytes_by_dtype("parameter", device).get("float32", 0),
+        largest_activation=max(
             (r.bytes for r in census.largest(1000, device) if r.kind == "activation"), default=0
         ),
-    }
-    evidence.update(_phases(session))
-    if device.startswith("cuda"):
-        evidence["snapshot"] = _snapshot(session)
-    evidence["run_dir"] = str(getattr(session, "run_dir", "") or "") or None
-    return evidence
+    )
+    traced = _phases(query)
+    return OomEvidence(
+        exception=type(exc).__name__,
+        message=msg.text,
+        device=device,
+        breakdown=breakdown,
+        situation=situation,
+        asked=msg.asked,
+        step=step,
+        phase=phase,
+        module=where["module"],
+        module_type=where["module_type"],
+        location_source=where["source"],
+        location_note=where["note"],
+        file=where["file"],
+        line=where["line"],
+        function=where.get("function"),
+        candidates=where.get("candidates"),
+        message_fields=msg.as_dict(),
+        memory=mem,
+        counts=census.count_by_kind(device),
+        tensor_bytes=tensor_total,
+        # CUDA: allocator bytes the census found no tensor for (freed-later, C++-held);
+        # CPU: the rest of the process (Python, libraries, allocator caches).
+        not_in_tensors=max(0, int(allocated) - tensor_total) if allocated is not None else None,
+        top_tensors=[r.as_dict() for r in census.largest(10, device)],
+        optimizers=census.optimizers,
+        models=[list(m) for m in census.models],
+        holders=holders,
+        phases=traced.get("phases", []),
+        modules=traced.get("modules", []),
+        traced_step=traced.get("traced_step"),
+        snapshot=_snapshot(run_dir) if device.startswith("cuda") else None,
+        run_dir=run_dir,
+    )
 
 
 def _file_line(where: dict[str, Any]) -> str | None:
@@ -646,54 +486,28 @@ def _script_models(torch: Any) -> list[tuple[Any, str]]:
     return out
 
 
-def _holders(session: Any) -> list[dict[str, Any]]:
+def _holders(training: TrainingView | None) -> list[dict[str, Any]]:
     try:
-        from torchdoctor.memory.holders import find_holders
-
-        return find_holders(session, limit=3)
+        return find_holders(training, limit=3)
     except Exception:
         return []
 
 
-def _phases(session: Any) -> dict[str, Any]:
-    sql = getattr(session, "sql", None)
-    if sql is None:
+def _phases(query: Query | None) -> dict[str, Any]:
+    if query is None:
         return {}
     try:
-        from torchdoctor.memory.phases import from_engine
-
-        def execute(text: str) -> tuple[list[str], list[Any]]:
-            result = sql.execute(text, timeout=5.0)
-            return result.columns, result.rows
-
-        return from_engine(execute)
+        return from_engine(query)
     except Exception:
         return {}
 
 
-def _snapshot(session: Any) -> str | None:
+def _snapshot(run_dir: str | None) -> str | None:
     try:
-        from torchdoctor.memory.cuda_history import dump_snapshot
-
-        path = dump_snapshot(session)
+        path = dump_snapshot(Path(run_dir) if run_dir else None)
     except Exception:
         return None
     return str(path) if path is not None else None
 
 
-def diagnose_exception(exc: BaseException, session: Any) -> Any:
-    """The `oom` Diagnosis for an exception that ended the script, or None for any other.
-    (Session.report_crash calls it once per exception.)"""
-    found = find_oom(exc)
-    if found is None:
-        return None
-    oom_exc, msg = found
-    if "torch" not in sys.modules:
-        return None
-    evidence = capture(oom_exc, msg, session)
-    from torchdoctor.diagnose.oom import from_evidence
-
-    return from_evidence(evidence)
-
-
-__all__ = ["OomMessage", "capture", "diagnose_exception", "find_oom", "human", "parse_message"]
+__all__ = ["OomMessage", "capture", "find_oom", "human", "parse_message"]

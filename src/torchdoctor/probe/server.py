@@ -1,6 +1,6 @@
 """A small HTTP server on daemon threads: a Unix socket (same uid only) and, if asked, TCP.
 
-Security (DESIGN.md): the Unix socket is 0600 in a 0700 per-user directory and every
+Security (docs/security.md): the Unix socket is 0600 in a 0700 per-user directory and every
 connection's peer uid is checked; TCP always needs the token, compared in constant time,
 before any routing. Nothing here can raise into the training.
 

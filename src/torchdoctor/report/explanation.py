@@ -6,7 +6,12 @@ from __future__ import annotations
 import json
 import textwrap
 from collections.abc import Sequence
+from dataclasses import fields
 from typing import Any
+
+from torchdoctor._json import dumps
+from torchdoctor.errors.api import Explanation
+from torchdoctor.errors.catalog import entries, pick, placeholders
 
 WIDTH = 100
 MAX_CAUSES = 6
@@ -50,6 +55,9 @@ def render_text(explanation: Any, brief: bool = False) -> str:
     head = f"{e.category}: {e.title}" if e.recognised else e.title
     out.append(head)
     out.append(_wrap(e.summary))
+    origin = _origin(e)
+    if origin:
+        out.append(f"  ({origin})")
     if e.recognised:
         out += ["", "What it means", _wrap(e.meaning)]
     lines = field_lines(e.fields)
@@ -72,13 +80,28 @@ def render_text(explanation: Any, brief: bool = False) -> str:
     if e.also:
         out += ["", "Also in this text"]
         for other in e.also:
-            rank = f" (rank {other['rank']})" if other.get("rank") is not None else ""
-            out.append(_wrap(f"{other['category']}{rank}: {other['line']}", "      ", "  - "))
+            where = []
+            if other.get("rank") is not None:
+                where.append(f"rank {other['rank']}")
+            if other.get("line_number") is not None:
+                where.append(f"line {other['line_number']}")
+            said = f" ({', '.join(where)})" if where else ""
+            out.append(_wrap(f"{other['category']}{said}: {other['line']}", "      ", "  - "))
     if e.matched:
         out += ["", _wrap(e.matched, "    ", "Matched: ")]
     if not e.recognised:
         out += ["", "If this error deserves an entry, the catalog lives in torchdoctor/errors/."]
     return "\n".join(out)
+
+
+def _origin(e: Any) -> str | None:
+    """Where the error was read: "from rank 1, line 23" (the rank when the text names it)."""
+    rank, line = getattr(e, "rank", None), getattr(e, "line", None)
+    if rank is not None and line is not None:
+        return f"from rank {rank}, line {line}"
+    if line is not None and line > 1:
+        return f"from line {line}"
+    return None
 
 
 def _brief(e: Any) -> str:
@@ -98,7 +121,21 @@ def _brief(e: Any) -> str:
 
 
 def render_json(explanation: Any) -> str:
-    return json.dumps(explanation.to_dict(), indent=2, default=str)
+    return dumps(explanation.to_dict(), indent=2)
+
+
+class PrintableExplanation(Explanation):
+    """An Explanation that print() shows as `torchdoctor explain` does (what the public
+    `torchdoctor.explain()` returns)."""
+
+    def __str__(self) -> str:
+        return render_text(self)
+
+
+def printable(explanation: Explanation) -> PrintableExplanation:
+    return PrintableExplanation(
+        **{f.name: getattr(explanation, f.name) for f in fields(explanation)}
+    )
 
 
 def render(explanation: Any, fmt: str = "text") -> str:
@@ -112,8 +149,6 @@ def render(explanation: Any, fmt: str = "text") -> str:
 
 
 def _entries() -> Sequence[Any]:
-    from torchdoctor.errors.catalog import entries
-
     return entries()
 
 
@@ -132,8 +167,6 @@ def catalog_text() -> str:
 
 
 def catalog_json() -> str:
-    from torchdoctor.errors.catalog import placeholders
-
     records = []
     for e in _entries():
         records.append(
@@ -162,8 +195,6 @@ def _md_code(text: str) -> str:
 def catalog_markdown() -> str:
     """The generated part of docs/explain.md: every category with its code, meaning, typical
     messages, causes and fixes."""
-    from torchdoctor.errors.catalog import pick, placeholders
-
     out: list[str] = ["| code | title |", "|---|---|"]
     out += [f"| [`{e.code}`](#{e.code.replace('.', '')}) | {e.title} |" for e in _entries()]
     for e in _entries():

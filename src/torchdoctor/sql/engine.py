@@ -42,8 +42,15 @@ class TableSource(Protocol):
     def block(self, name: str) -> Block: ...
 
 
+def _spec(source: TableSource, name: str) -> TableSpec:
+    # A job's saved tables carry a rank column that a process's own tables may lack: a source
+    # that reshapes a table says so with spec(name).
+    spec = getattr(source, "spec", None)
+    return spec(name) if spec is not None else BY_NAME[name]
+
+
 @dataclasses.dataclass
-class Result:
+class QueryResult:
     columns: list[str]
     types: list[str]
     rows: list[tuple[Any, ...]]
@@ -88,7 +95,9 @@ class SqlEngine:
                 self._con.close()
                 self._con = None
 
-    def execute(self, sql: str, timeout: float | None = None, max_rows: int = MAX_ROWS) -> Result:
+    def execute(
+        self, sql: str, timeout: float | None = None, max_rows: int = MAX_ROWS
+    ) -> QueryResult:
         if not sql or not sql.strip():
             raise SqlError("empty query")
         wanted = referenced_tables(sql)
@@ -96,28 +105,28 @@ class SqlEngine:
             if self._con is None:
                 self._con = self._connect()
                 for name in self.source.table_names():  # every table exists, empty at rest
-                    spec = BY_NAME[name]
+                    spec = _spec(self.source, name)
                     self._con.register(f"__td_{name}", _arrays(Block.empty(spec)))
                     self._con.execute(_view_sql(spec))
             con = self._con
             names = [n for n in self.source.table_names() if n in wanted]
             for name in names:
                 con.register(f"__td_{name}", _arrays(self.source.block(name)))
-                con.execute(_view_sql(BY_NAME[name]))  # in case a query dropped or replaced it
+                con.execute(_view_sql(_spec(self.source, name)))  # a query may have dropped it
             try:
                 return self._run(con, sql, timeout, max_rows)
             finally:
                 for name in names:  # back to empty: the snapshot's memory is not kept
-                    con.register(f"__td_{name}", _arrays(Block.empty(BY_NAME[name])))
+                    con.register(f"__td_{name}", _arrays(Block.empty(_spec(self.source, name))))
 
-    def _run(self, con: Any, sql: str, timeout: float | None, max_rows: int) -> Result:
+    def _run(self, con: Any, sql: str, timeout: float | None, max_rows: int) -> QueryResult:
         timer = threading.Timer(timeout or DEFAULT_TIMEOUT, con.interrupt)
         timer.daemon = True
         timer.start()
         try:
             cursor = con.execute(sql)
             if cursor.description is None:
-                return Result([], [], [])
+                return QueryResult([], [], [])
             # In chunks: converting rows to Python holds the GIL, and the training thread
             # must get it back every few milliseconds.
             rows: list[Any] = []
@@ -140,7 +149,7 @@ class SqlEngine:
         columns = [d[0] for d in description]
         types = [str(d[1]) for d in description]
         truncated = len(rows) > max_rows
-        return Result(columns, types, [tuple(r) for r in rows[:max_rows]], truncated)
+        return QueryResult(columns, types, [tuple(r) for r in rows[:max_rows]], truncated)
 
 
 def _arrays(block: Block) -> dict[str, np.ndarray]:

@@ -6,6 +6,7 @@ list. Units are seconds and bytes throughout.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 from typing import Any
 
@@ -34,6 +35,10 @@ class TableSpec:
 
     def index(self, name: str) -> int:
         return self.column_names.index(name)
+
+    def row_type(self) -> Any:
+        """A named tuple of this table's columns: rows built by column name, stored as tuples."""
+        return collections.namedtuple(f"{self.name}_row", self.column_names)
 
 
 def _c(name: str, type_: str, doc: str = "", nullable: bool = False) -> Column:
@@ -93,6 +98,43 @@ STEPS = TableSpec(
         _c("micro_batches", INT, "backward() calls in the step"),
         _c("skipped", BOOL, "the update was skipped (--guard, non-finite gradients)"),
         _c("traced", BOOL, "module calls of this step are in torch_trace"),
+    ),
+)
+
+OPTIMIZER_STEPS = TableSpec(
+    "optimizer_steps",
+    "one optimizer.step() of any optimizer (a GAN's generator and discriminator each have rows)",
+    (
+        _c("step", INT, "the python.steps step it belongs to"),
+        _c("optimizer", STR, "the script's name for it (opt_g), else class and number"),
+        _c("primary", BOOL, "the optimizer whose steps are the rows of python.steps"),
+        _c("loss", FLOAT, "mean loss of the backward() calls since the last optimizer step", True),
+        _c("grad_norm", FLOAT, "total L2 norm of its gradients before the update", True),
+        _c("lr", FLOAT, "learning rate of its first parameter group", True),
+        _c("duration", FLOAT, "time inside step()"),
+        _c("skipped", BOOL, "the update was skipped (--guard, GradScaler)"),
+        _c("time", FLOAT),
+        _c("rank", INT),
+    ),
+)
+
+COLLECTIVES = TableSpec(
+    "collectives",
+    "a collective or point-to-point call of torch.distributed (DDP's and FSDP's own included)",
+    (
+        _c("step", INT, "the step in progress when it was issued"),
+        _c("group", STR, "process group: 'default' or its name / ranks"),
+        _c("seq", INT, "sequence number within the group on this rank, from 0"),
+        _c("op", STR, "all_reduce, broadcast, all_gather, reduce_scatter, barrier, send, ..."),
+        _c("shapes", STR, "JSON list of the tensors' shapes", nullable=True),
+        _c("dtype", STR, nullable=True),
+        _c("bytes", INT, "bytes of the tensors this rank contributes"),
+        _c("peer", INT, "send/recv: the other rank", nullable=True),
+        _c("time", FLOAT, "wall-clock time when it was issued"),
+        _c("duration", FLOAT, "issue to completion, where known", nullable=True),
+        _c("state", STR, "issued, completed or failed"),
+        _c("site", STR, "file:line of the user's code that issued it", nullable=True),
+        _c("rank", INT),
     ),
 )
 
@@ -202,10 +244,32 @@ EVENTS = TableSpec(
     capacity=100_000,
 )
 
+COMPILE = TableSpec(
+    "compile",
+    "a torch.compile event: a function compiled or recompiled, a graph break, the recompile limit",
+    (
+        _c("time", FLOAT),
+        _c("step", INT, "the step in progress (NULL before the first)", nullable=True),
+        _c("rank", INT),
+        _c("kind", STR, "compile, recompile, graph_break or recompile_limit"),
+        _c("function", STR, "the compiled function's name", nullable=True),
+        _c("code", STR, "file:line where the compiled function starts", nullable=True),
+        _c("location", STR, "user file:line: of the graph break; of the call that compiled", True),
+        _c("reason", STR, "graph break: why; recompile: the guard that failed", nullable=True),
+        _c("detail", STR, "dynamo's explanation and hints (graph breaks)", nullable=True),
+        _c("compile_id", STR, "dynamo's frame/compile id, e.g. 0/3", nullable=True),
+        _c("count", INT, "occurrences so far of this kind, function, location and reason"),
+        _c("duration", FLOAT, "compile time in seconds (compile, recompile)", nullable=True),
+    ),
+    capacity=100_000,
+)
+
 ALL_TABLES: tuple[TableSpec, ...] = (
     BACKTRACE,
     THREADS,
     STEPS,
+    OPTIMIZER_STEPS,
+    COLLECTIVES,
     TORCH_TRACE,
     MODULES,
     MODULE_GRADS,
@@ -213,15 +277,19 @@ ALL_TABLES: tuple[TableSpec, ...] = (
     TENSORS,
     DIAGNOSES,
     EVENTS,
+    COMPILE,
 )
 BY_NAME: dict[str, TableSpec] = {t.name: t for t in ALL_TABLES}
 STORED: tuple[TableSpec, ...] = tuple(t for t in ALL_TABLES if not t.live)
 
 
 def describe_tables(names: list[str]) -> list[dict[str, Any]]:
+    return describe_specs([BY_NAME[name] for name in names])
+
+
+def describe_specs(specs: list[TableSpec]) -> list[dict[str, Any]]:
     out = []
-    for name in names:
-        spec = BY_NAME[name]
+    for spec in specs:
         out.append(
             {
                 "schema": "python",

@@ -87,6 +87,13 @@ class RingTable:
                 self._blocks = [self._cache] if self._cache.rows else []
             return self._cache
 
+    def blocks(self) -> list[Block]:
+        """Every row held, oldest first, in the sealed blocks as they are: no copy, for readers
+        that aggregate (a /metrics scrape must not copy a million rows)."""
+        with self._lock:
+            self._seal_locked()
+            return list(self._blocks)
+
     def take_unspilled(self) -> list[Block]:
         with self._lock:
             self._seal_locked()

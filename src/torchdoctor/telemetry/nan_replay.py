@@ -19,13 +19,15 @@ synchronous check so the next occurrence is caught before its update.
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import torch
+
+from torchdoctor.diagnose.nan import NanOrigin
+from torchdoctor.frames import site, user_frame
 
 
 class NanLocalizer:
@@ -46,12 +48,13 @@ class NanLocalizer:
             return
         self.localized = True
         started = time.perf_counter()
-        evidence = self.localize(info)
-        evidence["replay_seconds"] = round(time.perf_counter() - started, 4)
-        rec.event("nan_origin", evidence)
+        origin = NanOrigin.from_json(self.localize(info))
+        origin.replay_seconds = round(time.perf_counter() - started, 4)
+        rec.event("nan_origin", origin.to_json())
 
     # -- the replay --------------------------------------------------------------------------
     def localize(self, info: dict[str, Any]) -> dict[str, Any]:
+        """The fields of the NanOrigin, gathered stage by stage."""
         rec = self.rec
         torch = rec.torch
         state = rec.state
@@ -60,8 +63,8 @@ class NanLocalizer:
             "step": info.get("step"),
             "loss": losses[-1] if losses else None,
             "grad_norm": info.get("grad_norm"),
-            "lr": rec._lr(),
-            "guard": bool(rec.session.config.guard),
+            "lr": rec.lr(),
+            "guard": bool(rec.host.config.guard),
             "backward_site": _site(state.backward_site),
             "autocast": {
                 device: str(dtype).removeprefix("torch.") for device, dtype in state.autocast
@@ -102,6 +105,8 @@ class NanLocalizer:
     def _forward(monitor: _Monitor, tape: list[Any], outputs: list[Any]) -> None:
         with monitor.hooks(), monitor:
             for module, args, kwargs in tape:
+                # A compiled model is replayed eagerly: the checks must see every op.
+                module = getattr(module, "_orig_mod", module)
                 outputs.append(module(*args, **(kwargs or {})))
                 if monitor.found is not None:
                     break
@@ -393,24 +398,9 @@ def _op_name(func: Any) -> str:
     return f"torch.{name}"
 
 
-_SKIP = (
-    os.path.dirname(torch.__file__) + os.sep,
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,
-    contextlib.__file__,
-)
-_DEMOS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "demos")
-
-
 def _user_site() -> str | None:
-    """file:line of the innermost frame outside torch and torchdoctor."""
-    frame: Any = sys._getframe(2)
-    while frame is not None:
-        name = frame.f_code.co_filename
-        ours = name.startswith(_SKIP) and not name.startswith(_DEMOS)
-        if not ours and not name.startswith("<"):
-            return f"{name}:{frame.f_lineno}"
-        frame = frame.f_back
-    return None
+    """file:line of the innermost frame of the user's code (the op's call site)."""
+    return site(user_frame(sys._getframe(2)))
 
 
 def _site(site: tuple[str, int] | None) -> str | None:

@@ -1,85 +1,65 @@
-"""Training telemetry with no code changes: one python.steps row per optimizer step.
+"""Training telemetry with no code changes: one python.steps row per training step.
 
-Where each phase is measured:
-  data_wait  DataLoader iterators' __next__ (patched on the base iterator class)
-  forward    calls of the models (instance hooks on the outermost modules only)
+The Recorder holds the run's training state and turns events into rows; the patches and hooks
+that deliver the events are thin adapters in `torch_hooks`. Where each phase is measured:
+  data_wait  DataLoader iterators' __next__
+  forward    from a model call to backward() (model pre-hooks; see `phases`)
   backward   torch.autograd.backward (which Tensor.backward calls)
-  optimizer  global optimizer step pre/post hooks
+  optimizer  optimizer.step() (global optimizer step pre/post hooks)
   other      the rest of the step (zero_grad, logging, your own code)
 
-The first step finds the models with global module hooks, then those are replaced by hooks on
-the models alone; global hooks return only on traced steps (one in `trace_every`). Every hook
-body runs behind a switch that an exception turns off (the training goes on), and every hook
-is removed by `remove()`.
+Where steps end (`mode`):
+  optimizer  a step of the primary optimizer (the first that steps, or the one given to
+             watch()); other optimizers' steps go to python.optimizer_steps
+  cycle      no optimizer step is seen (parameters updated by hand, or an optimizer inside a
+             compiled function): a step ends where the gradients are reset between two
+             backward() calls; backward() calls with no reset between them are micro-batches
+  manual     the script calls torchdoctor.step()
 """
 
 from __future__ import annotations
 
 import math
-import os
 import sys
 import threading
 import time
 import weakref
-from typing import Any
+from typing import Any, Protocol
 
-from torchdoctor._guard import Switch, warn_once
+from torchdoctor._failsafe import Switch, warn_once
 from torchdoctor._json import dumps
-from torchdoctor.telemetry import gradients
+from torchdoctor.frames import user_frame
+from torchdoctor.telemetry import compile_events, discovery, gradients, torch_hooks
 from torchdoctor.telemetry.clock import CpuClock, CudaClock
+from torchdoctor.telemetry.gradient_check import Check, GradientCheck, guard_update
+from torchdoctor.telemetry.invisible import compile_in_use
 from torchdoctor.telemetry.memory import MemoryReader
 from torchdoctor.telemetry.models import Models
 from torchdoctor.telemetry.patches import Hooks
+from torchdoctor.telemetry.phases import PhaseTimer
 from torchdoctor.telemetry.readback import Readback
+from torchdoctor.telemetry.step import TAPE_LIMIT, OptimizerStepRow, StepRow, StepState
 from torchdoctor.telemetry.tracer import Tracer
 
-TAPE_LIMIT = 8  # root-module calls kept per step for a NaN replay
+OPTIMIZER, CYCLE, MANUAL = "optimizer", "cycle", "manual"
 
 
-class StepState:
-    """What the step in progress has gathered so far."""
+class Host(Protocol):
+    """What the Recorder needs from the process it records."""
 
-    __slots__ = (
-        "autocast",
-        "backward",
-        "backward_site",
-        "clip_norm",
-        "data_wait",
-        "forward",
-        "loss_ref",
-        "losses",
-        "micro",
-        "nonfinite_seen",
-        "optimizer",
-        "rng",
-        "start",
-        "tape",
-    )
+    tables: Any  # store.tables.Tables
+    config: Any  # config.Config, read live (trace_every and guard change on a running probe)
 
-    def __init__(self, start: float | None) -> None:
-        self.start = start  # None until the first step's first activity
-        self.data_wait = 0.0
-        self.forward = 0.0
-        self.backward = 0.0
-        self.optimizer = 0.0
-        self.losses: list[Any] = []
-        self.loss_ref: Any = None  # the tensor backward() ran on (its graph names the loss ops)
-        self.backward_site: tuple[str, int] | None = None  # where backward() was called
-        self.nonfinite_seen = False
-        self.micro = 0
-        self.clip_norm: Any = None
-        self.tape: list[tuple[Any, tuple[Any, ...], dict[str, Any]]] = []
-        self.rng: Any = None
-        self.autocast: list[tuple[str, Any]] = []  # autocast contexts active at the model call
+    def on_cuda_detected(self) -> None: ...
 
 
 class Recorder:
-    def __init__(self, session: Any) -> None:
+    def __init__(self, host: Host, rank: int = 0) -> None:
         import torch
 
         self.torch = torch
-        self.session = session
-        self.tables = session.tables
+        self.host = host
+        self.tables = host.tables
         self.switch = Switch("torchdoctor telemetry")
         self.hooks = Hooks()
         self._root_hooks = Hooks()
@@ -88,62 +68,65 @@ class Recorder:
         self.models = Models()
         self.tracer = Tracer(self)
         self.clock: Any = CpuClock()
+        self.readback = Readback(torch)
+        self.gradients = GradientCheck(torch)
+        self.timer = PhaseTimer()
+        self.rank = rank
+        self.train_thread = threading.main_thread().ident
+        self.mode = CYCLE
         self.step = 0  # the step in progress
         self.steps_done = 0
         self.state = StepState(None)
-        self._last_row: tuple[Any, ...] | None = None
-        self.rank = _rank_from_env()
-        self.train_thread = threading.main_thread().ident
+        self._closing: StepState | None = None  # split off at a data fetch or model call
+        self._grad_probe: Any = None  # (weakref to a parameter, id of its grad, grad version)
+        self._last_row: Any = None
         self.tracing = False
         self.discovering = True
-        self.phase = "other"  # data, forward, backward, optimizer or other: what runs now
-        self.sync_check = False
+        self.compiled = False  # torch.compile is in use: no global module hooks from now on
+        self.sync_check = False  # CUDA: read the gradient norm before the update (after a NaN)
         # Keep the random state per step only for models that draw random numbers (dropout):
         # a NaN replay must see the same masks. Until the models are known, keep it.
         self._random = True
         self._random_known = False
-        self._norm_plan = gradients.NormPlan()
-        self._trace_requested = (
-            False  # CUDA: read the gradient norm before the update (after a NaN)
-        )
+        self._trace_requested = False
         self.nonfinite_steps = 0
         self.skipped_steps = 0
         self.on_nonfinite: list[Any] = []  # callbacks(recorder, info) before the update
         self._primary: Any = None
-        self._opt_t0 = 0.0
-        self._fwd_t0: float | None = None  # start of the open forward segment
+        self._optimizers: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+        self._open_steps: dict[int, tuple[float, Check | None]] = {}  # optimizer -> (t0, check)
+        self._optimizer_calls = 0
         self._gdepth = 0  # nesting of module calls, while global hooks are on
         self._pending_roots: list[Any] = []
-        self._scaled: tuple[Any, Any] | None = None
-        self._optimizer_calls = 0
         self._setup_memory_done = False
-        self.readback = Readback(torch)
+        self._closure_checked = False
+        self._named = False  # watch() named the primary optimizer: rediscover() keeps it
+        self._backward_end = 0.0
+        self._scanned = False  # looked for models in the training code's frames
+        self._cycle_params: tuple[int, list[Any]] = (-1, [])
 
     # -- install / remove ------------------------------------------------------------------
     def install(self) -> None:
-        torch = self.torch
-        from torch.optim.optimizer import (
-            register_optimizer_step_post_hook,
-            register_optimizer_step_pre_hook,
-        )
-
-        self.hooks.handle(register_optimizer_step_pre_hook(self._opt_pre))
-        self.hooks.handle(register_optimizer_step_post_hook(self._opt_post))
-        self._patch_backward(torch)
-        self._patch_dataloader(torch)
-        self._patch_scaler(torch)
-        self._patch_clip(torch)
-        self._set_global_hooks(True)
+        self.compiled = compile_in_use(self.torch)
+        torch_hooks.install(self, self.torch, self.hooks)
+        if not self.compiled:
+            self.set_global_hooks(True)
         from torchdoctor.telemetry.nan_replay import NanLocalizer
 
         NanLocalizer(self)
+        # torch.compile's own events (graph breaks, recompilations), once Dynamo is imported
+        watch = compile_events.install(self.tables, lambda: self.step, self.rank)
+        self.hooks.on_remove(watch.remove)
         self.hooks.on_remove(self._root_hooks.remove)
-        self.hooks.on_remove(lambda: self._set_global_hooks(False))
+        self.hooks.on_remove(lambda: self.set_global_hooks(False))
         self.memory.start()
         self.hooks.on_remove(self.memory.close)
 
     def remove(self) -> None:
         try:
+            self._flush_closing()
+            if self.mode == CYCLE and self.state.micro:  # the last step has no next one
+                self._end_step(self._backward_end, skipped=False)
             self.readback.poll(force=True)
             self.tracer.flush(force=True)
         except Exception as exc:
@@ -154,179 +137,247 @@ class Recorder:
     def disable_in_child(self) -> None:
         self.switch.on = False
 
-    def _set_global_hooks(self, on: bool) -> None:
+    def set_global_hooks(self, on: bool) -> None:
         self._gdepth = 0
         if on and not len(self._global_hooks):
-            from torch.nn.modules.module import (
-                register_module_forward_hook,
-                register_module_forward_pre_hook,
-            )
-
-            self._global_hooks.handle(register_module_forward_pre_hook(self._g_pre))
-            self._global_hooks.handle(register_module_forward_hook(self._g_post, always_call=True))
+            torch_hooks.add_global_module_hooks(self, self._global_hooks)
         elif not on:
             self._global_hooks.remove()
 
-    # -- patches -----------------------------------------------------------------------------
-    def _patch_backward(self, torch: Any) -> None:
-        original = torch.autograd.backward
-        rec = self
+    # -- the public view of the run (what memory/, the doctor and the NaN replay read) ---------
+    @property
+    def phase(self) -> str:
+        """What the training thread runs now: data, forward, backward, optimizer or other."""
+        return self.timer.phase
 
-        def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
-            if not rec.switch.on or threading.get_ident() != rec.train_thread:
-                return original(tensors, *args, **kwargs)
-            t0 = time.perf_counter()
-            rec._forward_ends(t0)
-            rec._before_backward(tensors)
-            rec.phase = "backward"
-            try:
-                return original(tensors, *args, **kwargs)
-            finally:
-                rec.phase = "other"
-                rec._after_backward(t0)
+    @property
+    def primary(self) -> Any:
+        return self._primary() if self._primary is not None else None
 
-        backward.__wrapped__ = original  # type: ignore[attr-defined]
-        self.hooks.patch(torch.autograd, "backward", backward)
-
-    def _patch_dataloader(self, torch: Any) -> None:
-        from torch.utils.data import dataloader as dl
-
-        base = dl._BaseDataLoaderIter
-        original_next = base.__dict__["__next__"]
-        rec = self
-
-        def __next__(it: Any) -> Any:
-            if not rec.switch.on:
-                return original_next(it)
-            t0 = time.perf_counter()
-            rec._forward_ends(t0)
-            rec.phase = "data"
-            try:
-                return original_next(it)
-            finally:
-                rec.phase = "other"
-                if threading.get_ident() == rec.train_thread:
-                    state = rec.state
-                    state.data_wait += time.perf_counter() - t0
-                    if state.start is None:
-                        state.start = t0
-
-        self.hooks.patch(base, "__next__", __next__)
-        seen: set[int] = set()
-        original_iter = dl.DataLoader.__dict__["__iter__"]
-
-        def __iter__(loader: Any) -> Any:
-            it = original_iter(loader)
-            if rec.switch.on and id(loader) not in seen:
-                seen.add(id(loader))
-                rec._loader_seen(loader)
-            return it
-
-        self.hooks.patch(dl.DataLoader, "__iter__", __iter__)
-
-    def _patch_scaler(self, torch: Any) -> None:
-        scaler_cls = getattr(getattr(torch, "amp", None), "GradScaler", None)
-        if scaler_cls is None:
-            return
-        rec = self
-        original_scale = scaler_cls.__dict__["scale"]
-        original_step = scaler_cls.__dict__["step"]
-
-        def scale(scaler: Any, outputs: Any) -> Any:
-            result = original_scale(scaler, outputs)
-            if rec.switch.on and isinstance(outputs, torch.Tensor):
-                rec._scaled = (result, outputs)  # backward(result) reports `outputs`
-            return result
-
-        def step(scaler: Any, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
-            before = rec._optimizer_calls
-            out = original_step(scaler, optimizer, *args, **kwargs)
-            if rec.switch.on and rec._optimizer_calls == before:
-                rec._scaler_skipped(optimizer)  # inf/NaN gradients: GradScaler skipped the step
-            return out
-
-        self.hooks.patch(scaler_cls, "scale", scale)
-        self.hooks.patch(scaler_cls, "step", step)
-
-    def _patch_clip(self, torch: Any) -> None:
-        utils = torch.nn.utils
-        original = utils.clip_grad_norm_
-        rec = self
-
-        def clip_grad_norm_(*args: Any, **kwargs: Any) -> Any:
-            norm = original(*args, **kwargs)
-            if rec.switch.on and threading.get_ident() == rec.train_thread:
-                rec.state.clip_norm = norm  # the total norm before clipping: no need to recompute
-            return norm
-
-        clip_grad_norm_.__wrapped__ = original  # type: ignore[attr-defined]
-        self.hooks.patch(utils, "clip_grad_norm_", clip_grad_norm_)
-
-    # -- module hooks ------------------------------------------------------------------------
-    # Forward time is a segment that opens at a model call and closes when backward starts
-    # (or at the next data fetch, optimizer step or step end): the forward pass and the loss.
-    # Known models carry one pre-hook each; no post-hook, so the call stays cheap.
-    def _g_pre(self, module: Any, args: Any) -> None:
-        if not self.switch.on or threading.get_ident() != self.train_thread:
-            return
+    def lr(self, optimizer: Any = None) -> float | None:
+        opt = optimizer if optimizer is not None else self.primary
         try:
-            top = self._gdepth == 0
-            self._gdepth += 1
-            if top and not self.models.is_root(module):
-                self._forward_begins(module, args, {})
-                if self.models.add(module):
-                    self._pending_roots.append(module)
-            if self.tracing:
-                self.tracer.enter(module, self.models.name_of(module), time.time())
-        except Exception as exc:
-            self.switch.fail(exc)
+            lr = opt.param_groups[0]["lr"] if opt is not None else None
+        except (AttributeError, IndexError, KeyError, TypeError):
+            return None
+        if isinstance(lr, (int, float)):
+            return float(lr)
+        if isinstance(lr, self.torch.Tensor) and lr.device.type == "cpu":
+            return float(lr)
+        return None
 
-    def _g_post(self, module: Any, args: Any, output: Any) -> None:
-        if not self.switch.on or threading.get_ident() != self.train_thread:
-            return
-        try:
-            self._gdepth = max(0, self._gdepth - 1)
-            if self.tracing:
-                self.tracer.exit(module, output)
-        except Exception as exc:
-            self.switch.fail(exc)
+    @property
+    def last(self) -> dict[str, Any]:
+        """The latest step row's headline numbers (for the status line and `list`)."""
+        row = self._last_row
+        if row is None:
+            return {}
+        return {
+            "step": row.step,
+            "time": row.time,
+            "duration": row.duration,
+            "data_wait": row.data_wait,
+            "loss": row.loss,
+            "allocated": row.allocated,
+        }
 
-    def _root_pre(self, module: Any, args: Any, kwargs: Any) -> None:
-        if not self.switch.on or threading.get_ident() != self.train_thread:
+    def status(self) -> dict[str, Any]:
+        return {
+            "step": self.steps_done,
+            "last_step": self.last.get("step"),
+            "loss": self.last.get("loss"),
+            "step_time": self.last.get("duration"),
+            "rank": self.rank,
+            "hooks_on": self.switch.on,
+            "step_mode": self.mode,
+        }
+
+    def request_trace(self) -> None:
+        """Trace the next step (a diagnosis wants per-module detail now)."""
+        self._trace_requested = True
+
+    def model_inputs(self) -> list[tuple[Any, tuple[Any, ...], dict[str, Any]]]:
+        return list(self.state.tape)
+
+    def last_traced_backward(self) -> str | None:
+        return self.tracer.last_backward()
+
+    def event(self, kind: str, data: dict[str, Any]) -> None:
+        self.tables["events"].append((time.time(), self.step, kind, dumps(data)))
+
+    def watch(self, model: Any, optimizer: Any = None, name: str | None = None) -> None:
+        if self.models.add(model, name):
+            self._hook_roots([model])
+        if optimizer is not None:
+            self._adopt(optimizer)
+            self._named = True
+
+    def rediscover(self) -> None:
+        """A new training may begin here with new objects (a notebook cell run again, another
+        fit of a trainer): the next optimizer that steps becomes the primary, unless watch()
+        named one, and the next step looks for models again."""
+        if not self._named:
+            self._primary = None
+            self.mode = CYCLE
+        self._scanned = False
+        self.discovering = True
+        if not self.compiled:
+            self.set_global_hooks(True)
+
+    def manual_step(self, loss: Any = None) -> None:
+        """torchdoctor.step(): the end of a step in a loop the script marks itself."""
+        if not self.switch.on:
             return
+        self.mode = MANUAL
+        self._flush_closing()
+        if loss is not None and not self.state.losses:
+            self._note_loss(loss)
+        self._end_step(time.perf_counter(), skipped=False)
+
+    # -- events from the hooks (the training thread; torch_hooks checks that) ----------------
+    def on_compile(self) -> None:
+        """torch.compile was called: Dynamo must never see a global module hook of ours."""
+        if not self.compiled:
+            self.compiled = True
+            self.set_global_hooks(False)
+            self.tracing = False
+            self._scanned = False  # the compiled models may be new: look again
+            self.event("compile_seen", {"module_tracing": "off"})
+
+    def on_data(self, now: float) -> None:
+        self._activity(now)
+        state = self.state
+        if state.start is None:
+            state.start = now
+        self.timer.enter("data", now, state.phases)
+
+    def on_data_done(self, now: float) -> None:
+        self.timer.exit("data", now, self.state.phases)
+
+    def on_model_call(self, module: Any, args: Any, kwargs: Any) -> None:
         if self._gdepth > 1:
             return  # a model called inside another model (global hooks tell us so)
         self._forward_begins(module, args, kwargs)
 
-    def _forward_begins(self, module: Any, args: Any, kwargs: Any) -> None:
+    def on_global_pre(self, module: Any, args: Any) -> None:
+        top = self._gdepth == 0
+        self._gdepth += 1
+        if top and not self.models.is_root(module):
+            self._forward_begins(module, args, {})
+            if self.models.add(module):
+                self._pending_roots.append(module)
+        if self.tracing:
+            self.tracer.enter(module, self.models.name_of(module), time.time())
+
+    def on_global_post(self, module: Any, output: Any) -> None:
+        self._gdepth = max(0, self._gdepth - 1)
+        if self.tracing:
+            self.tracer.exit(module, output)
+
+    def on_backward(self, tensors: Any, now: float) -> None:
+        if self.mode == CYCLE:
+            self._cycle_boundary(now)
+        if not self._scanned and not self.models.roots():
+            self._scanned = True
+            self._discover_from_frames()
         state = self.state
+        if state.start is None:
+            state.start = now
+        self.timer.enter("backward", now, state.phases)
+        loss = _single(tensors, self.torch)
+        if loss is not None:
+            self._note_loss(loss)
+        if self.mode == CYCLE and self._grad_probe is None:
+            self._grad_probe = _leaf_of(loss)
+
+    def on_backward_done(self, now: float) -> None:
+        state = self.state
+        self.timer.exit("backward", now, state.phases)
+        state.micro += 1
+        self._backward_end = now
+        if self.tracing:
+            self._memory_row("backward")
+        losses = state.closure_losses if self.timer.inside("optimizer") else state.losses
+        last = losses[-1] if losses else None
+        if isinstance(last, float) and not math.isfinite(last):
+            # Caught here too, for loops that skip optimizer.step() on a bad loss.
+            self._nonfinite({"step": self.step, "grad_norm": None, "losses": [last]})
+        if self.mode == CYCLE:
+            self._after_cycle_backward()
+        elif self.timer.inside("optimizer") and not self._closure_checked:
+            self._closure_checked = True  # LBFGS: the gradients of the first closure call
+            primary = self.primary
+            if primary is not None and id(primary) in self._open_steps:
+                t0, _old = self._open_steps[id(primary)]
+                self._open_steps[id(primary)] = (t0, self._check_primary(primary))
+
+    def on_optimizer(self, optimizer: Any, now: float) -> None:
+        self._optimizer_calls += 1
+        if self.primary is None:
+            self._adopt(optimizer)
+            self.train_thread = threading.get_ident()
+        if self.mode != OPTIMIZER and optimizer is self.primary:
+            self._flush_closing(merge=True)
+            self.mode = OPTIMIZER
+        state = self.state
+        if state.start is None:
+            state.start = now
+        self.timer.enter("optimizer", now, state.phases)
+        if optimizer is self.primary:
+            self._closure_checked = False
+            check = self._check_primary(optimizer)
+        else:
+            check = self._check_other(optimizer)
+        self._open_steps[id(optimizer)] = (now, check)
+
+    def on_optimizer_done(self, optimizer: Any, now: float) -> None:
+        state = self.state
+        self.timer.exit("optimizer", now, state.phases)
+        t0, check = self._open_steps.pop(id(optimizer), (now, None))
+        if optimizer is not self.primary:
+            self._other_step_row(optimizer, now - t0, check)
+            return
+        if self.tracing:
+            self._memory_row("optimizer")
+        self._end_step(now, skipped=state.skip)
+
+    def on_scale(self, scaled: Any, loss: Any) -> None:
+        self.state.scaled = (scaled, loss)  # backward(scaled) reports `loss`
+
+    def on_scaler_skipped(self, optimizer: Any, now: float) -> None:
+        """GradScaler skipped optimizer.step() (inf/NaN gradients): still a step, skipped."""
+        if self.primary is None:
+            self._adopt(optimizer)
+        if optimizer is self.primary:
+            self.mode = OPTIMIZER
+            self._end_step(now, skipped=True)
+
+    def on_clip(self, norm: Any) -> None:
+        self.state.clip_norm = norm  # the total norm before clipping: no need to recompute
+
+    # -- model calls -------------------------------------------------------------------------
+    def _forward_begins(self, module: Any, args: Any, kwargs: Any) -> None:
+        now = time.perf_counter()
         if not self._setup_memory_done:
             self._setup_memory_done = True
             self._memory_row("setup")
             if self.memory.on_cuda():  # allocator history from the first step, not the second
-                self.session.on_cuda_detected()
+                self.host.on_cuda_detected()
+        self._activity(now)
+        state = self.state
         if not state.tape:
             if self._random:
                 state.rng = self.torch.get_rng_state()  # a NaN replay draws the same numbers
             state.autocast = _autocast_now(self.torch)  # and runs in the same precision
         if len(state.tape) < TAPE_LIMIT:
             state.tape.append((module, args, kwargs))
-        if self._fwd_t0 is None:
-            self._fwd_t0 = time.perf_counter()
-            if state.start is None:
-                state.start = self._fwd_t0
-        self.phase = "forward"
-
-    def _forward_ends(self, now: float) -> None:
-        if self._fwd_t0 is not None:
-            self.state.forward += now - self._fwd_t0
-            self._fwd_t0 = None
-            self.phase = "other"
+        if self.timer.begin_forward(now, state.phases) and state.start is None:
+            state.start = now
 
     def _hook_roots(self, modules: list[Any]) -> None:
         for module in modules:
             self._root_hooks.handle(
-                module.register_forward_pre_hook(self._root_pre, with_kwargs=True)
+                module.register_forward_pre_hook(torch_hooks.model_hook(self), with_kwargs=True)
             )
             self._random = self._random or _has_randomness(module)
             for root, label in self.models.models():
@@ -334,112 +385,135 @@ class Recorder:
                     self.tables["modules"].extend(self.models.module_rows(module, label))
                     self.event("model", {"name": label, "type": type(module).__name__})
 
-    # -- backward ----------------------------------------------------------------------------
-    def _before_backward(self, tensors: Any) -> None:
-        loss = tensors
-        if isinstance(loss, (tuple, list)):
-            loss = loss[0] if len(loss) == 1 else None
-        if loss is None or not isinstance(loss, self.torch.Tensor) or loss.numel() != 1:
+    def _discover_from_frames(self) -> None:
+        """No model call was seen (compiled code, or global hooks off): look at what the
+        training code holds."""
+        found = discovery.modules_in_reach(self.torch.nn.Module, sys._getframe(2))
+        new = [m for m in found if self.models.add(m)]
+        if new:
+            self._hook_roots(new)
+
+    # -- steps found from the backward/update cycle ------------------------------------------
+    def _activity(self, now: float) -> None:
+        """A data fetch or model call: in cycle mode, the first one after a backward() may
+        start the next step (the gradients tell, now or at the next backward())."""
+        state = self.state
+        if self.mode != CYCLE or not state.micro or self._closing is not None:
             return
-        scaled = self._scaled
-        if scaled is not None and scaled[0] is loss:
-            loss = scaled[1]
-        state = self.state
-        if self.tracing:
-            self._memory_row("forward")
-        state.loss_ref = loss
-        state.backward_site = _caller_site()
-        state.losses.append(loss.detach() if self.clock.cuda else loss.item())
+        if self.timer.inside("optimizer"):
+            return
+        if self._grads_reset():
+            self._end_step(now, skipped=False)
+        else:
+            self._closing, self.state = state, StepState(now)
 
-    def _after_backward(self, t0: float) -> None:
-        state = self.state
-        state.backward += time.perf_counter() - t0
-        state.micro += 1
-        if self.tracing:
-            self._memory_row("backward")
-        last = state.losses[-1] if state.losses else None
-        if isinstance(last, float) and not math.isfinite(last):
-            # Caught here too, for loops that skip optimizer.step() on a bad loss.
-            self._nonfinite({"step": self.step, "grad_norm": None, "losses": [last]})
+    def _cycle_boundary(self, now: float) -> None:
+        closing = self._closing
+        if closing is not None:
+            self._closing = None
+            if self._grads_reset():
+                self._finish(closing, self.state.start or now, skipped=False)
+            else:
+                self.state = closing.absorb(self.state)
+        elif self.state.micro and self._grads_reset():
+            self._end_step(now, skipped=False)
 
-    # -- optimizer ---------------------------------------------------------------------------
-    @property
-    def primary(self) -> Any:
-        return self._primary() if self._primary is not None else None
+    def _flush_closing(self, merge: bool = False) -> None:
+        closing = self._closing
+        if closing is None:
+            return
+        self._closing = None
+        if merge:
+            self.state = closing.absorb(self.state)
+        else:
+            self._finish(closing, self.state.start or time.perf_counter(), skipped=False)
 
+    def _grads_reset(self) -> bool:
+        """Whether the gradients seen after the last backward() were cleared or replaced."""
+        probe = self._grad_probe
+        if probe is None or len(probe) != 3:
+            return True  # nothing to compare with: each backward() is a step
+        param = probe[0]()
+        grad = getattr(param, "grad", None)
+        return grad is None or id(grad) != probe[1] or grad._version != probe[2]
+
+    def _after_cycle_backward(self) -> None:
+        probe = self._grad_probe
+        param = probe[0]() if probe else None
+        grad = getattr(param, "grad", None)
+        self._grad_probe = (probe[0], id(grad), grad._version) if grad is not None else None
+        version, params = self._cycle_params
+        if version != self.models.version:
+            params = [p for model, _label in self.models.models() for p in model.parameters()]
+            self._cycle_params = (self.models.version, params)
+        if not params:
+            return
+        check = self.gradients.of_params(0, params, read_now=self._read_now())
+        self._judge(check, self.state, guard=False)
+
+    # -- optimizers --------------------------------------------------------------------------
     def _adopt(self, optimizer: Any) -> None:
         """The optimizer whose steps are the rows of python.steps (held weakly)."""
         self._primary = weakref.ref(optimizer)
 
-    def _opt_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        self._optimizer_calls += 1
-        if not self.switch.on:
-            return
-        self._opt_t0 = time.perf_counter()
-        self._forward_ends(self._opt_t0)
-        self.phase = "optimizer"
-        try:
-            if self.primary is None:
-                self._adopt(optimizer)
-                self.train_thread = threading.get_ident()
-            if optimizer is self.primary:
-                self._check_gradients(optimizer)
-        except Exception as exc:
-            self.switch.fail(exc)
+    def _read_now(self) -> bool:
+        return not self.clock.cuda or bool(self.host.config.guard) or self.sync_check
 
-    def _opt_post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        if not self.switch.on:
-            return
-        now = time.perf_counter()
-        self.phase = "other"
-        self.state.optimizer += now - self._opt_t0
-        if optimizer is not self.primary:
-            return
-        try:
-            if self.tracing:
-                self._memory_row("optimizer")
-            self._end_step(now, skipped=self._skip_this_step)
-        except Exception as exc:
-            self.switch.fail(exc)
-
-    _skip_this_step = False
-    _grad_norm: Any = None
-    _grad_norm_value: float | None = None
-
-    def _check_gradients(self, optimizer: Any) -> None:
-        params, grads = gradients.collect(optimizer)
+    def _check_primary(self, optimizer: Any) -> Check:
         state = self.state
-        if state.clip_norm is not None:
-            norm = state.clip_norm
-        elif grads:
-            norm = self._norm_plan(self.torch, grads)
-        else:
-            norm = None
-        self._grad_norm = norm
-        self._grad_norm_value = None
-        self._skip_this_step = False
+        check = self.gradients.of_optimizer(optimizer, state.clip_norm, self._read_now())
         if self.tracing:
             self._module_grads(optimizer)
-        if norm is None:
+        self._judge(check, state, guard=bool(self.host.config.guard))
+        return check
+
+    def _judge(self, check: Check, state: StepState, guard: bool) -> None:
+        state.grad_norm, state.grad_norm_value = check.norm, check.value
+        if check.value is None:
             return
-        if self.clock.cuda and not self.session.config.guard and not self.sync_check:
-            return  # read back later with the step row: no sync here
-        value = float(norm)
-        if not math.isfinite(value) and gradients.all_finite(self.torch, grads):
-            # Finite gradients whose squares overflow float32: not a NaN, a huge norm.
-            self._grad_norm = gradients.total_norm(self.torch, grads, dtype=self.torch.float64)
-            value = float(self._grad_norm)
-        self._grad_norm_value = value
-        if math.isfinite(value) and all(math.isfinite(v) for v in state.losses):
+        losses = state.step_losses()
+        if check.finite and all(math.isfinite(v) for v in losses if isinstance(v, float)):
             return
         self._nonfinite(
-            {"step": self.step, "grad_norm": value, "losses": list(state.losses), "params": params}
+            {
+                "step": self.step,
+                "grad_norm": check.value,
+                "losses": list(losses),
+                "params": check.params,
+            }
         )
-        if self.session.config.guard and not math.isfinite(value):
-            for p in params:
-                p.grad = None  # the optimizer skips parameters without a gradient
-            self._skip_this_step = True
-            self.event("guard_skip", {"grad_norm": _jsonable(value)})
+        if guard and guard_update(check):
+            state.skip = True
+            self.event("guard_skip", {"grad_norm": check.value})  # event() cleans it
+
+    def _check_other(self, optimizer: Any) -> Check:
+        check = self.gradients.of_optimizer(optimizer, None, self._read_now())
+        if self.host.config.guard and guard_update(check):
+            self.event("guard_skip", {"optimizer": self._label(optimizer)})
+        return check
+
+    def _label(self, optimizer: Any) -> str:
+        label = self._optimizers.get(optimizer)
+        if label is None:
+            label = _optimizer_label(optimizer, set(self._optimizers.values()))
+            self._optimizers[optimizer] = label
+        return label
+
+    def _other_step_row(self, optimizer: Any, duration: float, check: Check | None) -> None:
+        losses = self.state.claim()
+        row = OptimizerStepRow(
+            step=self.step,
+            optimizer=self._label(optimizer),
+            loss=None if self.clock.cuda else _mean(losses),
+            grad_norm=check.value if check is not None else None,
+            lr=self.lr(optimizer),
+            duration=duration,
+            skipped=check is not None and not check.finite and bool(self.host.config.guard),
+            time=time.time(),
+            rank=self.rank,
+        )
+        norm = check.norm if check is not None and check.value is None else None
+        self._emit(self.tables["optimizer_steps"], row, losses, norm, steps=False)
 
     def _nonfinite(self, info: dict[str, Any], once_per_step: bool = True) -> None:
         """A step went non-finite: run the localizers (before the update, when on time)."""
@@ -485,111 +559,102 @@ class Recorder:
 
         self.readback.submit(values, done)
 
-    def _scaler_skipped(self, optimizer: Any) -> None:
-        if self.primary is None:
-            self._adopt(optimizer)
-        if optimizer is self.primary:
-            self._end_step(time.perf_counter(), skipped=True)
+    # -- losses ------------------------------------------------------------------------------
+    def _note_loss(self, loss: Any) -> None:
+        state = self.state
+        scaled = state.scaled
+        if scaled is not None and scaled[0] is loss:
+            loss = scaled[1]
+        if self.tracing:
+            self._memory_row("forward")
+        state.loss_ref = loss
+        caller = user_frame(sys._getframe(1))
+        state.backward_site = (caller.f_code.co_filename, caller.f_lineno) if caller else None
+        value = loss.detach() if self.clock.cuda else loss.item()
+        if self.timer.inside("optimizer"):
+            state.closure_losses.append(value)
+        else:
+            state.losses.append(value)
 
     # -- step boundary -----------------------------------------------------------------------
-    def manual_step(self, loss: Any = None) -> None:
-        """torchdoctor.step(): the end of a step in a loop without torch.optim."""
-        if not self.switch.on:
-            return
-        if loss is not None and not self.state.losses:
-            self._before_backward(loss)
-        self._end_step(time.perf_counter(), skipped=False)
-
     def _end_step(self, now: float, skipped: bool) -> None:
-        self._forward_ends(now)
         state = self.state
+        self.timer.end_forward(now, state.phases)
+        self.state = StepState(time.perf_counter())
+        self._finish(state, now, skipped)
+
+    def _finish(self, state: StepState, end: float, skipped: bool) -> None:
+        """The row of a finished step; then get ready for the next one."""
         if self.tracing:
             self.tracer.end(self.clock.mark())
         allocated, peak, reserved, rss = self.memory.read()
-        duration = max(0.0, now - (state.start if state.start is not None else now))
-        phases = state.data_wait + state.forward + state.backward + state.optimizer
-        row = [
-            self.step,
-            time.time(),
-            duration,
-            state.data_wait,
-            state.forward,
-            state.backward,
-            state.optimizer,
-            max(0.0, duration - phases),
-            None,  # loss, filled by _emit
-            None,  # grad_norm, filled by _emit
-            self._lr(),
-            allocated,
-            peak,
-            reserved,
-            rss,
-            self.rank,
-            state.micro,
-            skipped,
-            self.tracing,
-        ]
-        self._emit(row, state.losses, self._grad_norm)
+        duration = max(0.0, end - (state.start if state.start is not None else end))
+        phases = state.phases
+        losses = state.step_losses()
+        row = StepRow(
+            step=self.step,
+            time=time.time(),
+            duration=duration,
+            data_wait=phases["data_wait"],
+            forward=phases["forward"],
+            backward=phases["backward"],
+            optimizer=phases["optimizer"],
+            other=max(0.0, duration - sum(phases.values())),
+            loss=None if self.clock.cuda else _mean(losses),
+            grad_norm=state.grad_norm_value,
+            lr=self.lr(),
+            allocated=allocated,
+            max_allocated=peak,
+            reserved=reserved,
+            rss=rss,
+            rank=self.rank,
+            micro_batches=state.micro,
+            skipped=skipped,
+            traced=self.tracing,
+        )
+        norm = state.grad_norm if state.grad_norm_value is None else None
+        self._emit(self.tables["steps"], row, losses, norm, steps=True)
         if skipped:
             self.skipped_steps += 1
         self.step += 1
         self.steps_done += 1
-        self._grad_norm = None
-        self._grad_norm_value = None
-        self._skip_this_step = False
-        self._scaled = None
-        self.state = StepState(time.perf_counter())
         self._after_step()
 
-    _LOSS, _NORM = 8, 9
-
-    def _emit(self, row: list[Any], losses: list[Any], norm: Any) -> None:
-        """Append the step row. On CUDA, loss and gradient norm are read back asynchronously and
+    def _emit(self, table: Any, row: Any, losses: list[Any], norm: Any, steps: bool) -> None:
+        """Append a row. On CUDA its loss and gradient norm are read back asynchronously and
         the row waits until they have landed: no sync per step."""
         if not self.clock.cuda:
-            row[self._LOSS] = sum(losses) / len(losses) if losses else None
-            value = self._grad_norm_value
-            row[self._NORM] = value if value is not None or norm is None else float(norm)
-            self._append_step(row)
+            self._append(table, row, steps)
             return
         torch = self.torch
         device = torch.device("cuda", torch.cuda.current_device())
         nan = torch.full((), float("nan"), device=device)
-        loss = torch.stack([v.float().reshape(()) for v in losses]).mean() if losses else nan
-        value = norm.float().reshape(()).to(device) if norm is not None else nan
+        tensors = [torch.as_tensor(v, device=device).float().reshape(()) for v in losses]
+        loss = torch.stack(tensors).mean() if tensors else nan
+        value = torch.as_tensor(norm).float().reshape(()).to(device) if norm is not None else nan
         has_loss, has_norm = bool(losses), norm is not None
 
         def done(values: list[float]) -> None:
             loss_value, norm_value = values
-            row[self._LOSS] = loss_value if has_loss else None
-            row[self._NORM] = norm_value if has_norm else None
-            self._append_step(row)
+            filled = row._replace(
+                loss=loss_value if has_loss else None,
+                grad_norm=norm_value if has_norm else row.grad_norm,
+            )
+            self._append(table, filled, steps)
+            if not steps:
+                return
             bad_loss = has_loss and not math.isfinite(loss_value)
             if bad_loss or (has_norm and not math.isfinite(norm_value)):
-                late = {"step": row[0], "grad_norm": norm_value, "losses": [loss_value]}
+                late = {"step": row.step, "grad_norm": norm_value, "losses": [loss_value]}
                 self._nonfinite(dict(late, late=True), once_per_step=False)
 
         self.readback.submit(torch.stack([loss, value]), done)
         self.readback.poll()
 
-    def _append_step(self, row: list[Any]) -> None:
-        self._last_row = tuple(row)
-        self.tables["steps"].append(self._last_row)
-
-    @property
-    def last(self) -> dict[str, Any]:
-        """The latest step row's headline numbers (for the status line and `list`)."""
-        row = self._last_row
-        if row is None:
-            return {}
-        return {
-            "step": row[0],
-            "time": row[1],
-            "duration": row[2],
-            "data_wait": row[3],
-            "loss": row[self._LOSS],
-            "allocated": row[11],
-        }
+    def _append(self, table: Any, row: Any, steps: bool) -> None:
+        if steps:
+            self._last_row = row
+        table.append(row)
 
     def _after_step(self) -> None:
         if self._pending_roots:
@@ -602,38 +667,27 @@ class Recorder:
             self.clock = CudaClock(self.torch) if self.memory.on_cuda() else CpuClock()
             if self.clock.cuda:
                 self.memory.device = self.torch.cuda.current_device()
-                self.session.on_cuda_detected()
+                self.host.on_cuda_detected()
         if self.tracer.pending:
             self.tracer.flush()
-        every = self.session.config.trace_every
+        every = self.host.config.trace_every
         tracing = self._trace_requested or (bool(every) and (every == 1 or self.step % every == 1))
+        tracing = tracing and not self.compiled
         self._trace_requested = False
         if tracing:
             self.tracer.begin(self.step, self.clock)
         if tracing != bool(len(self._global_hooks)):  # on for discovery and traced steps only
-            self._set_global_hooks(tracing)
+            self.set_global_hooks(tracing)
         self.tracing = tracing
 
     # -- helpers -----------------------------------------------------------------------------
-    def _lr(self) -> float | None:
-        opt = self.primary
-        try:
-            lr = opt.param_groups[0]["lr"] if opt is not None else None
-        except (AttributeError, IndexError, KeyError):
-            return None
-        if isinstance(lr, (int, float)):
-            return float(lr)
-        if isinstance(lr, self.torch.Tensor) and lr.device.type == "cpu":
-            return float(lr)
-        return None
-
     def _memory_row(self, phase: str) -> None:
         allocated, peak, reserved, _rss = self.memory.read_now()
         self.tables["memory"].append(
             (self.step, phase, allocated, peak, reserved, time.time(), self.rank)
         )
 
-    def _loader_seen(self, loader: Any) -> None:
+    def loader_seen(self, loader: Any) -> None:
         self.event(
             "dataloader",
             {
@@ -646,29 +700,39 @@ class Recorder:
             },
         )
 
-    def event(self, kind: str, data: dict[str, Any]) -> None:
-        self.tables["events"].append((time.time(), self.step, kind, dumps(data)))
 
-    def watch(self, model: Any, optimizer: Any = None, name: str | None = None) -> None:
-        if self.models.add(model, name):
-            self._hook_roots([model])
-        if optimizer is not None:
-            self._adopt(optimizer)
+def _mean(values: list[Any]) -> float | None:
+    return sum(values) / len(values) if values else None
 
-    def request_trace(self) -> None:
-        """Trace the next step (a diagnosis wants per-module detail now)."""
-        self._trace_requested = True
 
-    def status(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "step": self.steps_done,
-            "last_step": self.last.get("step"),
-            "loss": self.last.get("loss"),
-            "step_time": self.last.get("duration"),
-            "rank": self.rank,
-            "hooks_on": self.switch.on,
-        }
-        return out
+def _single(tensors: Any, torch: Any) -> Any:
+    """The one scalar tensor backward() ran on (the loss), or None."""
+    loss = tensors
+    if isinstance(loss, (tuple, list)):
+        loss = loss[0] if len(loss) == 1 else None
+    if loss is None or not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+        return None
+    return loss
+
+
+def _leaf_of(loss: Any, limit: int = 256) -> Any:
+    """(weakref to) a parameter the loss's graph reaches: its gradient tells a reset (a new
+    step) from accumulation (a micro-batch)."""
+    todo = [getattr(loss, "grad_fn", None)]
+    seen = 0
+    while todo and seen < limit:
+        node = todo.pop()
+        if node is None:
+            continue
+        seen += 1
+        variable = getattr(node, "variable", None)
+        if variable is not None:
+            try:
+                return (weakref.ref(variable),)
+            except TypeError:
+                return None
+        todo.extend(n for n, _ in node.next_functions)
+    return None
 
 
 def _autocast_now(torch: Any) -> list[tuple[str, Any]]:
@@ -696,29 +760,12 @@ def _has_randomness(module: Any) -> bool:
     return False
 
 
-_TORCH_DIR = ""
-
-
-def _caller_site() -> tuple[str, int] | None:
-    """(file, line) of the code that called backward(): the first frame outside torch."""
-    global _TORCH_DIR
-    if not _TORCH_DIR:
-        import torch
-
-        _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
-    frame: Any = sys._getframe(3)
-    while frame is not None and frame.f_code.co_filename.startswith(_TORCH_DIR):
-        frame = frame.f_back
-    return (frame.f_code.co_filename, frame.f_lineno) if frame is not None else None
-
-
-def _rank_from_env() -> int:
-    for var in ("RANK", "LOCAL_RANK"):
-        value = os.environ.get(var, "")
-        if value.isdigit():
-            return int(value)
-    return 0
-
-
-def _jsonable(value: float) -> Any:
-    return value if math.isfinite(value) else str(value)
+def _optimizer_label(optimizer: Any, taken: set[str]) -> str:
+    main = sys.modules.get("__main__")
+    for key, value in list(vars(main).items()) if main is not None else []:
+        if value is optimizer and not key.startswith("_"):
+            return key
+    base, n = type(optimizer).__name__, 1
+    while f"{base}{n}" in taken:
+        n += 1
+    return f"{base}{n}"

@@ -69,6 +69,11 @@ class Tracer:
             alloc, _peak = self.rec.memory.allocated()
             self._bwd_events.append((self.clock.mark(), entry[0], entry[1], _wall(), alloc))
 
+    def last_backward(self) -> str | None:
+        """The module whose backward started last in the step being traced."""
+        events = self._bwd_events
+        return str(events[-1][1][-1]) if events else None
+
     def end(self, backward_end: Any) -> None:
         """Close the traced step: rows now (CPU) or once the device has caught up (CUDA)."""
         marks = [backward_end] + [e[0] for e in self._bwd_events] + [f[1] for f in self._forward]

@@ -55,7 +55,10 @@ def main(args: Any, ctx: Any) -> int:
         return OK
     options = {
         name: getattr(args, name)
-        for name in ("run_dir", "listen", "token", "hang_timeout", "trace_every", "guard")
+        for name in (
+            *("run_dir", "listen", "token", "hang_timeout", "trace_every", "guard"),
+            *("metrics", "metrics_open"),
+        )
         if getattr(args, name, None) is not None
     }
     code = bootstrap_code(options)

@@ -6,31 +6,30 @@ import argparse
 import json
 from typing import Any
 
+from torchdoctor.cli import formats
 from torchdoctor.cli.errors import OK, TARGET_ERROR, CliError
 from torchdoctor.report.diagnoses import render_full
 
 NAME = "diagnoses"
 SUMMARY = "the problems found in a run, with evidence and ranked fixes"
 TARGET = "optional"
+FORMATS = formats.REPORT
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("source", nargs="?", help="a run directory (for a saved run)")
-    parser.add_argument("--format", choices=("text", "json"), default="text")
+    parser.add_argument("source", nargs="?", help="a run or job directory (for a saved run)")
 
 
 def main(args: Any, ctx: Any) -> int:
     if args.source is not None:
         if ctx.endpoint is not None:
             raise CliError("give either an ENDPOINT or a RUN_DIR, not both")
-        from torchdoctor.store import rundir
-        from torchdoctor.store.saved import RunNotFound, SavedRun
+        from torchdoctor.cli.saved import open_saved
 
-        try:
-            SavedRun(args.source)
-        except RunNotFound as exc:
-            raise CliError(str(exc)) from None
-        records = _read_jsonl(args.source + "/" + rundir.DIAGNOSES_FILE)
+        run = open_saved(args.source, ctx)
+        records = run.block("diagnoses").to_records()
+        for r in records:
+            r["evidence"] = _evidence(r.get("evidence"))
     else:
         status, payload = ctx.client().request("GET", "/v1/diagnoses")
         if status != 200:
@@ -38,7 +37,7 @@ def main(args: Any, ctx: Any) -> int:
             return TARGET_ERROR
         records = [dict(zip(payload["columns"], row, strict=True)) for row in payload["rows"]]
         for r in records:
-            r["evidence"] = json.loads(r.get("evidence") or "{}")
+            r["evidence"] = _evidence(r.get("evidence"))
     if args.format == "json":
         ctx.print(json.dumps(records, indent=2))
     else:
@@ -46,15 +45,8 @@ def main(args: Any, ctx: Any) -> int:
     return OK
 
 
-def _read_jsonl(path: str) -> list[dict[str, Any]]:
-    out = []
+def _evidence(text: Any) -> Any:
     try:
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                try:
-                    out.append(json.loads(line))
-                except ValueError:
-                    continue
-    except FileNotFoundError:
-        return []
-    return out
+        return json.loads(text or "{}")
+    except ValueError:
+        return text

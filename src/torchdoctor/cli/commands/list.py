@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from torchdoctor import registry
+from torchdoctor.cli import formats
 from torchdoctor.cli.errors import OK, CliError
 from torchdoctor.redact import command_line
 from torchdoctor.report.tabular import render
@@ -14,7 +15,7 @@ from torchdoctor.report.tabular import render
 NAME = "list"
 SUMMARY = "probed processes of this user: pid, endpoint, command, step"
 TARGET = "none"
-FORMATS = True
+FORMATS = formats.ROWS
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

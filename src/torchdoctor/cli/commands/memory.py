@@ -9,11 +9,13 @@ import argparse
 import json
 from typing import Any
 
+from torchdoctor.cli import formats
 from torchdoctor.cli.errors import OK, TARGET_ERROR, CliError
 
 NAME = "memory"
 SUMMARY = "where the memory is: tensors by kind, phases, modules, the OOM report"
 TARGET = "optional"
+FORMATS = formats.REPORT
 
 
 class _TargetError(Exception):
@@ -21,9 +23,8 @@ class _TargetError(Exception):
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("source", nargs="?", help="a run directory (for a saved run)")
+    parser.add_argument("source", nargs="?", help="a run or job directory (for a saved run)")
     parser.add_argument("--top", type=int, default=10, help="largest tensors to list (live)")
-    parser.add_argument("--format", choices=("text", "json"), default="text", help="output format")
 
 
 def main(args: Any, ctx: Any) -> int:
@@ -62,14 +63,10 @@ def _live_execute(ctx: Any) -> Any:
 
 
 def _saved_execute(source: str, ctx: Any) -> Any:
+    from torchdoctor.cli.saved import open_saved
     from torchdoctor.sql.engine import SqlEngine, SqlError
-    from torchdoctor.store.saved import RunNotFound, SavedRun
 
-    try:
-        run = SavedRun(source)
-    except RunNotFound as exc:
-        raise CliError(str(exc)) from None
-    engine = SqlEngine(run)
+    engine = SqlEngine(open_saved(source, ctx))
 
     def execute(sql: str) -> tuple[list[str], list[Any]]:
         try:

@@ -6,17 +6,18 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from torchdoctor.cli import formats
 from torchdoctor.cli.errors import OK, TARGET_ERROR, CliError
 from torchdoctor.report.tabular import render
 
 NAME = "query"
 SUMMARY = "SQL over the telemetry tables (live: ENDPOINT query SQL; saved: query RUN_DIR SQL)"
 TARGET = "optional"
-FORMATS = True
+FORMATS = formats.ROWS
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("source", nargs="?", help="a run directory (for a saved run)")
+    parser.add_argument("source", nargs="?", help="a run or job directory (for a saved run)")
     parser.add_argument("sql", help="the query; tables are python.<name>; '-' reads stdin")
 
 
@@ -45,20 +46,19 @@ def _read_sql(text: str) -> str:
 
 
 def _saved(source: str, sql: str, args: Any, ctx: Any) -> int:
+    from torchdoctor.cli.saved import open_saved, warn_truncated
     from torchdoctor.sql.engine import SqlEngine, SqlError
-    from torchdoctor.store.saved import RunNotFound, SavedRun
+    from torchdoctor.store.saved import RunNotFound
 
-    try:
-        run = SavedRun(source)
-    except RunNotFound as exc:
-        raise CliError(str(exc)) from None
+    run = open_saved(source, ctx)
     try:
         result = SqlEngine(run).execute(sql, timeout=ctx.timeout)
     except SqlError as exc:
         ctx.warn(f"torchdoctor: query failed: {exc}")
         return TARGET_ERROR
-    for name in run.truncated:
-        ctx.warn(f"torchdoctor: {name}: the last batch was cut short (killed run?) and skipped")
+    except RunNotFound as exc:  # a table file that turned out unreadable
+        raise CliError(str(exc)) from None
+    warn_truncated(run, ctx)
     _show(result.columns, result.rows, result.truncated, args, ctx)
     return OK
 

@@ -19,8 +19,8 @@ NAME = "run"
 SUMMARY = "run a training script (or -m module) with the probe and telemetry on"
 TARGET = "none"
 
-_VALUED = {"--run-dir", "--listen", "--token", "--hang-timeout", "--trace-every", "-m"}
-_SWITCHES = {"--guard", "--quiet", "-q", "-h", "--help"}
+_VALUED = {"--run-dir", "--listen", "--token", "--hang-timeout", "--trace-every", "--metrics", "-m"}
+_SWITCHES = {"--guard", "--metrics-open", "--quiet", "-q", "-h", "--help"}
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -6,28 +6,29 @@ import argparse
 import json
 from typing import Any
 
+from torchdoctor.cli import formats
 from torchdoctor.cli.errors import OK, CliError
 from torchdoctor.report.tabular import render
 
 NAME = "tables"
 SUMMARY = "list the tables and columns that SQL can use"
 TARGET = "optional"
+FORMATS = formats.VIEW_OR_ROWS
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("source", nargs="?", help="a run directory (for a saved run)")
-    parser.add_argument("--format", choices=("text", "table", "json", "csv"), default="text")
+    parser.add_argument("source", nargs="?", help="a run or job directory (for a saved run)")
 
 
 def main(args: Any, ctx: Any) -> int:
     if args.source is not None:
-        from torchdoctor.store.saved import RunNotFound, SavedRun
-        from torchdoctor.store.schema import describe_tables
+        from torchdoctor.cli.saved import open_saved
+        from torchdoctor.store.schema import describe_specs
 
-        try:
-            tables = describe_tables(SavedRun(args.source).table_names())
-        except RunNotFound as exc:
-            raise CliError(str(exc)) from None
+        if ctx.endpoint is not None:
+            raise CliError("give either an ENDPOINT or a RUN_DIR, not both")
+        run = open_saved(args.source, ctx)
+        tables = describe_specs([run.spec(name) for name in run.table_names()])
     else:
         _status, payload = ctx.client().request("GET", "/v1/tables")
         tables = payload["tables"]

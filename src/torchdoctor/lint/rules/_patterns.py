@@ -16,7 +16,7 @@ from torchdoctor.lint.context import (
     method,
     receiver,
     terminal,
-    walk,
+    text,
 )
 
 _OPTIMIZER_NAME = re.compile(
@@ -61,6 +61,10 @@ def _is_tensor_expr(node: ast.AST | None) -> bool:
 
 def optimizer_names(ctx: FileContext) -> set[str]:
     """Names (or attribute names) assigned an optimizer in this file."""
+    return ctx.memo("optimizer_names", lambda: _optimizer_names(ctx))
+
+
+def _optimizer_names(ctx: FileContext) -> set[str]:
     out: set[str] = set()
     for node in ctx.nodes(ast.Assign):
         assert isinstance(node, ast.Assign)
@@ -114,7 +118,9 @@ def is_zero_grad(node: ast.AST) -> bool:
 
 
 def grad_off_item(ctx: FileContext, expr: ast.AST) -> bool:
-    """A `with` item or decorator that turns autograd off."""
+    """A `with` item or decorator that turns autograd off: torch.no_grad(),
+    torch.inference_mode(), set_grad_enabled(False), and project wrappers named after
+    them (yolov5's @smart_inference_mode())."""
     target = expr.func if isinstance(expr, ast.Call) else expr
     name = ctx.qualname(target)
     if name in GRAD_OFF:
@@ -123,7 +129,11 @@ def grad_off_item(ctx: FileContext, expr: ast.AST) -> bool:
         return True
     if name in ("torch.set_grad_enabled", "torch.autograd.set_grad_enabled"):
         return isinstance(expr, ast.Call) and bool(expr.args) and is_const(expr.args[0], False)
-    return False
+    last = (name or terminal(target) or "").rsplit(".", 1)[-1]
+    return bool(_GRAD_OFF_WRAPPER.search(last))
+
+
+_GRAD_OFF_WRAPPER = re.compile(r"(?i)(?:inference_mode|no_grad)$")
 
 
 def decorated_grad_off(ctx: FileContext, func: ast.AST) -> bool:
@@ -132,17 +142,28 @@ def decorated_grad_off(ctx: FileContext, func: ast.AST) -> bool:
     return any(grad_off_item(ctx, d) for d in func.decorator_list)
 
 
-def grad_disabled(ctx: FileContext, node: ast.AST) -> bool:
+def grad_disabled(ctx: FileContext, node: ast.AST, callers: int = 0) -> bool:
     """Whether autograd is off where `node` runs: inside `with torch.no_grad()` (or
-    inference_mode, set_grad_enabled(False)) or a function decorated with them."""
+    inference_mode, set_grad_enabled(False)), in a function decorated with them, or (with
+    `callers` > 0) in a function of this file whose every call here runs with autograd
+    off, looked up through that many levels of callers."""
     for a in ctx.ancestors(node):
         if isinstance(a, (ast.With, ast.AsyncWith)) and any(
             grad_off_item(ctx, item.context_expr) for item in a.items
         ):
             return True
-        if isinstance(a, FUNCTIONS) and decorated_grad_off(ctx, a):
-            return True
+        if isinstance(a, FUNCTIONS):
+            if decorated_grad_off(ctx, a):
+                return True
+            if callers > 0 and isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                sites = [c for c in ctx.calls_to(a.name) if a not in _enclosing(ctx, c)]
+                if sites and all(grad_disabled(ctx, c, callers - 1) for c in sites):
+                    return True
     return False
+
+
+def _enclosing(ctx: FileContext, node: ast.AST) -> list[ast.AST]:
+    return [a for a in ctx.ancestors(node) if isinstance(a, FUNCTIONS)]
 
 
 def disables_grad_globally(ctx: FileContext, scope_nodes: Iterable[ast.AST]) -> bool:
@@ -255,12 +276,53 @@ def in_except(ctx: FileContext, node: ast.AST) -> bool:
     return any(isinstance(a, ast.ExceptHandler) for a in ctx.ancestors(node))
 
 
-def loop_calls(loop: ast.AST, direct: bool = False) -> list[ast.AST]:
-    """The nodes that run in a loop's body (`direct`: not counting nested loops)."""
-    assert isinstance(loop, (ast.For, ast.AsyncFor, ast.While))
-    return list(walk([*loop.body, *loop.orelse], skip_loops=direct))
-
-
 def keyword_true(call: ast.Call, name: str) -> bool:
     value = keyword(call, name)
     return value is not None and not is_const(value, False) and not is_const(value, None)
+
+
+def mode_switches(nodes: list[ast.AST]) -> list[tuple[int, str, bool]]:
+    """(line, module, eval?) for every `m.eval()` / `m.train()` / `m.train(False)`."""
+    switches: list[tuple[int, str, bool]] = []
+    for n in nodes:
+        if not isinstance(n, ast.Call) or method(n) not in ("eval", "train") or n.keywords:
+            continue
+        owner = receiver(n)
+        if owner is None or not isinstance(owner, (ast.Name, ast.Attribute)):
+            continue
+        if method(n) == "eval" and n.args:
+            continue
+        evaluating = method(n) == "eval" or (bool(n.args) and is_const(n.args[0], False))
+        switches.append((n.lineno, text(owner), evaluating))
+    return switches
+
+
+def exclusive(ctx: FileContext, a: ast.AST, b: ast.AST) -> bool:
+    """Whether a and b sit in different branches of one `if` (or try/except): they never
+    run in the same pass."""
+    chain_a = {id(x): x for x in ctx.ancestors(a)}
+    child_b = b
+    for anc in ctx.ancestors(b):
+        if id(anc) in chain_a and isinstance(anc, (ast.If, ast.Try)):
+            branch_b = _branch(anc, child_b)
+            child_a = next(x for x in [a, *ctx.ancestors(a)] if ctx.parent(x) is anc)
+            branch_a = _branch(anc, child_a)
+            return branch_a is not None and branch_b is not None and branch_a != branch_b
+        if id(anc) in chain_a:
+            return False
+        child_b = anc
+    return False
+
+
+def _branch(node: ast.If | ast.Try, child: ast.AST) -> str | None:
+    if isinstance(node, ast.If):
+        if child in node.body:
+            return "body"
+        if child in node.orelse:
+            return "orelse"
+        return None
+    if child in node.body or child in node.orelse:
+        return "body"
+    if child in node.handlers:
+        return f"handler{node.handlers.index(child)}"
+    return None

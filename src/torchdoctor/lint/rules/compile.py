@@ -11,8 +11,8 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from torchdoctor.lint.context import FileContext, Hit, method, receiver, terminal
-from torchdoctor.lint.engine import Rule
+from torchdoctor.lint.context import FileContext, method, receiver, terminal
+from torchdoctor.lint.rule import Hit, Rule
 
 _COMPILE = {"torch.compile", "torch._dynamo.optimize"}
 _DISABLE = {"torch.compiler.disable", "torch._dynamo.disable"}
@@ -99,8 +99,12 @@ def _is_compiling_test(ctx: FileContext, test: ast.AST) -> bool:
     )
 
 
-def _compiled_nodes(ctx: FileContext) -> Iterator[ast.AST]:
+def _compiled_nodes(ctx: FileContext) -> list[ast.AST]:
     """Every node that runs inside compiled code."""
+    return ctx.memo("compiled_nodes", lambda: list(_walk_compiled(ctx)))
+
+
+def _walk_compiled(ctx: FileContext) -> Iterator[ast.AST]:
     seen: set[int] = set()
     for function in _compiled_functions(ctx):
         stack: list[ast.AST] = list(getattr(function, "body", []))

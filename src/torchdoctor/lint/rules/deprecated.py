@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 
-from torchdoctor.lint.context import FileContext, Hit
-from torchdoctor.lint.engine import Rule
+from torchdoctor.lint.context import FileContext, terminal, text
+from torchdoctor.lint.rule import Hit, Rule
 
 _AMP_MODULES = ("torch.cuda.amp", "torch.cpu.amp")
 _REPLACEMENTS = {
@@ -23,7 +24,33 @@ def _replacement(module: str, name: str) -> str:
     return template.format(device=device)
 
 
+def _fallback(ctx: FileContext, node: ast.AST) -> bool:
+    """Inside an `except` whose `try` uses torch.amp, or in a branch of an `if` that tests
+    for the new API (hasattr(torch, "amp"), a version check): code for old PyTorch only."""
+    child = node
+    for a in ctx.ancestors(node):
+        if (
+            isinstance(a, ast.Try)
+            and child in a.handlers
+            and any("amp" in text(stmt) for stmt in a.body)
+        ):
+            return True
+        if isinstance(a, ast.If) and _NEW_API_TEST.search(text(a.test)):
+            return True
+        child = a
+    return False
+
+
+_NEW_API_TEST = re.compile(r"hasattr\(torch|torch\.amp|__version__|version")
+
+
 def _cuda_amp(ctx: FileContext) -> Iterator[Hit]:
+    for hit in _cuda_amp_uses(ctx):
+        if not _fallback(ctx, hit.node):
+            yield hit
+
+
+def _cuda_amp_uses(ctx: FileContext) -> Iterator[Hit]:
     for n in ctx.all_nodes:
         if isinstance(n, ast.ImportFrom) and n.module in _AMP_MODULES and n.level == 0:
             names = ", ".join(a.name for a in n.names)
@@ -48,7 +75,9 @@ DEPRECATED_AMP = Rule(
     message="torch.cuda.amp is deprecated: use torch.amp with a device type",
     what=(
         "torch.cuda.amp.autocast, torch.cuda.amp.GradScaler, torch.cuda.amp.custom_fwd/"
-        "custom_bwd (and torch.cpu.amp.autocast), used or imported."
+        "custom_bwd (and torch.cpu.amp.autocast), used or imported. A fallback for old "
+        "PyTorch (in the `except` after torch.amp was tried, or under a version or "
+        "hasattr check) is not reported."
     ),
     why=(
         "These device-specific entry points are deprecated in favour of torch.amp, which "
@@ -101,4 +130,67 @@ DEPRECATED_VARIABLE = Rule(
     check=_variable,
 )
 
-RULES = (DEPRECATED_AMP, DEPRECATED_VARIABLE)
+_LOSS_NAME = re.compile(r"(?i)loss|cost")
+_REDUCTIONS = ("sum", "mean", "item", "norm")
+
+
+def _reduced(node: ast.AST | None) -> bool:
+    """x.sum() / x.mean() / (a == b).float().mean() with no dim: a 0-dim result."""
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in _REDUCTIONS
+        and not node.args
+        and not node.keywords
+    )
+
+
+def _zero_dim(ctx: FileContext, owner: ast.AST) -> bool:
+    """A loss (by name), a reduction without dim, or a name last assigned one."""
+    if _LOSS_NAME.search(terminal(owner) or "") or _reduced(owner):
+        return True
+    if isinstance(owner, ast.Name):
+        value = ctx.value_before(ctx.scope(owner), owner.id, getattr(owner, "lineno", 0))
+        while isinstance(value, ast.BinOp):  # correct.float() / n
+            value = value.left
+        return _reduced(value)
+    return False
+
+
+def _zero_dim_index(ctx: FileContext) -> Iterator[Hit]:
+    for n in ctx.nodes(ast.Subscript):
+        assert isinstance(n, ast.Subscript)
+        if not (isinstance(n.slice, ast.Constant) and n.slice.value == 0):
+            continue
+        data = n.value
+        if not (isinstance(data, ast.Attribute) and data.attr == "data"):
+            continue
+        if _zero_dim(ctx, data.value):
+            yield Hit(
+                n,
+                f"`{text(n)}` indexes a 0-dim tensor: IndexError since PyTorch 0.5; "
+                f"use `{text(data.value)}.item()`",
+            )
+
+
+ZERO_DIM_INDEX = Rule(
+    code="TD603",
+    name="loss-data-index",
+    message="loss.data[0] indexes a 0-dim tensor (an error since PyTorch 0.5): use loss.item()",
+    what=(
+        "`.data[0]` on a loss (a name with loss or cost in it) or on a reduction without a "
+        "dim (x.sum(), (pred == y).sum(), or a name last assigned one): the PyTorch 0.3 "
+        "way of reading a number."
+    ),
+    why=(
+        "Before PyTorch 0.4 a loss was a 1-element Variable and `loss.data[0]` its value. "
+        "Losses are 0-dim tensors now: indexing one raises `IndexError: invalid index of a "
+        "0-dim tensor`, so old training code stops at its first logging line. `.data` also "
+        "skips autograd's checks."
+    ),
+    example="running_loss += loss.data[0]",
+    fix="running_loss += loss.item()",
+    check=_zero_dim_index,
+)
+
+RULES = (DEPRECATED_AMP, DEPRECATED_VARIABLE, ZERO_DIM_INDEX)

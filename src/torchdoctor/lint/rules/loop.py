@@ -4,29 +4,35 @@ detection left on."""
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 
 from torchdoctor.lint.context import (
     FileContext,
-    Hit,
     is_const,
     keyword,
     method,
     receiver,
+    terminal,
+    text,
+    walk,
 )
-from torchdoctor.lint.engine import Rule
+from torchdoctor.lint.rule import Hit, Rule
 from torchdoctor.lint.rules._patterns import (
+    exclusive,
+    in_except,
     in_if,
+    in_periodic_if,
     is_backward,
     is_optimizer_step,
     is_zero_grad,
-    loop_calls,
+    mode_switches,
     optimizer_names,
 )
 
 
 def _qualifies(ctx: FileContext, loop: ast.AST, optimizers: set[str]) -> bool:
-    nodes = loop_calls(loop)
+    nodes = ctx.loop_nodes(loop)
     steps = [n for n in nodes if is_optimizer_step(ctx, n, optimizers)]
     if not steps or not any(is_backward(ctx, n) for n in nodes):
         return False
@@ -108,11 +114,15 @@ def _clip_without_unscale(ctx: FileContext) -> Iterator[Hit]:
         if not scaled:
             continue
         unscales = [n for n in nodes if isinstance(n, ast.Call) and method(n) == "unscale_"]
-        first_scaled = min(getattr(n, "lineno", 0) for n in scaled)
         for n in nodes:
-            if not _is_clip(ctx, n) or getattr(n, "lineno", 0) < first_scaled:
+            if not _is_clip(ctx, n):
                 continue
-            if not any(u.lineno <= n.lineno for u in unscales):  # type: ignore[attr-defined]
+            # Only a scaled backward() on the same path counts: not one in the other
+            # branch of `if use_amp: ... else: ...`.
+            line = getattr(n, "lineno", 0)
+            if not any(s.lineno <= line and not exclusive(ctx, s, n) for s in scaled):  # type: ignore[attr-defined]
+                continue
+            if not any(u.lineno <= line and not exclusive(ctx, u, n) for u in unscales):
                 yield Hit(n)
 
 
@@ -121,8 +131,9 @@ CLIP_WITHOUT_UNSCALE = Rule(
     name="clip-without-unscale",
     message="gradients clipped while still scaled: call scaler.unscale_(optimizer) before clipping",
     what=(
-        "clip_grad_norm_ / clip_grad_value_ in code that backpropagates through "
-        "scaler.scale(loss), without scaler.unscale_(optimizer) before the clip."
+        "clip_grad_norm_ / clip_grad_value_ after a backward through scaler.scale(loss) on "
+        "the same path (not in the other branch of an `if use_amp:`), without "
+        "scaler.unscale_(optimizer) before the clip."
     ),
     why=(
         "With a GradScaler the gradients are multiplied by the loss scale (65536 at the "
@@ -207,4 +218,231 @@ ANOMALY_LEFT_ON = Rule(
     check=_anomaly,
 )
 
-RULES = (MISSING_ZERO_GRAD, CLIP_WITHOUT_UNSCALE, ANOMALY_LEFT_ON)
+
+_VALIDATION = re.compile(r"(?i)(?:^|[^a-z])(?:val|valid|validation|test|eval|dev)(?:[^a-z]|$)")
+_TRAINING = re.compile(r"(?i)train")
+
+
+def _validation_loop(loop: ast.AST) -> bool:
+    """`for x, y in val_loader:` and the like (not a training loader)."""
+    if not isinstance(loop, (ast.For, ast.AsyncFor)):
+        return False
+    source = text(loop.iter)
+    return bool(_VALIDATION.search(source)) and not _TRAINING.search(source)
+
+
+def _validation_in_train_mode(ctx: FileContext) -> Iterator[Hit]:
+    optimizers = optimizer_names(ctx)
+    for scope in ctx.scopes():
+        nodes = ctx.scope_nodes(scope)
+        switches = mode_switches(nodes)
+        if not switches:
+            continue
+        reported: set[tuple[str, int]] = set()
+        for loop in [n for n in nodes if _validation_loop(n)]:
+            body = ctx.loop_nodes(loop)
+            if any(is_backward(ctx, n) or is_optimizer_step(ctx, n, optimizers) for n in body):
+                continue
+            for n in body:
+                if not isinstance(n, ast.Call) or not isinstance(n.func, (ast.Name, ast.Attribute)):
+                    continue
+                called = text(n.func)
+                before = [(line, e) for line, t, e in switches if t == called and line < n.lineno]
+                # The scope itself put the model in training mode and never switched it
+                # to eval mode before this loop.
+                if not before or before[-1][1] or (called, before[-1][0]) in reported:
+                    continue
+                reported.add((called, before[-1][0]))
+                yield Hit(
+                    n,
+                    f"`{called}` is still in training mode (train() on line {before[-1][0]}) "
+                    "in this validation loop: dropout stays on and batch norm uses and "
+                    "updates batch statistics; call "
+                    f"{called}.eval() before it (and {called}.train() after)",
+                )
+
+
+VALIDATION_IN_TRAIN_MODE = Rule(
+    code="TD404",
+    name="validation-in-train-mode",
+    message="validation runs the model in training mode: call model.eval() first",
+    what=(
+        "A loop over a validation or test loader (`val_loader`, `test_dl`, "
+        "`dataloaders['val']`) without backward() or an optimizer step, that calls a model "
+        "which the same function (or script) put in training mode with model.train() and "
+        "never switched to model.eval() before the loop."
+    ),
+    why=(
+        "In training mode dropout keeps dropping activations and batch norm normalises with "
+        "the statistics of the current batch and updates its running averages with the "
+        "validation data. Validation scores come out noisy and worse than the model is, "
+        "and the running statistics used later for inference drift towards the "
+        "validation set."
+    ),
+    example=(
+        "for epoch in range(epochs):\n"
+        "    model.train()\n"
+        "    for x, y in train_loader:\n"
+        "        optimizer.zero_grad()\n"
+        "        criterion(model(x), y).backward()\n"
+        "        optimizer.step()\n"
+        "    with torch.no_grad():\n"
+        "        for x, y in val_loader:\n"
+        "            val_loss = criterion(model(x), y)"
+    ),
+    fix=(
+        "for epoch in range(epochs):\n"
+        "    model.train()\n"
+        "    for x, y in train_loader:\n"
+        "        optimizer.zero_grad()\n"
+        "        criterion(model(x), y).backward()\n"
+        "        optimizer.step()\n"
+        "    model.eval()\n"
+        "    with torch.no_grad():\n"
+        "        for x, y in val_loader:\n"
+        "            val_loss = criterion(model(x), y)"
+    ),
+    check=_validation_in_train_mode,
+)
+
+_SCHEDULER_NAME = re.compile(r"(?i)sched|lr_scheduler")
+_SCHEDULER_CLASS = re.compile(r"(?:LR|Scheduler|Annealing\w*|WarmRestarts)$")
+
+
+def _scheduler_names(ctx: FileContext) -> set[str]:
+    out: set[str] = set()
+    for n in ctx.nodes(ast.Assign):
+        assert isinstance(n, ast.Assign)
+        name = ctx.call_name(n.value) or ""
+        if ".lr_scheduler." in name or _SCHEDULER_CLASS.search(name.rsplit(".", 1)[-1]):
+            if "ReduceLROnPlateau" in name:
+                continue
+            out |= {t for t in (terminal(x) for x in n.targets) if t}
+    return out
+
+
+def _is_scheduler_step(node: ast.AST, schedulers: set[str]) -> bool:
+    if not isinstance(node, ast.Call) or method(node) != "step" or node.args or node.keywords:
+        return False
+    owner = terminal(receiver(node)) or ""
+    return owner in schedulers or bool(
+        _SCHEDULER_NAME.search(owner) and "plateau" not in owner.lower()
+    )
+
+
+def _scheduler_before_optimizer(ctx: FileContext) -> Iterator[Hit]:
+    optimizers = optimizer_names(ctx)
+    schedulers = _scheduler_names(ctx)
+    for loop in ctx.loops():
+        assert isinstance(loop, (ast.For, ast.AsyncFor, ast.While))
+        body = loop.body
+        steps = [
+            i
+            for i, stmt in enumerate(body)
+            if any(is_optimizer_step(ctx, n, optimizers) for n in walk([stmt]))
+        ]
+        if not steps:
+            continue
+        for stmt in body[: steps[0]]:
+            for n in walk([stmt]):
+                if _is_scheduler_step(n, schedulers) and ctx.enclosing_loop(n) is loop:
+                    yield Hit(n)
+
+
+SCHEDULER_BEFORE_OPTIMIZER = Rule(
+    code="TD405",
+    name="scheduler-step-before-optimizer-step",
+    message="scheduler.step() before optimizer.step(): the first learning rate is skipped",
+    what=(
+        "In a loop, a learning-rate scheduler's step() that comes before the optimizer's "
+        "step() in the same iteration (typically at the top of the epoch loop, with the "
+        "batch loop below). ReduceLROnPlateau and step(metric) calls are not reported."
+    ),
+    why=(
+        "Since PyTorch 1.1 the scheduler must step after the optimizer. Stepping it first "
+        "moves the schedule on before any update used it: the initial learning rate (the "
+        "first warm-up value, the first step of a decay) is never used, and the whole "
+        "schedule runs one step early. PyTorch warns about it once, easy to miss."
+    ),
+    example=(
+        "for epoch in range(epochs):\n"
+        "    scheduler.step()\n"
+        "    for x, y in loader:\n"
+        "        optimizer.zero_grad()\n"
+        "        criterion(model(x), y).backward()\n"
+        "        optimizer.step()"
+    ),
+    fix=(
+        "for epoch in range(epochs):\n"
+        "    for x, y in loader:\n"
+        "        optimizer.zero_grad()\n"
+        "        criterion(model(x), y).backward()\n"
+        "        optimizer.step()\n"
+        "    scheduler.step()"
+    ),
+    check=_scheduler_before_optimizer,
+)
+
+
+def _clip_every_micro_step(ctx: FileContext) -> Iterator[Hit]:
+    optimizers = optimizer_names(ctx)
+    for loop in ctx.loops():
+        nodes = ctx.loop_nodes(loop, direct=True)
+        steps = [n for n in nodes if is_optimizer_step(ctx, n, optimizers)]
+        if not steps or not all(in_periodic_if(ctx, s, loop) for s in steps):
+            continue
+        backwards = [n for n in nodes if is_backward(ctx, n) and not in_periodic_if(ctx, n, loop)]
+        if not backwards:
+            continue
+        for n in nodes:
+            if (
+                _is_clip(ctx, n)
+                and not in_periodic_if(ctx, n, loop)
+                and not in_except(ctx, n)
+                and in_if(ctx, n, loop) is None
+            ):
+                yield Hit(n)
+
+
+CLIP_EVERY_MICRO_STEP = Rule(
+    code="TD406",
+    name="clip-every-micro-step",
+    message="gradients clipped on every micro-step of gradient accumulation: clip before step",
+    what=(
+        "Gradient accumulation (backward() on every iteration, optimizer.step() only under "
+        "`if (i + 1) % accum_steps == 0:`) with clip_grad_norm_ / clip_grad_value_ called "
+        "on every iteration, outside that `if`."
+    ),
+    why=(
+        "Clipping a partial sum of gradients scales down the micro-batches seen so far and "
+        "not the ones still to come: the accumulated gradient is no longer the full batch's "
+        "gradient, the effective threshold depends on the accumulation step, and the clip "
+        "runs (with its device sync for the norm) accum_steps times per update."
+    ),
+    example=(
+        "for i, (x, y) in enumerate(loader):\n"
+        "    (criterion(model(x), y) / accum).backward()\n"
+        "    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n"
+        "    if (i + 1) % accum == 0:\n"
+        "        optimizer.step()\n"
+        "        optimizer.zero_grad()"
+    ),
+    fix=(
+        "for i, (x, y) in enumerate(loader):\n"
+        "    (criterion(model(x), y) / accum).backward()\n"
+        "    if (i + 1) % accum == 0:\n"
+        "        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n"
+        "        optimizer.step()\n"
+        "        optimizer.zero_grad()"
+    ),
+    check=_clip_every_micro_step,
+)
+
+RULES = (
+    MISSING_ZERO_GRAD,
+    CLIP_WITHOUT_UNSCALE,
+    ANOMALY_LEFT_ON,
+    VALIDATION_IN_TRAIN_MODE,
+    SCHEDULER_BEFORE_OPTIMIZER,
+    CLIP_EVERY_MICRO_STEP,
+)

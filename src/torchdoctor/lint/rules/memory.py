@@ -9,14 +9,13 @@ from collections.abc import Iterator
 
 from torchdoctor.lint.context import (
     FileContext,
-    Hit,
     method,
     names_in,
     receiver,
     terminal,
     text,
 )
-from torchdoctor.lint.engine import Rule
+from torchdoctor.lint.rule import Hit, Rule
 from torchdoctor.lint.rules._patterns import (
     backward_operands,
     disables_grad_globally,
@@ -25,31 +24,60 @@ from torchdoctor.lint.rules._patterns import (
     in_periodic_if,
     is_backward,
     is_optimizer_step,
-    loop_calls,
+    mode_switches,
     optimizer_names,
 )
 
 _LOSS_CALL = re.compile(r"(?i)loss|criterion|cross_entropy|nll|mse|bce")
+# Loss functions of other libraries that return plain numbers (sklearn's log_loss).
+_NOT_TENSOR_LIBS = ("sklearn.", "numpy.", "scipy.", "math.", "statistics.")
 _DETACHING = {"item", "detach", "tolist", "numpy", "cpu"}
 _EVAL_FUNCTION = re.compile(r"(?i)eval|valid|test|predict|infer")
 
 
-def _loss_names(ctx: FileContext, loop: ast.AST) -> set[str]:
-    """Names in a loop that hold a loss with its graph: differentiated in the loop, or (outside
-    grad-free code) computed by a loss function or criterion."""
-    nodes = loop_calls(loop)
+def _loss_call(ctx: FileContext, value: ast.AST) -> bool:
+    if not isinstance(value, ast.Call) or not _LOSS_CALL.search(terminal(value.func) or ""):
+        return False
+    name = ctx.call_name(value) or ""
+    return not name.startswith(_NOT_TENSOR_LIBS)
+
+
+def _torch_loss_call(ctx: FileContext, value: ast.AST) -> bool:
+    """F.cross_entropy(...) and the like: a call that certainly returns a tensor."""
+    name = ctx.call_name(value) or ""
+    return name.startswith("torch.") and bool(_LOSS_CALL.search(name.rsplit(".", 1)[-1]))
+
+
+def _loss_names(ctx: FileContext, loop: ast.AST, without_backward: bool = False) -> set[str]:
+    """Names in a training loop (one that calls backward()) that hold a loss with its
+    graph: differentiated in the loop, or (outside grad-free code) computed by a loss
+    function or criterion. In a loop without backward() a name counts only with
+    `without_backward`, and only when a torch loss function computed it: another
+    library's loss (sklearn's log_loss) returns a number."""
+    nodes = ctx.loop_nodes(loop)
+    backwards = [n for n in nodes if is_backward(ctx, n)]
+    if not backwards:
+        if not without_backward or _EVAL_FUNCTION.search(getattr(ctx.scope(loop), "name", "")):
+            return set()
+        return {
+            t.id
+            for n in nodes
+            if isinstance(n, ast.Assign)
+            and _torch_loss_call(ctx, n.value)
+            and not grad_disabled(ctx, n)
+            for t in n.targets
+            if isinstance(t, ast.Name)
+        }
     names: set[str] = set()
-    for n in nodes:
-        if is_backward(ctx, n):
-            assert isinstance(n, ast.Call)
-            names |= backward_operands(ctx, n)
+    for n in backwards:
+        assert isinstance(n, ast.Call)
+        names |= backward_operands(ctx, n)
     scope = ctx.scope(loop)
     function_name = getattr(scope, "name", "")
     for n in nodes:
         if (
             isinstance(n, ast.Assign)
-            and isinstance(n.value, ast.Call)
-            and _LOSS_CALL.search(terminal(n.value.func) or "")
+            and _loss_call(ctx, n.value)
             and not grad_disabled(ctx, n)
             and not _EVAL_FUNCTION.search(function_name)
         ):
@@ -99,11 +127,17 @@ def _graph_ref(expr: ast.AST, names: set[str]) -> str | None:
     return None
 
 
-def _reset_in(loop: ast.AST, target: str) -> bool:
+def _reset_in(ctx: FileContext, loop: ast.AST, target: str, but: ast.AST | None = None) -> bool:
     """The loop itself rebinds or clears the collection (`total = 0`, `losses = []`,
     `losses.clear()` after logging): what it keeps is bounded by the steps in between."""
-    for n in loop_calls(loop, direct=True):
-        if isinstance(n, ast.Assign) and any(text(t) == target for t in n.targets):
+    for n in ctx.loop_nodes(loop, direct=True):
+        if n is but:
+            continue
+        if (
+            isinstance(n, ast.Assign)
+            and any(text(t) == target for t in n.targets)
+            and target not in {text(x) for x in ast.walk(n.value)}  # not total = total + x
+        ):
             return True
         if isinstance(n, ast.Call) and method(n) == "clear" and text(receiver(n) or n) == target:
             return True
@@ -112,11 +146,11 @@ def _reset_in(loop: ast.AST, target: str) -> bool:
 
 def _kept_losses(ctx: FileContext) -> Iterator[Hit]:
     for loop in ctx.loops():
-        losses = _loss_names(ctx, loop)
+        losses = _loss_names(ctx, loop, without_backward=True)
         if not losses:
             continue
         used_in_backward = _differentiated_names(ctx, ctx.scope(loop))
-        for n in loop_calls(loop, direct=True):
+        for n in ctx.loop_nodes(loop, direct=True):
             if (
                 isinstance(n, ast.Call)
                 and method(n) in ("append", "extend", "insert")
@@ -129,7 +163,7 @@ def _kept_losses(ctx: FileContext) -> Iterator[Hit]:
                 name = _graph_ref(arg, losses)
                 owner = terminal(receiver(n))
                 collection = text(receiver(n) or n)
-                if name and owner not in used_in_backward and not _reset_in(loop, collection):
+                if name and owner not in used_in_backward and not _reset_in(ctx, loop, collection):
                     yield Hit(
                         n,
                         f"`{text(n)}` keeps the loss tensor and its whole autograd graph alive "
@@ -166,24 +200,44 @@ LOSS_KEPT = Rule(
 )
 
 
+def _running_total(n: ast.AST) -> tuple[ast.expr, ast.expr] | None:
+    """(total, added) for `total += x`, `total -= x` and `total = total + x`."""
+    if isinstance(n, ast.AugAssign) and isinstance(n.op, (ast.Add, ast.Sub)):
+        return n.target, n.value
+    if (
+        isinstance(n, ast.Assign)
+        and len(n.targets) == 1
+        and isinstance(n.value, ast.BinOp)
+        and isinstance(n.value.op, (ast.Add, ast.Sub))
+    ):
+        target, left, right = text(n.targets[0]), n.value.left, n.value.right
+        if text(left) == target:
+            return n.targets[0], right
+        if text(right) == target and isinstance(n.value.op, ast.Add):
+            return n.targets[0], left
+    return None
+
+
 def _accumulated_losses(ctx: FileContext) -> Iterator[Hit]:
     for loop in ctx.loops():
         losses = _loss_names(ctx, loop)
         if not losses:
             continue
         differentiated = _differentiated_names(ctx, ctx.scope(loop))
-        for n in loop_calls(loop, direct=True):
-            if not isinstance(n, ast.AugAssign) or not isinstance(n.op, (ast.Add, ast.Sub)):
+        for n in ctx.loop_nodes(loop, direct=True):
+            total = _running_total(n)
+            if total is None:
                 continue
-            target = terminal(n.target)
-            name = _graph_ref(n.value, losses)
+            target_node, added = total
+            target = terminal(target_node)
+            name = _graph_ref(added, losses)
             if (
                 name
                 and target
                 and target not in losses
                 and target not in differentiated
                 and not grad_disabled(ctx, n)
-                and not _reset_in(loop, text(n.target))
+                and not _reset_in(ctx, loop, text(target_node), but=n)
             ):
                 yield Hit(
                     n,
@@ -197,8 +251,10 @@ LOSS_ACCUMULATED = Rule(
     name="loss-accumulated-as-tensor",
     message="a running total adds the loss tensor, chaining every step's graph; add loss.item()",
     what=(
-        "A running total updated with the loss tensor in a training loop: "
-        "`running_loss += loss` (also `+= loss * x.size(0)`)."
+        "A running total updated with the loss tensor in a training loop (one that calls "
+        "backward()): `running_loss += loss`, `total = total + loss`, `+= loss * "
+        "x.size(0)`. Loops without backward() (a loss function summing its terms, "
+        "evaluation) are not reported."
     ),
     why=(
         "Adding a tensor that requires grad to a Python number turns the total into a tensor "
@@ -224,7 +280,7 @@ LOSS_ACCUMULATED = Rule(
 def _training_loop(ctx: FileContext, loop: ast.AST, optimizers: set[str]) -> bool:
     return any(
         is_backward(ctx, n) or is_optimizer_step(ctx, n, optimizers)
-        for n in loop_calls(loop, direct=True)
+        for n in ctx.loop_nodes(loop, direct=True)
     )
 
 
@@ -277,41 +333,42 @@ EMPTY_CACHE = Rule(
 )
 
 
+def _called_module(n: ast.Call) -> str | None:
+    func = n.func
+    if not isinstance(func, (ast.Name, ast.Attribute)):
+        return None
+    if isinstance(func, ast.Attribute) and func.attr == "forward":
+        return text(func.value)
+    return text(func)
+
+
 def _eval_calls(ctx: FileContext) -> Iterator[Hit]:
     for scope in ctx.scopes():
         nodes = ctx.scope_nodes(scope)
-        if any(is_backward(ctx, n) for n in nodes) or disables_grad_globally(ctx, nodes):
+        if disables_grad_globally(ctx, nodes):
             continue
-        switches: list[tuple[int, str, bool]] = []  # (line, target, eval?)
-        for n in nodes:
-            if isinstance(n, ast.Call) and method(n) in ("eval", "train") and not n.keywords:
-                owner = receiver(n)
-                if owner is None or not isinstance(owner, (ast.Name, ast.Attribute)):
-                    continue
-                evaluating = method(n) == "eval" or (
-                    bool(n.args)
-                    and isinstance(n.args[0], ast.Constant)
-                    and n.args[0].value is False
-                )
-                if method(n) == "eval" and n.args:
-                    continue
-                switches.append((n.lineno, text(owner), evaluating))
+        switches = mode_switches(nodes)
         if not any(e for _l, _t, e in switches):
             continue
-        reported: set[str] = set()
+        backwards = [n.lineno for n in nodes if is_backward(ctx, n)]  # type: ignore[attr-defined]
+        reported: set[tuple[str, int]] = set()  # once per module and eval() call
         for n in nodes:
-            if not isinstance(n, ast.Call) or not isinstance(n.func, (ast.Name, ast.Attribute)):
+            if not isinstance(n, ast.Call):
                 continue
-            func = n.func
-            called = text(func)
-            if isinstance(func, ast.Attribute) and func.attr == "forward":
-                called = text(func.value)
-            before = [e for line, t, e in switches if t == called and line < n.lineno]
-            if not before or not before[-1] or called in reported:
+            called = _called_module(n)
+            if called is None:
                 continue
-            if grad_disabled(ctx, n):
+            before = [(line, e) for line, t, e in switches if t == called and line < n.lineno]
+            if not before or not before[-1][1] or (called, before[-1][0]) in reported:
                 continue
-            reported.add(called)
+            # A backward() later on with no train() in between: the eval-mode output is
+            # being trained through (frozen batch norm), the graph is wanted.
+            trains = [line for line, t, e in switches if t == called and not e]
+            if any(b >= n.lineno and not any(n.lineno < t < b for t in trains) for b in backwards):
+                continue
+            if grad_disabled(ctx, n, callers=3):
+                continue
+            reported.add((called, before[-1][0]))
             yield Hit(
                 n,
                 f"`{called}` runs in eval mode without torch.no_grad()/torch.inference_mode(): "
@@ -324,9 +381,11 @@ EVAL_WITHOUT_NO_GRAD = Rule(
     name="eval-without-no-grad",
     message="model called after .eval() but outside no_grad()/inference_mode(): it records a graph",
     what=(
-        "A model called after `model.eval()` in a function (or script) that never calls "
-        "backward(), outside `with torch.no_grad()` / `torch.inference_mode()` and not in a "
-        "function decorated with them."
+        "A model called after `model.eval()` (in a function, or at script level), outside "
+        "`with torch.no_grad()` / `torch.inference_mode()`, not in a function decorated "
+        "with them (or with a wrapper named after them), and not in a function whose every "
+        "caller in the file runs with autograd off. A call whose output a later backward() "
+        "may use (no train() in between) is not reported."
     ),
     why=(
         "model.eval() only changes layers such as dropout and batch norm; it does not stop "

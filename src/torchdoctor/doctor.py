@@ -8,45 +8,52 @@ so it survives a crash) and, unless quiet, an alert on stderr.
 
 from __future__ import annotations
 
-import importlib
 import statistics
 import sys
 import threading
 import time
-from types import ModuleType
-from typing import Any
+from typing import Any, Protocol
 
-from torchdoctor._guard import warn_once
-from torchdoctor.diagnose.inputs import Inputs, decode_events
+from torchdoctor._failsafe import warn_once
+from torchdoctor.config import Config
+from torchdoctor.diagnose import load_modules
+from torchdoctor.diagnose.inputs import HangCapture, Inputs, decode_events
+from torchdoctor.diagnose.memory_leak import with_holders
 from torchdoctor.diagnose.record import SEVERITIES, Diagnosis
+from torchdoctor.memory.holders import find_holders
+from torchdoctor.store.tables import Tables
 from torchdoctor.telemetry import stacks
-
-# One module per kind (torchdoctor.diagnose.<name>), each with diagnose(Inputs) -> list.
-MODULES: tuple[str, ...] = (
-    "nan",
-    "divergence",
-    "exploding_gradients",
-    "vanishing_gradients",
-    "no_gradient",
-    "not_learning",
-    "dataloader_bound",
-    "hang",
-    "memory_leak",
-    "oom",
-)
+from torchdoctor.views import TrainingView
 
 TICK = 1.0
 _NEEDS_MODULES = ("exploding_gradients", "vanishing_gradients")
 STARTUP_GRACE = 300.0  # before the first step: imports, data set loading, compilation
 
 
-def load_modules() -> list[ModuleType]:
-    return [importlib.import_module(f"torchdoctor.diagnose.{name}") for name in MODULES]
+class Host(Protocol):
+    """What the doctor needs from the process it watches (the Session provides it)."""
+
+    tables: Tables
+    config: Config  # read live: hang_timeout may change on a running probe
+    started: float  # when the probe started (Unix seconds)
+    waiting: bool  # a notebook between cells waits for its user: no hang then
+    resumed: float  # silence counts towards a hang from no earlier than this
+
+    @property
+    def telemetry(self) -> TrainingView | None:
+        """The training in progress; None until torch is imported."""
+        ...
+
+    def save_diagnoses(self) -> None:
+        """Write the new diagnoses to diagnoses.jsonl now (they must survive a crash)."""
+        ...
+
+    def alert(self, diagnosis: Diagnosis) -> None: ...
 
 
 class Doctor:
-    def __init__(self, session: Any) -> None:
-        self.session = session
+    def __init__(self, host: Host) -> None:
+        self.host = host
         self.modules = load_modules()
         self.reported: dict[str, Diagnosis] = {}
         self._lock = threading.Lock()
@@ -91,10 +98,10 @@ class Doctor:
 
     def _ask_for_detail(self, found: list[Diagnosis]) -> None:
         """A gradient problem without a module yet: trace the next step to find it."""
-        recorder = self.session.telemetry
+        training = self.host.telemetry
         for d in found:
-            if d.kind in _NEEDS_MODULES and d.location is None and recorder is not None:
-                recorder.request_trace()
+            if d.kind in _NEEDS_MODULES and d.location is None and training is not None:
+                training.request_trace()
 
     def is_new(self, diagnosis: Diagnosis) -> bool:
         with self._lock:
@@ -109,16 +116,13 @@ class Doctor:
         if diagnosis.kind != "memory_leak":
             return diagnosis
         try:
-            from torchdoctor.diagnose.memory_leak import with_holders
-            from torchdoctor.memory.holders import find_holders
-
-            return with_holders(diagnosis, find_holders(self.session))
+            return with_holders(diagnosis, find_holders(self.host.telemetry))
         except Exception as exc:
             warn_once("leak-holders", f"could not name what holds the memory: {exc}")
             return diagnosis
 
     def inputs(self, final: bool = False) -> Inputs:
-        tables = self.session.tables
+        tables = self.host.tables
         steps = tables["steps"].snapshot()
         events = decode_events(tables["events"].snapshot())
         now = time.time()
@@ -128,26 +132,27 @@ class Doctor:
             steps=steps,
             module_grads=tables["module_grads"].snapshot(),
             events=events,
-            config=self.session.config,
+            config=self.host.config,
             now=now,
             last_step_time=last,
             hang=hang,
+            compile=tables["compile"].snapshot(),
         )
 
     def report(self, diagnosis: Diagnosis) -> bool:
         """Record a diagnosis unless it was reported already (a rise in severity is new)."""
-        if self.session.telemetry is not None and diagnosis.rank == 0:
-            diagnosis.rank = self.session.telemetry.rank
+        if self.host.telemetry is not None and diagnosis.rank == 0:
+            diagnosis.rank = self.host.telemetry.rank
         if not self.is_new(diagnosis):
             return False
         with self._lock:
             self.reported[diagnosis.identity] = diagnosis
-        self.session.tables["diagnoses"].append(diagnosis.row())
+        self.host.tables["diagnoses"].append(diagnosis.row())
         try:
-            self.session.spiller.flush(only="diagnoses")
+            self.host.save_diagnoses()
         except Exception as exc:
             warn_once("diagnoses-file", f"cannot write diagnoses.jsonl: {exc}")
-        self.session.alert(diagnosis)
+        self.host.alert(diagnosis)
         return True
 
     def found(self) -> list[Diagnosis]:
@@ -156,7 +161,7 @@ class Doctor:
 
     # -- hang watchdog -----------------------------------------------------------------------
     def hang_timeout(self, steps: Any) -> float:
-        configured = self.session.config.hang_timeout
+        configured = self.host.config.hang_timeout
         if configured:
             return float(configured)
         if not steps.rows:
@@ -164,10 +169,12 @@ class Doctor:
         recent = [float(d) for d in steps.data["duration"][-50:]]
         return min(1800.0, max(60.0, 20.0 * statistics.median(recent)))
 
-    def _watch(self, steps: Any, last: float | None, now: float) -> dict[str, Any] | None:
+    def _watch(self, steps: Any, last: float | None, now: float) -> HangCapture | None:
         """The hang capture, when no step came for the timeout and the main thread stood still."""
-        started = self.session.started
-        idle = now - (last if last is not None else started)
+        if self.host.waiting:
+            return None  # a notebook between cells: waiting for its user is no hang
+        started = max(self.host.started, self.host.resumed)
+        idle = now - (max(last, started) if last is not None else started)
         step_count = int(steps.rows)
         if self._hang_since_step is not None and self._hang_since_step != step_count:
             self._hang_since_step = None  # steps came again: a later hang is a new one
@@ -188,9 +195,6 @@ class Doctor:
         if not still:
             return None
         self._hang_since_step = step_count
-        return {
-            "seconds": idle,
-            "timeout": timeout,
-            "steps": step_count,
-            "threads": stacks.capture_all(),
-        }
+        return HangCapture(
+            seconds=idle, timeout=timeout, steps=step_count, threads=stacks.capture_all()
+        )

@@ -1,0 +1,81 @@
+"""Whose code a frame runs: the user's, or a library's (torch, the standard library, other
+installed packages, torchdoctor itself). One test for every place that looks for "your line":
+the call site of backward(), the op that made a NaN, where an OOM or a hang happened.
+
+torchdoctor's demos count as the user's code: they stand in for a user's script.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+from typing import Any
+
+PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+DEMOS_DIR = os.path.join(PACKAGE_DIR, "demos") + os.sep
+TORCH_PART = os.sep + "torch" + os.sep
+_STDLIB = tuple(
+    {sysconfig.get_paths()["stdlib"] + os.sep, os.path.join(sys.base_prefix, "lib") + os.sep}
+)
+_PACKAGES = (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep)
+
+
+def is_own(path: str) -> bool:
+    """torchdoctor's own code (its wrappers sit in the user's call stacks)."""
+    return path.startswith(PACKAGE_DIR) and not path.startswith(DEMOS_DIR)
+
+
+def is_torch(path: str) -> bool:
+    return TORCH_PART in path
+
+
+def is_stdlib(path: str) -> bool:
+    return path.startswith(_STDLIB) and not any(part in path for part in _PACKAGES)
+
+
+def is_user_file(path: str) -> bool:
+    """The user's own source: not generated (`<...>`), not torch, not the standard library, not
+    an installed package, not torchdoctor."""
+    if path.startswith("<") or is_own(path):
+        return False
+    if is_torch(path) or any(part in path for part in _PACKAGES):
+        return False
+    return not is_stdlib(path)
+
+
+def is_library(path: str) -> bool:
+    """torch's or torchdoctor's code, or generated code: never where the user should look."""
+    return path.startswith("<") or is_own(path) or is_torch(path)
+
+
+_KIND: dict[str, int] = {}  # file -> 2 user's, 1 another library's, 0 torch's or ours
+_USER, _OTHER, _LIBRARY = 2, 1, 0
+
+
+def _kind(path: str) -> int:
+    kind = _KIND.get(path)
+    if kind is None:
+        kind = _USER if is_user_file(path) else _LIBRARY if is_library(path) else _OTHER
+        if len(_KIND) < 100_000:
+            _KIND[path] = kind
+    return kind
+
+
+def user_frame(frame: Any) -> Any:
+    """The innermost frame from `frame` outwards that runs the user's code; failing that, the
+    innermost one that is at least not torch's or torchdoctor's (a trainer library's line).
+    Called on the hot path (every backward()): the test is cached per file."""
+    fallback = None
+    while frame is not None:
+        kind = _kind(frame.f_code.co_filename)
+        if kind == _USER:
+            return frame
+        if fallback is None and kind == _OTHER:
+            fallback = frame
+        frame = frame.f_back
+    return fallback
+
+
+def site(frame: Any) -> str | None:
+    return f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else None

@@ -1,0 +1,308 @@
+"""A run's digest as one self-contained HTML page: text parts written here, charts drawn in the
+browser by the vendored Apache ECharts from the digest embedded as JSON. No network needed."""
+
+from __future__ import annotations
+
+import html
+import json
+from importlib import resources
+from typing import Any
+
+from torchdoctor.report.summary import seconds
+from torchdoctor.units import human
+
+ECHARTS_VERSION = "6.1.0"
+_ASSETS = resources.files("torchdoctor.report") / "assets"
+_SHORT = 100  # evidence values longer than this are folded
+_PHASES = {
+    "data_wait": "data",
+    "forward": "forward",
+    "backward": "backward",
+    "optimizer": "optimizer",
+    "other": "other",
+}
+
+
+def asset(name: str) -> str:
+    return (_ASSETS / name).read_text(encoding="utf-8")
+
+
+def render(digest: dict[str, Any]) -> str:
+    e = html.escape
+    source = str(digest.get("source") or "")
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>torchdoctor report: {e(source)}</title>",
+        f"<style>{asset('report.css')}</style>",
+        "</head><body>",
+        "<header>",
+        "<h1>torchdoctor report</h1>",
+        f'<p class="meta">{_meta_line(digest)}</p>',
+        _cards(digest),
+        "</header><main>",
+        _warnings(digest),
+        _diagnoses(digest),
+        _chart_section(
+            digest,
+            "chart-training",
+            "Loss and gradient norm",
+            "Triangles at the top mark steps whose value was not finite (NaN or infinite). "
+            "Scroll on a chart to zoom; the step charts zoom together.",
+            bool(digest["training"]["step"]),
+        ),
+        _chart_section(
+            digest,
+            "chart-phases",
+            "Step time by phase",
+            "data: waiting for the DataLoader; forward; backward; optimizer; other: the rest "
+            "of the step (zero_grad, logging, your code). " + _phase_split(digest["summary"]),
+            bool(digest["phases"]["step"]),
+        ),
+        _chart_section(
+            digest,
+            "chart-memory",
+            "Memory",
+            "On CUDA the caching allocator's allocated, reserved and peak bytes; on CPU the "
+            "resident set size (and its peak).",
+            bool(digest["memory"]["step"]),
+        ),
+        _chart_section(
+            digest,
+            "chart-modules",
+            "Slowest modules",
+            _modules_note(digest["modules"]),
+            bool(digest["modules"]["items"]),
+            rows=len(digest["modules"]["items"]),
+        ),
+        _chart_section(
+            digest,
+            "chart-heatmap",
+            "Gradient norm per module",
+            _heatmap_note(digest["grad_heatmap"]),
+            bool(digest["grad_heatmap"]["cells"]),
+            rows=len(digest["grad_heatmap"]["modules"]),
+        ),
+        _ranks_section(digest),
+        '<pre id="td-errors" hidden></pre>',
+        "</main>",
+        "<footer>Written by torchdoctor from "
+        f"{e(source)} on {e(str(digest.get('generated') or ''))}. Charts drawn with "
+        f"Apache ECharts {ECHARTS_VERSION} (Apache License 2.0), included in this file.</footer>",
+        f'<script type="application/json" id="td-digest">{embed_json(digest)}</script>',
+        f"<script>{_script_safe(asset('echarts.min.js'))}</script>",
+        f"<script>{_script_safe(asset('report.js'))}</script>",
+        "</body></html>",
+    ]
+    return "\n".join(p for p in parts if p)
+
+
+def embed_json(value: Any) -> str:
+    """JSON that can sit inside a <script> element: no '</script>' or '<!--' can appear."""
+    text = json.dumps(value, separators=(",", ":"), allow_nan=False, default=str)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def _script_safe(code: str) -> str:
+    if "</script" in code.lower():
+        raise ValueError("a script asset contains '</script'")
+    return code
+
+
+def _meta_line(digest: dict[str, Any]) -> str:
+    e = html.escape
+    meta = digest.get("meta") or {}
+    bits = [f"<code>{e(str(digest.get('source') or ''))}</code>"]
+    if meta.get("command"):
+        bits.append(f"<code>{e(str(meta['command']))}</code>")
+    if meta.get("host"):
+        bits.append(f"host {e(str(meta['host']))}")
+    if meta.get("started"):
+        when = e(str(meta["started"]))
+        if meta.get("ended"):
+            when += f" to {e(str(meta['ended']))}"
+        bits.append(when)
+    if meta.get("status"):
+        status = str(meta["status"])
+        if meta.get("exit_code") not in (None, 0):
+            status += f" (exit code {meta['exit_code']})"
+        bits.append(e(status))
+    ranks = digest.get("ranks") or []
+    if len(ranks) > 1 or meta.get("world_size"):
+        size = meta.get("world_size") or len(ranks)
+        bits.append(f"job of {size} ranks; read: {', '.join(str(r) for r in ranks)}")
+    return " &middot; ".join(bits)
+
+
+def _cards(digest: dict[str, Any]) -> str:
+    s = digest["summary"]
+    found = digest["diagnoses"]
+    errors = sum(1 for d in found if d["severity"] == "error")
+    cards = [(f"{s.get('steps', 0):,}", "steps" + _rank_note(digest))]
+    if s.get("steps"):
+        total = s["duration"] or 1e-12
+        top = max(s["phases"], key=lambda p: s["phases"][p])
+        cards += [
+            (seconds(s["duration"]), "step time in all"),
+            (seconds(s["step_time_median"]), "median step"),
+            (f"{_PHASES[top]} {100 * s['phases'][top] / total:.0f}%", "largest phase"),
+            (_value(s.get("last_loss")), "last loss"),
+            (_bytes(s.get("peak_memory")), "peak memory"),
+        ]
+    cards.append((str(len(found)), f"diagnoses ({errors} errors)"))
+    return (
+        '<div class="cards">'
+        + "".join(
+            f"<div class=card><b>{html.escape(str(v))}</b><span>{html.escape(label)}</span></div>"
+            for v, label in cards
+        )
+        + "</div>"
+    )
+
+
+def _phase_split(s: dict[str, Any]) -> str:
+    if not s.get("steps"):
+        return ""
+    total = s["duration"] or 1e-12
+    split = ", ".join(f"{_PHASES[p]} {100 * v / total:.0f}%" for p, v in s["phases"].items())
+    return f"Over the whole run: {split}."
+
+
+def _rank_note(digest: dict[str, Any]) -> str:
+    return f" (rank {digest['primary_rank']})" if len(digest.get("ranks") or []) > 1 else ""
+
+
+def _warnings(digest: dict[str, Any]) -> str:
+    warnings = digest.get("warnings") or []
+    if not warnings:
+        return ""
+    items = "".join(f"<li>{html.escape(w)}</li>" for w in warnings)
+    return f'<section class="warnings"><h2>Read with warnings</h2><ul>{items}</ul></section>'
+
+
+def _diagnoses(digest: dict[str, Any]) -> str:
+    e = html.escape
+    found = digest["diagnoses"]
+    out = ['<section id="diagnoses"><h2>Diagnoses</h2>']
+    if not found:
+        out.append('<p class="empty">No problems found.</p>')
+    else:
+        out.append(
+            '<p class="note">Each is also marked on the charts at its step (dashed line); '
+            "click a mark to come back here.</p>"
+        )
+    for d in found:
+        sev = e(str(d["severity"]))
+        where = []
+        if d.get("step") is not None:
+            where.append(f"step {d['step']}")
+        if len(digest.get("ranks") or []) > 1 and d.get("rank") is not None:
+            where.append(f"rank {d['rank']}")
+        if d.get("location"):
+            where.append(f"in <code>{e(str(d['location']))}</code>")
+        out.append(
+            f'<div class="diagnosis {sev}" id="diagnosis-{int(d["id"])}" '
+            f'data-kind="{e(str(d["kind"]))}" data-step="{e(str(d.get("step")))}">'
+            f'<h3><span class="badge {sev}">{sev}</span>{e(str(d["kind"]))} '
+            f"<small>{' '.join(where)}</small></h3>"
+            f"<p>{e(str(d['summary']))}</p>"
+        )
+        evidence = d.get("evidence") or {}
+        short = {k: _value(v) for k, v in evidence.items() if len(_value(v)) <= _SHORT}
+        if short:
+            items = "".join(
+                f"<span><i>{e(str(k))}</i> <code>{e(v)}</code></span>" for k, v in short.items()
+            )
+            out.append(f'<p class="evidence">{items}</p>')
+        for k, v in evidence.items():
+            if k not in short:  # long evidence (histories, graphs) folded away
+                out.append(
+                    f"<details><summary>{e(str(k))}</summary><pre>{e(_value(v))}</pre></details>"
+                )
+        if d.get("fixes"):
+            fixes = "".join(f"<li>{e(f)}</li>" for f in d["fixes"])
+            out.append(f'<ol class="fixes">{fixes}</ol>')
+        out.append("</div>")
+    if digest.get("diagnoses_omitted"):
+        out.append(
+            f'<p class="note">{digest["diagnoses_omitted"]} less severe diagnoses are not shown: '
+            "<code>torchdoctor diagnoses</code> lists them all.</p>"
+        )
+    out.append("</section>")
+    return "".join(out)
+
+
+def _chart_section(
+    digest: dict[str, Any], chart_id: str, title: str, note: str, has_data: bool, rows: int = 0
+) -> str:
+    e = html.escape
+    if not has_data:
+        body = '<p class="empty">Nothing was recorded for this chart.</p>'
+    else:
+        # A chart of named rows (modules) grows with them; the step charts keep the CSS height.
+        style = f' style="height:{100 + 26 * rows}px"' if rows else ""
+        body = (
+            f'<p class="note" id="{chart_id}-note"></p>'
+            f'<div class="chart" id="{chart_id}"{style}></div>'
+        )
+    return f"<section><h2>{e(title)}</h2><p class=note>{e(note)}</p>{body}</section>"
+
+
+def _modules_note(modules: dict[str, Any]) -> str:
+    if not modules["items"]:
+        return "Module calls are timed on traced steps (--trace-every)."
+    more = f" ({modules['more']} more not shown)" if modules.get("more") else ""
+    return (
+        f"Forward and backward time per traced step, averaged over {modules['traced_steps']:,} "
+        f"traced steps; a module's time includes its children's{more}."
+    )
+
+
+def _heatmap_note(heat: dict[str, Any]) -> str:
+    if not heat["cells"]:
+        return "Per-module gradient norms are recorded on traced steps (--trace-every)."
+    cols = (
+        "each column one traced step"
+        if heat["width"] == 1
+        else (f"each column {heat['width']} steps, its largest norm")
+    )
+    more = f"; {heat['more']} more modules not shown" if heat.get("more") else ""
+    return (
+        f"log10 of the L2 norm of each module's own gradients (rank {heat['rank']}), {cols}; "
+        f"black: no finite gradient{more}."
+    )
+
+
+def _ranks_section(digest: dict[str, Any]) -> str:
+    r = digest["rank_times"]
+    if len(r["ranks"]) < 2:
+        return ""
+    rows = "".join(
+        f"<tr><td>{s['rank']}</td><td class=num>{s['steps']:,}</td>"
+        f"<td class=num>{seconds(s['mean'])}</td><td class=num>{seconds(s['median'])}</td>"
+        f"<td class=num>{seconds(s['max'])}</td><td class=num>{seconds(s['data_wait'])}</td></tr>"
+        for s in r["stats"]
+    )
+    table = (
+        '<table class="grid"><tr><th>rank</th><th>steps</th><th>mean</th><th>median</th>'
+        f"<th>max</th><th>data wait (mean)</th></tr>{rows}</table>"
+    )
+    return (
+        "<section><h2>Step time per rank</h2>"
+        '<p class="note">A rank that is slower than the others holds every collective up.</p>'
+        '<p class="note" id="chart-ranks-note"></p><div class="chart" id="chart-ranks"></div>'
+        f"{table}</section>"
+    )
+
+
+def _value(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    if isinstance(v, (dict, list)):
+        return json.dumps(v, default=str)
+    return "-" if v is None else str(v)
+
+
+def _bytes(n: Any) -> str:
+    return "-" if n is None else human(int(n))

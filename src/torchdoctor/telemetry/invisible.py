@@ -1,0 +1,171 @@
+"""What torchdoctor attaches to a user's objects stays invisible to everything that reads them.
+
+- Copies and files: the one thing put on a user's module is a `ModelHook` in its forward
+  pre-hooks. `nn.Module.__getstate__` (which `copy.deepcopy`, `pickle` and `torch.save` use)
+  is wrapped to leave ModelHooks out, so a copy is a copy of the unprobed model and no file
+  ever holds a reference to torchdoctor.
+- TorchScript: `torch.jit.script` compiles a module's hooks; it is wrapped to lift the
+  ModelHooks off for the duration. `torch.jit.trace` and `torch.export` run the hooks, which
+  return at once while a tracer is active (`tracing()`). (A traced archive's debug tables,
+  the Python stack of each op, then hold torch's own frame for calling a module with hooks.)
+- torch.compile: every hook body starts with `if compiling(): return`, so when Dynamo inlines
+  a hook inside a compiled region it traces a no-op (no graph break, no guard), and every
+  hook's code object is marked "skip" for Dynamo's frame evaluation, so eager code between two
+  graphs that calls a hook runs it as plain Python instead of compiling it as a frame.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import sys
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+from torchdoctor.telemetry.patches import Hooks
+
+# Dynamo folds torch.compiler.is_compiling() to True while it traces, so a hook whose first
+# statement is `if compiling(): return` traces to nothing. (torch < 2.3 has no such function.)
+compiling: Callable[[], bool] = getattr(
+    getattr(torch, "compiler", None), "is_compiling", lambda: False
+)
+_jit_tracing_state = torch._C._get_tracing_state
+
+
+def tracing() -> bool:
+    """Dynamo, torch.jit.trace or torch.export is running the model (not the training)."""
+    # Under Dynamo this folds to True at compiling() and never reaches the jit check.
+    return bool(compiling() or _jit_tracing_state() is not None)
+
+
+_PRE = "_forward_pre_hooks"
+_PRE_KW = "_forward_pre_hooks_with_kwargs"
+
+
+class ModelHook:
+    """A forward pre-hook (with kwargs) that calls `fn(module, args, kwargs)`; its type is how
+    copies, pickles and TorchScript tell it apart from the user's own hooks."""
+
+    __slots__ = ("_fn",)
+
+    def __init__(self, fn: Callable[[Any, Any, Any], None]) -> None:
+        self._fn = fn
+
+    def __call__(self, module: Any, args: Any, kwargs: Any) -> None:
+        self._fn(module, args, kwargs)
+
+
+def _without_ours(state: dict[str, Any]) -> dict[str, Any]:
+    pre = state.get(_PRE)
+    if not pre or not any(type(h) is ModelHook for h in pre.values()):
+        return state
+    kept = OrderedDict((k, h) for k, h in pre.items() if type(h) is not ModelHook)
+    state[_PRE] = kept
+    with_kwargs = state.get(_PRE_KW)
+    if with_kwargs:
+        state[_PRE_KW] = OrderedDict((k, v) for k, v in with_kwargs.items() if k in kept)
+    return state
+
+
+@contextlib.contextmanager
+def _lifted(root: Any) -> Iterator[None]:
+    """ModelHooks taken off every module under `root`, put back in their places afterwards."""
+    saved = []
+    for module in root.modules():
+        pre = module.__dict__.get(_PRE)
+        if pre and any(type(h) is ModelHook for h in pre.values()):
+            with_kwargs = module.__dict__.get(_PRE_KW)
+            saved.append((pre, list(pre.items()), with_kwargs, dict(with_kwargs or {})))
+            _without_ours_in_place(pre, with_kwargs)
+    try:
+        yield
+    finally:
+        for pre, items, with_kwargs, kw_items in saved:
+            pre.clear()
+            pre.update(items)
+            if with_kwargs is not None:
+                with_kwargs.clear()
+                with_kwargs.update(kw_items)
+
+
+def _without_ours_in_place(pre: Any, with_kwargs: Any) -> None:
+    for key in [k for k, h in pre.items() if type(h) is ModelHook]:
+        del pre[key]
+        if with_kwargs is not None:
+            with_kwargs.pop(key, None)
+
+
+def install(torch: Any, hooks: Hooks) -> None:
+    """Wrap Module.__getstate__ and torch.jit.script; undone by `hooks.remove()`."""
+    module_cls = torch.nn.Module
+    original_getstate = module_cls.__dict__["__getstate__"]
+
+    def __getstate__(self: Any) -> Any:
+        return _without_ours(original_getstate(self))
+
+    functools.update_wrapper(__getstate__, original_getstate)
+    hooks.patch(module_cls, "__getstate__", __getstate__)
+
+    original_script = torch.jit.script
+    if "_frames_up" not in inspect.signature(original_script).parameters:
+        return  # a torch whose script() we cannot wrap without moving its name resolution
+
+    def script(obj: Any, *args: Any, _frames_up: int = 0, **kwargs: Any) -> Any:
+        # One frame more than the caller's: script() resolves names in the caller's frame.
+        if isinstance(obj, module_cls):
+            with _lifted(obj):
+                return original_script(obj, *args, _frames_up=_frames_up + 1, **kwargs)
+        return original_script(obj, *args, _frames_up=_frames_up + 1, **kwargs)
+
+    functools.update_wrapper(script, original_script)
+    hooks.patch(torch.jit, "script", script)
+
+    skip_own_frames(__getstate__, script)
+
+
+def skip_frames(*functions: Any) -> None:
+    """Have Dynamo's frame evaluation run these functions, and all they call, as plain Python.
+    Inlining them inside a traced region is unaffected (they trace to a no-op)."""
+    _set_strategy(functions, recursive=True)
+
+
+def skip_own_frames(*functions: Any) -> None:
+    """Have Dynamo's frame evaluation run these wrappers as plain Python, and treat what they
+    call as it would without them (as it treats torch's own functions)."""
+    _set_strategy(functions, recursive=False)
+
+
+def _set_strategy(functions: tuple[Any, ...], recursive: bool) -> None:
+    try:
+        from torch._C._dynamo.eval_frame import (
+            _FrameAction,
+            _FrameExecStrategy,
+            set_code_exec_strategy,
+        )
+    except ImportError:  # a torch without per-code strategies: hooks still no-op when traced
+        return
+    inner = _FrameAction.SKIP if recursive else _FrameAction.DEFAULT
+    strategy = _FrameExecStrategy(_FrameAction.SKIP, inner)
+    for fn in functions:
+        code = _code_of(fn)
+        if code is not None:
+            set_code_exec_strategy(code, strategy)
+
+
+def _code_of(fn: Any) -> Any:
+    return getattr(getattr(fn, "__func__", fn), "__code__", None)
+
+
+def compile_in_use(torch: Any) -> bool:
+    """Whether Dynamo has compiled anything in this process (without importing it)."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    if utils is None:
+        return False
+    try:
+        return bool(utils.counters["frames"]["total"])
+    except Exception:
+        return False

@@ -1,0 +1,210 @@
+"""The patches and hooks that feed the Recorder: thin adapters, one per place torch is
+entered. Each one, in this order:
+
+1. returns at once while Dynamo traces it (it then traces to a no-op: no graph break, no
+   guard) or while a tracer runs the model (torch.jit.trace, torch.export);
+2. returns at once when the telemetry is off, or on a thread other than the training one;
+3. calls the Recorder behind a guard: an exception switches the telemetry off, never the
+   training.
+
+Dynamo's frame evaluation runs every function here as plain Python (see `invisible`): the
+hooks and everything they call (`skip_frames`); the wrappers around torch functions only
+themselves (`skip_own_frames`): what the wrapped function calls is treated as it would be
+without us, and the wrapper reaches the Recorder through `_guarded`, which is skipped with all
+it calls. Every patch and handle is kept in the Recorder's `Hooks`.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+from typing import Any
+
+from torchdoctor.telemetry import invisible
+from torchdoctor.telemetry.invisible import compiling, tracing
+from torchdoctor.telemetry.patches import Hooks
+
+_get_ident = threading.get_ident
+_now = time.perf_counter
+
+
+def _guarded(rec: Any, method: Any, *args: Any) -> None:
+    """Call into the Recorder; an exception switches the telemetry off, not the training."""
+    try:
+        method(*args)
+    except Exception as exc:
+        rec.switch.fail(exc)
+
+
+def install(rec: Any, torch: Any, hooks: Hooks) -> None:
+    switch = rec.switch
+
+    def on_train_thread() -> bool:
+        return switch.on and _get_ident() == rec.train_thread
+
+    # -- backward --------------------------------------------------------------------------
+    original_backward = torch.autograd.backward
+
+    def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+        if compiling() or not on_train_thread():
+            return original_backward(tensors, *args, **kwargs)
+        _guarded(rec, rec.on_backward, tensors, _now())
+        try:
+            return original_backward(tensors, *args, **kwargs)
+        finally:
+            if switch.on:
+                _guarded(rec, rec.on_backward_done, _now())
+
+    backward.__wrapped__ = original_backward  # type: ignore[attr-defined]
+    hooks.patch(torch.autograd, "backward", backward)
+
+    # -- optimizers (global step hooks: every optimizer, no per-instance state) ----------------
+    from torch.optim.optimizer import (
+        register_optimizer_step_post_hook,
+        register_optimizer_step_pre_hook,
+    )
+
+    def optimizer_pre(optimizer: Any, args: Any, kwargs: Any) -> None:
+        if compiling():
+            return
+        rec._optimizer_calls += 1  # GradScaler.step compares it to see a skipped step
+        if switch.on:
+            _guarded(rec, rec.on_optimizer, optimizer, _now())
+
+    def optimizer_post(optimizer: Any, args: Any, kwargs: Any) -> None:
+        if not compiling() and switch.on:
+            _guarded(rec, rec.on_optimizer_done, optimizer, _now())
+
+    hooks.handle(register_optimizer_step_pre_hook(optimizer_pre))
+    hooks.handle(register_optimizer_step_post_hook(optimizer_post))
+
+    # -- DataLoader ----------------------------------------------------------------------------
+    from torch.utils.data import dataloader as dl
+
+    base = dl._BaseDataLoaderIter
+    original_next = base.__dict__["__next__"]
+
+    def __next__(it: Any) -> Any:
+        if compiling() or not on_train_thread():
+            return original_next(it)
+        _guarded(rec, rec.on_data, _now())
+        try:
+            return original_next(it)
+        finally:
+            if switch.on:
+                _guarded(rec, rec.on_data_done, _now())
+
+    hooks.patch(base, "__next__", __next__)
+    seen: set[int] = set()
+    original_iter = dl.DataLoader.__dict__["__iter__"]
+
+    def __iter__(loader: Any) -> Any:
+        it = original_iter(loader)
+        if not compiling() and switch.on and id(loader) not in seen:
+            seen.add(id(loader))
+            _guarded(rec, rec.loader_seen, loader)
+        return it
+
+    hooks.patch(dl.DataLoader, "__iter__", __iter__)
+
+    # -- GradScaler: the unscaled loss, and steps it skips --------------------------------------
+    scaler_cls = getattr(getattr(torch, "amp", None), "GradScaler", None)
+    scaler_fns: list[Any] = []
+    if scaler_cls is not None:
+        original_scale = scaler_cls.__dict__["scale"]
+        original_step = scaler_cls.__dict__["step"]
+
+        def scale(scaler: Any, outputs: Any) -> Any:
+            result = original_scale(scaler, outputs)
+            if not compiling() and on_train_thread() and isinstance(outputs, torch.Tensor):
+                _guarded(rec, rec.on_scale, result, outputs)
+            return result
+
+        def step(scaler: Any, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
+            if compiling():
+                return original_step(scaler, optimizer, *args, **kwargs)
+            before = rec._optimizer_calls
+            out = original_step(scaler, optimizer, *args, **kwargs)
+            if switch.on and rec._optimizer_calls == before:
+                _guarded(rec, rec.on_scaler_skipped, optimizer, _now())
+            return out
+
+        hooks.patch(scaler_cls, "scale", scale)
+        hooks.patch(scaler_cls, "step", step)
+        scaler_fns = [scale, step]
+
+    # -- clip_grad_norm_: its total norm is the one we would compute -------------------------
+    utils = torch.nn.utils
+    original_clip = utils.clip_grad_norm_
+
+    def clip_grad_norm_(*args: Any, **kwargs: Any) -> Any:
+        norm = original_clip(*args, **kwargs)
+        if not compiling() and on_train_thread():
+            _guarded(rec, rec.on_clip, norm)
+        return norm
+
+    clip_grad_norm_.__wrapped__ = original_clip  # type: ignore[attr-defined]
+    hooks.patch(utils, "clip_grad_norm_", clip_grad_norm_)
+
+    # -- torch.compile: from its first call on, no global module hooks ---------------------------
+    original_compile = torch.compile
+
+    def compile(*args: Any, **kwargs: Any) -> Any:
+        if not compiling() and switch.on:
+            _guarded(rec, rec.on_compile)
+        return original_compile(*args, **kwargs)
+
+    compile.__wrapped__ = original_compile  # type: ignore[attr-defined]
+    compile.__doc__ = original_compile.__doc__
+    hooks.patch(torch, "compile", compile)
+
+    invisible.install(torch, hooks)
+    invisible.skip_frames(
+        _guarded,
+        optimizer_pre,
+        optimizer_post,
+        model_call,
+        invisible.ModelHook.__call__,
+        global_pre,
+        global_post,
+    )
+    invisible.skip_own_frames(
+        backward, __next__, __iter__, clip_grad_norm_, compile, on_train_thread, *scaler_fns
+    )
+
+
+def model_hook(rec: Any) -> invisible.ModelHook:
+    """The forward pre-hook put on each model."""
+    return invisible.ModelHook(functools.partial(model_call, rec))
+
+
+def model_call(rec: Any, module: Any, args: Any, kwargs: Any) -> None:
+    if tracing() or not rec.switch.on or _get_ident() != rec.train_thread:
+        return
+    _guarded(rec, rec.on_model_call, module, args, kwargs)
+
+
+def global_pre(rec: Any, module: Any, args: Any) -> None:
+    if tracing() or not rec.switch.on or _get_ident() != rec.train_thread:
+        return
+    _guarded(rec, rec.on_global_pre, module, args)
+
+
+def global_post(rec: Any, module: Any, args: Any, output: Any) -> None:
+    if tracing() or not rec.switch.on or _get_ident() != rec.train_thread:
+        return
+    _guarded(rec, rec.on_global_post, module, output)
+
+
+def add_global_module_hooks(rec: Any, hooks: Hooks) -> None:
+    """Hooks on every module call: the first step (to find the models) and traced steps."""
+    from torch.nn.modules.module import (
+        register_module_forward_hook,
+        register_module_forward_pre_hook,
+    )
+
+    hooks.handle(register_module_forward_pre_hook(functools.partial(global_pre, rec)))
+    hooks.handle(
+        register_module_forward_hook(functools.partial(global_post, rec), always_call=True)
+    )

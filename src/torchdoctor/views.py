@@ -1,0 +1,69 @@
+"""What other parts may read of a training run in progress, as narrow typed views.
+
+The Recorder (telemetry/) provides `TrainingView`; memory/, the doctor and the NaN replay read
+the run through it, never through the Session or the Recorder's internals. A view is read on
+other threads than the training one: every member is safe to read at any time (a value may be
+one step old).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+
+class ModelIndex(Protocol):
+    """The models of the run and the qualified names of their modules and parameters."""
+
+    def roots(self) -> list[tuple[Any, str]]:
+        """Every outermost module called (models and loss modules), with its label."""
+        ...
+
+    def models(self) -> list[tuple[Any, str]]:
+        """Roots that own parameters: the models."""
+        ...
+
+    def name_of(self, module: Any) -> str: ...
+
+    def param_name(self, param: Any) -> tuple[str, str] | None:
+        """(qualified module name, parameter name) of a parameter of a known model."""
+        ...
+
+
+class TrainingView(Protocol):
+    @property
+    def step(self) -> int:
+        """The step in progress, counted from 0."""
+        ...
+
+    @property
+    def steps_done(self) -> int: ...
+
+    @property
+    def rank(self) -> int: ...
+
+    @property
+    def models(self) -> ModelIndex: ...
+
+    @property
+    def phase(self) -> str:
+        """What the training thread runs now: data, forward, backward, optimizer or other."""
+        ...
+
+    @property
+    def primary(self) -> Any:
+        """The optimizer whose steps are python.steps (None before the first step)."""
+        ...
+
+    def lr(self, optimizer: Any = None) -> float | None: ...
+
+    def model_inputs(self) -> list[tuple[Any, tuple[Any, ...], dict[str, Any]]]:
+        """The model calls of the step in progress: (module, args, kwargs), the first few."""
+        ...
+
+    def last_traced_backward(self) -> str | None:
+        """The module whose backward started last, on a traced step (else None)."""
+        ...
+
+    def request_trace(self) -> None:
+        """Trace the next step's module calls (a diagnosis wants per-module detail)."""
+        ...

@@ -1,0 +1,31 @@
+"""`torchdoctor explain` on the log of a real 2-rank torchrun job (gloo, CPU) in which rank 1
+fails and rank 0 only loses its peer: the answer is rank 1's error, with its line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import cli, free_port, script
+
+
+@pytest.mark.slow
+def test_explain_reads_a_live_torchrun_log(env: dict[str, str], tmp_path: Path) -> None:
+    torchrun = Path(sys.executable).with_name("torchrun")
+    cmd = [str(torchrun), "--nproc_per_node=2", f"--master_port={free_port()}"]
+    cmd += [script("dist_rank_fails.py"), "shape"]
+    job = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert job.returncode != 0
+    log = job.stdout + job.stderr
+    assert "ChildFailedError" in log and "[rank1]:" in log, log[-3000:]
+    (tmp_path / "job.log").write_text(log)
+    out = cli("explain", str(tmp_path / "job.log"), "--format", "json", env=env)
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["category"] == "shape.matmul" and data["rank"] == 1, data["summary"]
+    line = log.splitlines()[data["line"] - 1]
+    assert line.startswith("[rank1]:") and "mat1 and mat2 shapes" in line
+    assert data["fields"]["location"].endswith("in main")

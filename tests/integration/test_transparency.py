@@ -1,0 +1,170 @@
+"""A script under torchdoctor behaves exactly as without it.
+
+Every script of tests/transparency runs three ways: plain `python`, `torchdoctor run` and
+`TORCHDOCTOR=1 python`, each in a fresh directory. Same exit code, same stdout byte for byte
+(seeded losses printed in full precision; the compiled scripts print Dynamo's own counters),
+same stderr once torchdoctor's own lines are taken out, same files with the same bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from helpers import ROOT, free_port
+
+CORPUS = ROOT / "tests" / "transparency"
+TORCHDOCTOR = str(Path(sys.executable).with_name("torchdoctor"))
+WAYS = ("plain", "run", "env")
+
+# (script, arguments); "{port}" becomes a free TCP port
+CASES: list[tuple[str, list[str]]] = [
+    ("mnist_cnn.py", []),
+    ("word_lm.py", []),
+    ("manual_regression.py", []),
+    ("ema_deepcopy.py", []),
+    ("whole_model_pickle.py", []),
+    ("script_and_export.py", []),
+    ("compiled_model.py", []),
+    ("compiled_step.py", []),
+    ("loader_workers.py", ["fork"]),
+    ("loader_workers.py", ["spawn"]),
+    ("ddp_spawn.py", ["{port}"]),
+    ("amp_scaler.py", []),
+    ("grad_accumulation.py", []),
+    ("lbfgs.py", []),
+    ("gan.py", []),
+    ("custom_function.py", []),
+    ("user_hooks.py", []),
+    ("exits.py", ["exit"]),
+    ("exits.py", ["message"]),
+    ("exits.py", ["os_exit"]),
+    ("exits.py", ["raise"]),
+    ("exits.py", ["handler"]),
+    ("exits.py", ["sigterm"]),
+]
+
+
+def _argv(way: str, script: Path, args: list[str]) -> list[str]:
+    if way == "run":
+        return [TORCHDOCTOR, "run", str(script), *args]
+    return [sys.executable, str(script), *args]
+
+
+# torch's own log lines start with level, date, time and pid: different in every run
+_TORCH_LOG = re.compile(r"^([DIWEF])\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ ", re.M)
+
+
+def strip_ours(stderr: str) -> str:
+    """stderr without torchdoctor's lines: those starting with "torchdoctor" and the indented
+    lines that continue them (the summary, alerts, explanations); torch's log lines without
+    their time and pid."""
+    kept: list[str] = []
+    ours = False
+    for line in _TORCH_LOG.sub(r"\1 ", stderr).splitlines(keepends=True):
+        if line.startswith("torchdoctor"):
+            ours = True
+            if kept and kept[-1] == "\n":
+                kept.pop()  # the blank line before the summary
+            continue
+        if ours and (line.startswith("  ") or line == "\n"):
+            continue
+        ours = False
+        kept.append(line)
+    return "".join(kept)
+
+
+def _digest(path: Path) -> str:
+    """The file's bytes; for a TorchScript archive, its code, constants and weights without
+    the debug tables (the Python stack at trace time, see docs/architecture.md) and the id
+    derived from them."""
+    data = path.read_bytes()
+    if not zipfile.is_zipfile(path):
+        return hashlib.sha256(data).hexdigest()
+    with zipfile.ZipFile(path) as archive:
+        names = [n for n in sorted(archive.namelist()) if not n.endswith(_DEBUG)]
+        if not any("/code/" in n for n in names):  # torch.save's zip: compared whole
+            return hashlib.sha256(data).hexdigest()
+        digest = hashlib.sha256()
+        for name in names:
+            digest.update(name.encode() + b"\0" + archive.read(name))
+        return digest.hexdigest()
+
+
+_DEBUG = (".debug_pkl", ".data/serialization_id")
+
+
+def _files(directory: Path) -> dict[str, str]:
+    out = {}
+    for path in sorted(directory.rglob("*")):
+        rel = path.relative_to(directory)
+        if rel.parts[0] in ("torchdoctor-runs", "stdout", "stderr") or not path.is_file():
+            continue
+        out[str(rel)] = _digest(path)
+    return out
+
+
+def _run(way: str, script: Path, args: list[str], cwd: Path, env: dict[str, str]) -> dict:
+    cwd.mkdir()
+    run_env = dict(env, PYTHONHASHSEED="0")  # set orders (TorchScript constants) stay fixed
+    if way == "env":
+        run_env["TORCHDOCTOR"] = "1"
+    proc = subprocess.run(
+        _argv(way, script, args),
+        cwd=cwd,
+        env=run_env,
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
+    return {
+        "code": proc.returncode,
+        "stdout": proc.stdout,
+        "stderr": proc.stderr,
+        "files": _files(cwd),
+        "probed": (cwd / "torchdoctor-runs").is_dir(),
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize(
+    ("script", "args"), CASES, ids=[f"{s[:-3]}-{'-'.join(a) or 'default'}" for s, a in CASES]
+)
+def test_same_behaviour_with_and_without_torchdoctor(script, args, env, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    results = {}
+    for way in WAYS:
+        way_args = [a.replace("{port}", str(free_port())) for a in args]  # a fresh one each
+        results[way] = _run(way, CORPUS / script, way_args, tmp_path / way, env)
+    plain = results["plain"]
+    assert not plain["probed"]
+    for way in ("run", "env"):
+        probed = results[way]
+        assert probed["probed"], f"{way}: torchdoctor did not start\n{probed['stderr']}"
+        assert probed["code"] == plain["code"], f"{way}: exit code\n{probed['stderr']}"
+        assert probed["stdout"] == plain["stdout"], f"{way}: stdout differs"
+        assert strip_ours(probed["stderr"]) == strip_ours(plain["stderr"]), f"{way}: stderr"
+        assert probed["files"] == plain["files"], f"{way}: files differ"
+
+
+def test_strip_ours_keeps_the_scripts_own_lines() -> None:
+    text = (
+        "warning from the script\n"
+        "torchdoctor: probing pid 1; run directory /x\n"
+        "step 1\n"
+        "\n"
+        "torchdoctor summary\n"
+        "  3 steps in 1 s\n"
+        "  no problems found\n"
+        "Traceback (most recent call last):\n"
+        "  File 'x.py', line 1\n"
+    )
+    assert strip_ours(text) == (
+        "warning from the script\nstep 1\n"
+        "Traceback (most recent call last):\n  File 'x.py', line 1\n"
+    )
