@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from torchdoctor._failsafe import warn_once
 from torchdoctor.config import Config
 from torchdoctor.diagnose import load_modules
-from torchdoctor.diagnose.inputs import HangCapture, Inputs, decode_events
+from torchdoctor.diagnose.inputs import HangCapture, Inputs
 from torchdoctor.diagnose.memory_leak import with_holders
 from torchdoctor.diagnose.record import SEVERITIES, Diagnosis
 from torchdoctor.memory.holders import find_holders
@@ -123,21 +123,11 @@ class Doctor:
 
     def inputs(self, final: bool = False) -> Inputs:
         tables = self.host.tables
-        steps = tables["steps"].snapshot()
-        events = decode_events(tables["events"].snapshot())
         now = time.time()
-        last = float(steps.data["time"][-1]) if steps.rows else None
-        hang = None if final else self._watch(steps, last, now)
-        return Inputs(
-            steps=steps,
-            module_grads=tables["module_grads"].snapshot(),
-            events=events,
-            config=self.host.config,
-            now=now,
-            last_step_time=last,
-            hang=hang,
-            compile=tables["compile"].snapshot(),
-        )
+        inputs = Inputs.of(lambda name: tables[name].snapshot(), self.host.config, now)
+        if not final:
+            inputs.hang = self._watch(inputs.steps, inputs.last_step_time, now)
+        return inputs
 
     def report(self, diagnosis: Diagnosis) -> bool:
         """Record a diagnosis unless it was reported already (a rise in severity is new)."""

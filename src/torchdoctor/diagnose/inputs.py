@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -32,6 +33,30 @@ class Inputs:
     last_step_time: float | None = None  # wall-clock time of the last step, if any
     hang: HangCapture | None = None  # the watchdog's capture when no step came for long
     compile: Block | None = None  # python.compile: torch.compile events
+
+    @classmethod
+    def of(
+        cls,
+        block: Callable[[str], Block],
+        config: Any,
+        now: float | None = None,
+        hang: HangCapture | None = None,
+    ) -> Inputs:
+        """The inputs from a source of table snapshots: a live run's tables, or a saved run
+        (`block(name)` gives a table). `now` defaults to the time of the last step: a saved
+        run is judged as it stood when it ended."""
+        steps = block("steps")
+        last = float(steps.data["time"][-1]) if steps.rows else None
+        return cls(
+            steps=steps,
+            module_grads=block("module_grads"),
+            events=decode_events(block("events")),
+            config=config,
+            now=now if now is not None else (last or 0.0),
+            last_step_time=last,
+            hang=hang,
+            compile=block("compile"),
+        )
 
     def column(self, name: str) -> np.ndarray:
         return self.steps.data[name]

@@ -10,8 +10,8 @@ import json
 import sys
 from typing import Any
 
-from torchdoctor.cli import formats
 from torchdoctor.cli.errors import OK, TARGET_ERROR, CliError
+from torchdoctor.report import formats
 
 NAME = "eval"
 SUMMARY = "run Python code in the live process's __main__ globals"

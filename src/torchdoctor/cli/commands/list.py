@@ -7,9 +7,9 @@ import json
 from typing import Any
 
 from torchdoctor import registry
-from torchdoctor.cli import formats
 from torchdoctor.cli.errors import OK, CliError
 from torchdoctor.redact import command_line
+from torchdoctor.report import formats
 from torchdoctor.report.tabular import render
 
 NAME = "list"
