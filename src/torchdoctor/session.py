@@ -316,6 +316,9 @@ class Session:
     def table_names(self) -> list[str]:
         return [spec.name for spec in ALL_TABLES]
 
+    def training(self) -> Recorder | None:
+        return self.telemetry
+
     # -- what the user sees ----------------------------------------------------------------------
     def alert(self, diagnosis: Any) -> None:
         """A diagnosis, as it is found, on stderr (unless quiet)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from torchdoctor._json import clean
+from torchdoctor.probe import eval_at
 from torchdoctor.probe.evaluator import evaluate
 from torchdoctor.probe.server import Routes
 from torchdoctor.sql.engine import SqlEngine, SqlError
@@ -24,6 +25,10 @@ class ProbeApp(Protocol):
     def table_names(self) -> list[str]: ...
 
     def configure(self, **changes: Any) -> dict[str, Any]: ...
+
+    def training(self) -> eval_at.Training | None:
+        """The training's step boundary (None until torch is in use)."""
+        ...
 
 
 MAX_QUERY_TIMEOUT = 300.0  # one query holds the SQL engine: not for ever
@@ -48,8 +53,19 @@ def build_routes(app: ProbeApp) -> Routes:
         code = req.get("code")
         if not isinstance(code, str):
             return _bad("eval needs a 'code' string")
-        result = evaluate(code)
-        payload = {"output": result.output, "value": result.value, "error": result.error}
+        at = req.get("at") or "auto"
+        if at not in eval_at.AT_CHOICES:
+            return _bad(f"at must be one of {', '.join(eval_at.AT_CHOICES)}")
+        try:
+            result, placement = eval_at.run(lambda: evaluate(code), at, app.training())
+        except eval_at.NoStepBoundary as exc:
+            return 422, {"output": "", "value": None, "error": f"{exc}\n", "ran": None}
+        payload = {
+            "output": result.output,
+            "value": result.value,
+            "error": result.error,
+            "ran": placement.as_dict(),
+        }
         return (422 if result.error else 200), payload
 
     def query(req: dict[str, Any]) -> tuple[int, dict[str, Any]]:

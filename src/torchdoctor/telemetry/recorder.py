@@ -38,6 +38,7 @@ from torchdoctor.telemetry.models import Models
 from torchdoctor.telemetry.patches import Hooks
 from torchdoctor.telemetry.phases import PhaseTimer
 from torchdoctor.telemetry.readback import Readback
+from torchdoctor.telemetry.safe_point import SafePoint
 from torchdoctor.telemetry.step import TAPE_LIMIT, OptimizerStepRow, StepRow, StepState
 from torchdoctor.telemetry.tracer import Tracer
 
@@ -104,6 +105,7 @@ class Recorder:
         self._backward_end = 0.0
         self._scanned = False  # looked for models in the training code's frames
         self._cycle_params: tuple[int, list[Any]] = (-1, [])
+        self.safe_point = SafePoint()  # the probe's evals, run between two steps
 
     # -- install / remove ------------------------------------------------------------------
     def install(self) -> None:
@@ -619,6 +621,8 @@ class Recorder:
         self.step += 1
         self.steps_done += 1
         self._after_step()
+        if self.safe_point.pending:
+            self._run_safe_point(row.step)
 
     def _emit(self, table: Any, row: Any, losses: list[Any], norm: Any, steps: bool) -> None:
         """Append a row. On CUDA its loss and gradient norm are read back asynchronously and
@@ -679,6 +683,15 @@ class Recorder:
         if tracing != bool(len(self._global_hooks)):  # on for discovery and traced steps only
             self.set_global_hooks(tracing)
         self.tracing = tracing
+
+    def _run_safe_point(self, after_step: int) -> None:
+        """Queued evals, with the telemetry off: what they call (a forward, a backward) is
+        theirs, not a step of the training."""
+        was_on, self.switch.on = self.switch.on, False
+        try:
+            self.safe_point.drain(after_step)
+        finally:
+            self.switch.on = was_on
 
     # -- helpers -----------------------------------------------------------------------------
     def _memory_row(self, phase: str) -> None:
