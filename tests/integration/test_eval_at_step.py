@@ -9,6 +9,8 @@ TypeError when `.grad` became None between the two reads, or a crash of the trai
 from __future__ import annotations
 
 import json
+import signal
+import threading
 from pathlib import Path
 
 import pytest
@@ -63,6 +65,27 @@ def test_eval_runs_between_steps_and_at_once_when_stalled(launch) -> None:
     out = run.cli(str(run.pid), "eval", "--at", "now", "--format", "json", "step")
     assert json.loads(out.stdout)["ran"]["note"] == "ran on the probe thread (--at now)"
 
+    # Ctrl-C while an eval holds the training thread is the training's, as it would be without
+    # torchdoctor: the script ends with its KeyboardInterrupt, the eval is told.
     Path(run.cwd / "stall").unlink()
-    assert run.stop() == 0
+    answers: list[tuple[int, dict]] = []
+    sleeper = {"code": "import time; time.sleep(60)", "at": "step"}
+    asker = threading.Thread(
+        target=lambda: answers.append(client.request("POST", "/v1/eval", sleeper))
+    )
+    asker.start()
+
+    def sleeping_in_eval() -> bool:
+        _status, frames = client.request("GET", "/v1/backtrace")
+        cols = frames["columns"]
+        rows = [dict(zip(cols, r, strict=True)) for r in frames["rows"]]
+        return any(r["file"] == "<torchdoctor-eval>" and r["is_main"] for r in rows)
+
+    wait_for(sleeping_in_eval, what="the eval to run on the training thread")
+    run.proc.send_signal(signal.SIGINT)
+    assert run.wait() != 0
+    assert "\nKeyboardInterrupt\n" in run.stderr(), run.stderr()
+    assert "<torchdoctor-eval>" not in run.stderr()  # the eval's own frames stay its own
+    asker.join(30)
+    assert answers and answers[0][0] == 422 and "interrupted" in answers[0][1]["error"]
     assert "from eval" not in run.stdout()

@@ -10,7 +10,7 @@ from torch import nn
 
 torch.manual_seed(0)
 torch.set_num_threads(1)
-model = nn.Sequential(*[nn.Linear(8, 8) for _ in range(40)])
+model = nn.Sequential(*[nn.Linear(8, 8) for _ in range(16)])
 optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
 x = torch.randn(4, 8)
 step = 0

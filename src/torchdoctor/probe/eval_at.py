@@ -41,6 +41,10 @@ class Placement:
         return dataclasses.asdict(self)
 
 
+class TrainingInterrupted(Exception):
+    """Ctrl-C came while the code ran on the training thread: the training has it."""
+
+
 class NoStepBoundary(Exception):
     """`step` asked for and no boundary came: nothing was run."""
 
@@ -73,6 +77,8 @@ def run(fn: Callable[[], Any], at: str, training: Training | None) -> tuple[Any,
     call = training.safe_point.submit(fn)
     if call.taken.wait(limit) or not training.safe_point.withdraw(call):
         call.done.wait()  # the training thread runs it now: its answer is coming
+        if isinstance(call.result, KeyboardInterrupt):
+            raise TrainingInterrupted from None
         if isinstance(call.result, BaseException):
             raise call.result
         note = f"ran at the step boundary after step {call.after_step}"

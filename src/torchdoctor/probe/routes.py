@@ -60,6 +60,9 @@ def build_routes(app: ProbeApp) -> Routes:
             result, placement = eval_at.run(lambda: evaluate(code), at, app.training())
         except eval_at.NoStepBoundary as exc:
             return 422, {"output": "", "value": None, "error": f"{exc}\n", "ran": None}
+        except eval_at.TrainingInterrupted:
+            error = "the training was interrupted (Ctrl-C) while the code ran\n"
+            return 422, {"output": "", "value": None, "error": error, "ran": None}
         payload = {
             "output": result.output,
             "value": result.value,

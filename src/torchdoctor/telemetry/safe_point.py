@@ -51,11 +51,19 @@ class SafePoint:
             calls, self.pending = self.pending, []
             for call in calls:
                 call.taken.set()
+        interrupted: BaseException | None = None
         for call in calls:
             try:
-                call.result = call.fn()
-            except BaseException as exc:  # the caller gets it; the training goes on
+                if interrupted is None:
+                    call.result = call.fn()
+                else:
+                    call.result = interrupted
+            except BaseException as exc:  # the caller gets it; the training goes on...
                 call.result = exc
+                if isinstance(exc, KeyboardInterrupt):
+                    interrupted = exc
             finally:
                 call.after_step = after_step
                 call.done.set()
+        if interrupted is not None:  # ...unless it is the user's Ctrl-C: that one is the
+            raise KeyboardInterrupt from None  # training's (a fresh one: the caller has the other)
