@@ -25,6 +25,7 @@ SCAN = (
 REQUESTS = 200
 
 
+@pytest.mark.slow
 def test_eval_runs_between_steps_and_at_once_when_stalled(launch) -> None:
     run = launch(td_run(script("grad_race.py")))
     entry = run.wait_probe()
