@@ -69,9 +69,7 @@ def run(fn: Callable[[], Any], at: str, training: Training | None) -> tuple[Any,
         since = time.time() - last["time"] if last.get("time") is not None else None
         if since is None or since > limit:  # stuck now: answer at once
             why = "no step yet" if since is None else f"no step for {since:.1f} s"
-            return fn(), Placement(
-                "probe", None, f"ran on the probe thread: training not stepping ({why})"
-            )
+            return fn(), Placement("probe", None, f"{NOT_STEPPING} ({why})")
     else:
         limit = STEP_WAIT
     call = training.safe_point.submit(fn)
@@ -87,5 +85,5 @@ def run(fn: Callable[[], Any], at: str, training: Training | None) -> tuple[Any,
         raise NoStepBoundary(
             f"no step boundary within {limit:g} s: nothing was run (--at now runs at once)"
         )
-    note = f"ran on the probe thread: training not stepping (no step boundary within {limit:.1f} s)"
+    note = f"{NOT_STEPPING} (no step boundary within {limit:.1f} s)"
     return fn(), Placement("probe", None, note)
