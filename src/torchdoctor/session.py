@@ -31,6 +31,7 @@ from torchdoctor.probe.cluster_routes import add_cluster_routes
 from torchdoctor.probe.metrics import start_metrics_server
 from torchdoctor.probe.routes import build_routes
 from torchdoctor.probe.server import TcpServer, UnixServer, serve_in_background
+from torchdoctor.redact import redact_argv
 from torchdoctor.sql.engine import SqlEngine
 from torchdoctor.store import rundir
 from torchdoctor.store.columns import Block
@@ -45,7 +46,9 @@ if TYPE_CHECKING:  # the Recorder module imports torch: loaded once the script i
 log = logging.getLogger("torchdoctor")
 
 _lock = threading.Lock()
-_print_lock = threading.Lock()
+# Reentrant: while the status line is shown, sys.stdout/sys.stderr are wrappers that take it
+# too (cli/status.py), and torchdoctor's own alerts write through them.
+_print_lock = threading.RLock()
 _current: Session | None = None
 _status_shown = False
 
@@ -59,19 +62,22 @@ def clear_status_line() -> str:
     return "\r\x1b[K"
 
 
-def erase_status_line() -> None:
+def erase_status_line(terminal: Any = None) -> None:
+    """Erase the status line, if shown, on `terminal` (default: sys.stderr)."""
     with _print_lock:
         text = clear_status_line()
         if text:
-            sys.stderr.write(text)
-            sys.stderr.flush()
+            out = terminal or sys.stderr
+            out.write(text)
+            out.flush()
 
 
-def show_status_line(text: str) -> None:
+def show_status_line(text: str, terminal: Any = None) -> None:
     global _status_shown
     with _print_lock:
-        sys.stderr.write("\r\x1b[K" + text)
-        sys.stderr.flush()
+        out = terminal or sys.stderr
+        out.write("\r\x1b[K" + text)
+        out.flush()
         _status_shown = True
 
 
@@ -101,12 +107,13 @@ class Session:
         self.config = config
         self.pid = os.getpid()
         self.started = time.time()
-        self.command = list(getattr(sys, "orig_argv", sys.argv))
+        argv = list(getattr(sys, "orig_argv", sys.argv))
+        self.command = redact_argv(argv, [config.token])  # shown and saved: never the token
         # Who this process is in a distributed job (None: not a rank, or not known yet).
         self.identity = identity or identities.from_env()
         self.run_dir = rundir.create(self._record_path())
         self.socket_path: Path | None = None
-        self.tables = Tables()
+        self.tables = Tables(max_rows=config.max_rows)
         self.spiller = Spiller(self.tables, self.run_dir)
         self.sql = SqlEngine(LiveSource(self))
         # Live tables computed at query time, by name (the census needs the live objects).
@@ -428,6 +435,9 @@ class Session:
 
     def table_names(self) -> list[str]:
         return [spec.name for spec in ALL_TABLES]
+
+    def training(self) -> Recorder | None:
+        return self.telemetry
 
     # -- what the user sees ----------------------------------------------------------------------
     def alert(self, diagnosis: Any) -> None:

@@ -45,6 +45,7 @@ from torchdoctor.telemetry.models import Models
 from torchdoctor.telemetry.patches import Hooks
 from torchdoctor.telemetry.phases import PhaseTimer
 from torchdoctor.telemetry.readback import Readback
+from torchdoctor.telemetry.safe_point import SafePoint
 from torchdoctor.telemetry.step import TAPE_LIMIT, OptimizerStepRow, StepRow, StepState
 from torchdoctor.telemetry.tracer import Tracer
 
@@ -113,6 +114,7 @@ class Recorder:
         self._cycle_params: tuple[int, list[Any]] = (-1, [])
         self._compile_watch: Any = None
         self.collective_calls: Any = None  # telemetry.collectives.Collectives, once installed
+        self.safe_point = SafePoint()  # the probe's evals, run between two steps
 
     # -- install / remove ------------------------------------------------------------------
     def install(self) -> None:
@@ -643,6 +645,8 @@ class Recorder:
         self.step += 1
         self.steps_done += 1
         self._after_step()
+        if self.safe_point.pending:
+            self._run_safe_point(row.step)
 
     def _emit(self, table: Any, row: Any, losses: list[Any], norm: Any, steps: bool) -> None:
         """Append a row. On CUDA its loss and gradient norm are read back asynchronously and
@@ -703,6 +707,15 @@ class Recorder:
         if tracing != bool(len(self._global_hooks)):  # on for discovery and traced steps only
             self.set_global_hooks(tracing)
         self.tracing = tracing
+
+    def _run_safe_point(self, after_step: int) -> None:
+        """Queued evals, with the telemetry off: what they call (a forward, a backward) is
+        theirs, not a step of the training."""
+        was_on, self.switch.on = self.switch.on, False
+        try:
+            self.safe_point.drain(after_step)
+        finally:
+            self.switch.on = was_on
 
     # -- helpers -----------------------------------------------------------------------------
     def _memory_row(self, phase: str) -> None:
