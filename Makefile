@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # Integration tests run real training subprocesses; two workers suit a 2-core machine.
-PYTEST_ARGS ?= -n 2
+PYTEST_ARGS ?= -n 2 --durations=30
 
 .PHONY: install demo test lint typecheck unit integration bench clean chromium
 

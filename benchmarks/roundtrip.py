@@ -8,6 +8,7 @@ Run: .venv/bin/python benchmarks/roundtrip.py
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import statistics
@@ -73,6 +74,10 @@ def main() -> None:
         sql = "SELECT count(*), avg(duration) FROM python.steps"
         med, worst = timed(lambda: client.request("POST", "/v1/query", {"sql": sql}))
         report("query over python.steps", med, worst, BUDGETS["query"])
+        for at in ("step", "now"):  # step: waits for the next step boundary (docs/cli.md)
+            body = {"code": "1", "at": at}
+            med, worst = timed(functools.partial(client.request, "POST", "/v1/eval", body))
+            report(f"eval --at {at}", med, worst)
         t0 = time.perf_counter()
         cli = [sys.executable, "-m", "torchdoctor", str(target.pid), "backtrace"]
         subprocess.run(cli, env=env, stdout=subprocess.DEVNULL, check=True)

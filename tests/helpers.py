@@ -145,3 +145,30 @@ def td_run(*args: str) -> list[str]:
 
 def script(name: str) -> str:
     return str(SCRIPTS / name)
+
+
+def series_inputs(loss: Any, grad_norm: Any = None, lr: Any = None, steps: Any = None) -> Any:
+    """A diagnosis module's Inputs over a python.steps table holding these series (None, NaN
+    or a missing series: NULL), for unit tests of the thresholds in milliseconds."""
+    import numpy as np
+
+    from torchdoctor.config import Config
+    from torchdoctor.diagnose.inputs import Inputs
+    from torchdoctor.store.columns import DTYPES, Block
+    from torchdoctor.store.schema import MODULE_GRADS, STEPS
+
+    n = len(loss)
+    data = {c.name: np.zeros(n, dtype=DTYPES[c.type]) for c in STEPS.columns}
+    data["step"] = np.arange(n) if steps is None else np.asarray(steps, dtype=np.int64)
+    data["time"] = 1000.0 + np.arange(n, dtype=float)
+    data["duration"] = np.full(n, 0.1)
+    nulls = {}
+    for name, values in (("loss", loss), ("grad_norm", grad_norm), ("lr", lr)):
+        if values is None:
+            nulls[name] = np.ones(n, dtype=bool)
+            continue
+        column = np.array([np.nan if v is None else v for v in values], dtype=float)
+        data[name] = column
+        nulls[name] = np.array([v is None for v in values], dtype=bool)
+    steps_block = Block(STEPS, data, nulls, n)
+    return Inputs(steps_block, Block.empty(MODULE_GRADS), [], Config(), 2000.0)

@@ -62,6 +62,7 @@ class Config:
     guard: bool = False  # skip updates whose gradients are not finite
     quiet: bool = False  # no live status line, no end-of-run summary
     alerts: bool = True  # print diagnoses on stderr as they are found
+    max_rows: int | None = None  # rows kept per table, in memory and on disk (None: each its own)
     metrics: str | None = None  # HOST:PORT of the Prometheus /metrics endpoint
     metrics_open: bool = False  # /metrics without the token (a loopback address only)
 
@@ -95,6 +96,7 @@ ENV_VARS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "trace_every": ("TORCHDOCTOR_TRACE_EVERY", _positive_int("TORCHDOCTOR_TRACE_EVERY")),
     "guard": ("TORCHDOCTOR_GUARD", _flag),
     "quiet": ("TORCHDOCTOR_QUIET", _flag),
+    "max_rows": ("TORCHDOCTOR_MAX_ROWS", _positive_int("TORCHDOCTOR_MAX_ROWS")),
     "metrics": ("TORCHDOCTOR_METRICS", str),
     "metrics_open": ("TORCHDOCTOR_METRICS_OPEN", _flag),
 }

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from torchdoctor._failsafe import warn_once
 from torchdoctor.config import Config
 from torchdoctor.diagnose import load_modules
-from torchdoctor.diagnose.inputs import HangCapture, Inputs, decode_events
+from torchdoctor.diagnose.inputs import HangCapture, Inputs, JobInputs
 from torchdoctor.diagnose.memory_leak import with_holders
 from torchdoctor.diagnose.record import SEVERITIES, Diagnosis
 from torchdoctor.memory.holders import find_holders
@@ -49,6 +49,10 @@ class Host(Protocol):
         ...
 
     def alert(self, diagnosis: Diagnosis) -> None: ...
+
+    def job(self) -> JobInputs | None:
+        """The ranks of the job this process belongs to, side by side (None outside a job)."""
+        ...
 
 
 class Doctor:
@@ -123,25 +127,16 @@ class Doctor:
 
     def inputs(self, final: bool = False) -> Inputs:
         tables = self.host.tables
-        steps = tables["steps"].snapshot()
-        events = decode_events(tables["events"].snapshot())
         now = time.time()
-        last = float(steps.data["time"][-1]) if steps.rows else None
-        hang = None if final else self._watch(steps, last, now)
-        return Inputs(
-            steps=steps,
-            module_grads=tables["module_grads"].snapshot(),
-            events=events,
-            config=self.host.config,
-            now=now,
-            last_step_time=last,
-            hang=hang,
-            compile=tables["compile"].snapshot(),
-        )
+        inputs = Inputs.of(lambda name: tables[name].snapshot(), self.host.config, now)
+        if not final:
+            inputs.hang = self._watch(inputs.steps, inputs.last_step_time, now)
+            inputs.job = self.host.job()
+        return inputs
 
     def report(self, diagnosis: Diagnosis) -> bool:
         """Record a diagnosis unless it was reported already (a rise in severity is new)."""
-        if self.host.telemetry is not None and diagnosis.rank == 0:
+        if self.host.telemetry is not None and diagnosis.rank == 0 and not diagnosis.job:
             diagnosis.rank = self.host.telemetry.rank
         if not self.is_new(diagnosis):
             return False

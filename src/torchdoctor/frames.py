@@ -67,8 +67,12 @@ def user_frame(frame: Any) -> Any:
     innermost one that is at least not torch's or torchdoctor's (a trainer library's line).
     Called on the hot path (every backward()): the test is cached per file."""
     fallback = None
+    known = _KIND
     while frame is not None:
-        kind = _kind(frame.f_code.co_filename)
+        path = frame.f_code.co_filename
+        kind = known.get(path)
+        if kind is None:
+            kind = _kind(path)
         if kind == _USER:
             return frame
         if fallback is None and kind == _OTHER:

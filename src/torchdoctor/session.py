@@ -23,11 +23,15 @@ from torchdoctor import identity as identities
 from torchdoctor import registry
 from torchdoctor._failsafe import warn_once
 from torchdoctor._version import __version__
+from torchdoctor.cluster.watch import ClusterWatch
 from torchdoctor.config import Config, from_env, parse_listen, to_env
-from torchdoctor.doctor import Doctor
+from torchdoctor.diagnose.inputs import JobInputs
+from torchdoctor.doctor import STARTUP_GRACE, Doctor
+from torchdoctor.probe.cluster_routes import add_cluster_routes
 from torchdoctor.probe.metrics import start_metrics_server
 from torchdoctor.probe.routes import build_routes
 from torchdoctor.probe.server import TcpServer, UnixServer, serve_in_background
+from torchdoctor.redact import redact_argv
 from torchdoctor.sql.engine import SqlEngine
 from torchdoctor.store import rundir
 from torchdoctor.store.columns import Block
@@ -42,7 +46,9 @@ if TYPE_CHECKING:  # the Recorder module imports torch: loaded once the script i
 log = logging.getLogger("torchdoctor")
 
 _lock = threading.Lock()
-_print_lock = threading.Lock()
+# Reentrant: while the status line is shown, sys.stdout/sys.stderr are wrappers that take it
+# too (cli/status.py), and torchdoctor's own alerts write through them.
+_print_lock = threading.RLock()
 _current: Session | None = None
 _status_shown = False
 
@@ -56,19 +62,22 @@ def clear_status_line() -> str:
     return "\r\x1b[K"
 
 
-def erase_status_line() -> None:
+def erase_status_line(terminal: Any = None) -> None:
+    """Erase the status line, if shown, on `terminal` (default: sys.stderr)."""
     with _print_lock:
         text = clear_status_line()
         if text:
-            sys.stderr.write(text)
-            sys.stderr.flush()
+            out = terminal or sys.stderr
+            out.write(text)
+            out.flush()
 
 
-def show_status_line(text: str) -> None:
+def show_status_line(text: str, terminal: Any = None) -> None:
     global _status_shown
     with _print_lock:
-        sys.stderr.write("\r\x1b[K" + text)
-        sys.stderr.flush()
+        out = terminal or sys.stderr
+        out.write("\r\x1b[K" + text)
+        out.flush()
         _status_shown = True
 
 
@@ -98,12 +107,13 @@ class Session:
         self.config = config
         self.pid = os.getpid()
         self.started = time.time()
-        self.command = list(getattr(sys, "orig_argv", sys.argv))
+        argv = list(getattr(sys, "orig_argv", sys.argv))
+        self.command = redact_argv(argv, [config.token])  # shown and saved: never the token
         # Who this process is in a distributed job (None: not a rank, or not known yet).
         self.identity = identity or identities.from_env()
         self.run_dir = rundir.create(self._record_path())
         self.socket_path: Path | None = None
-        self.tables = Tables()
+        self.tables = Tables(max_rows=config.max_rows)
         self.spiller = Spiller(self.tables, self.run_dir)
         self.sql = SqlEngine(LiveSource(self))
         # Live tables computed at query time, by name (the census needs the live objects).
@@ -120,6 +130,10 @@ class Session:
         self._stopped = False
         self.exit_code: int | None = None
         self.crash: BaseException | None = None  # the uncaught exception that ended the script
+        # The job this process is a rank of (once init_process_group has run).
+        self.cluster = ClusterWatch(
+            self, registry.socket_path(self.pid), self._collective_timeout, config.token is not None
+        )
         self.signal: int | None = None  # the signal that ended (or is ending) the run
         self.endings = endings.Endings(self._on_signal)
 
@@ -129,6 +143,7 @@ class Session:
         self.spiller.start()
         self._start_servers()
         self._start_doctor()
+        self.cluster.start()
         self._cancel_torch_wait = when_imported("torch", self._on_torch)
         self._install_excepthook()
         self.endings.install(self.run_dir)  # SIGTERM, SIGHUP, SIGINT, fatal signals
@@ -137,6 +152,7 @@ class Session:
 
     def _start_servers(self) -> None:
         routes = build_routes(self)
+        add_cluster_routes(routes, self.cluster)
         try:
             registry.ensure_dir()
             path = registry.socket_path(self.pid)
@@ -256,6 +272,16 @@ class Session:
     def save_diagnoses(self) -> None:
         self.spiller.flush(only="diagnoses")
 
+    def job(self) -> JobInputs | None:
+        """The ranks of this process's job, as last gathered (None outside a job)."""
+        return self.cluster.job_inputs()
+
+    def _collective_timeout(self) -> float:
+        """How long a collective may wait before it holds the job up: the hang timeout."""
+        if self.doctor is None:
+            return STARTUP_GRACE
+        return self.doctor.hang_timeout(self.tables["steps"].snapshot())
+
     def ensure_telemetry(self) -> Recorder | None:
         """The Recorder, installed now if torch is imported but the import hook has not fired
         yet (watch() and step() are called by whoever holds a model)."""
@@ -290,6 +316,7 @@ class Session:
         self._cancel_torch_wait()
         if self.telemetry is not None:
             self.telemetry.remove()
+        self.cluster.stop()
         if self.doctor is not None:
             self.doctor.stop()
         for server in self._servers:
@@ -408,6 +435,9 @@ class Session:
 
     def table_names(self) -> list[str]:
         return [spec.name for spec in ALL_TABLES]
+
+    def training(self) -> Recorder | None:
+        return self.telemetry
 
     # -- what the user sees ----------------------------------------------------------------------
     def alert(self, diagnosis: Any) -> None:

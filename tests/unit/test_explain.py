@@ -332,14 +332,16 @@ def test_brief_rendering() -> None:
     assert "not in the catalog" in unknown
 
 
-def test_large_log_is_fast() -> None:
+def test_large_log_is_read_in_linear_time() -> None:
+    # CPU time, not wall time: a shared machine's load must not fail it. A pattern that
+    # backtracks over the whole log would take minutes here; a linear read takes about 1 s.
     import time
 
     noise = "".join(f"step {i} | loss {1 / (i + 1):.4f} | lr 3e-4\n" for i in range(20000))
     text = noise + "RuntimeError: CUDA error: an illegal memory access was encountered\n" + noise
-    start = time.perf_counter()
+    start = time.process_time()
     assert explain_text(text).category == "cuda.illegal_access"
-    assert time.perf_counter() - start < 5
+    assert time.process_time() - start < 5
 
 
 def test_docs_list_every_category() -> None:

@@ -115,3 +115,11 @@ def test_errors_name_the_users_tables(engine) -> None:
     with pytest.raises(SqlError) as info:
         eng.execute("SELECT nope FROM python.steps")
     assert "__td_" not in str(info.value)
+
+
+def test_a_cut_off_result_does_not_block_the_next_query(engine) -> None:
+    eng, _source = engine
+    big = eng.execute("SELECT * FROM range(1000000)", max_rows=10)
+    assert big.truncated and len(big.rows) == 10
+    # DuckDB 2 keeps the unfetched rows pending; a table query must still work after it.
+    assert eng.execute("SELECT count(*) FROM python.steps").rows == [(4,)]

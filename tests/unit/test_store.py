@@ -6,6 +6,7 @@ import math
 import threading
 
 from torchdoctor.store.columns import Block
+from torchdoctor.store.rotation import MAX_BATCHES, TableFiles, read_table
 from torchdoctor.store.saved import SavedRun
 from torchdoctor.store.schema import STEPS, TORCH_TRACE, Column, TableSpec
 from torchdoctor.store.segment import SegmentWriter, read
@@ -120,3 +121,89 @@ def test_spiller_writes_what_a_saved_run_reads(tmp_path) -> None:
     assert steps.column("step") == [0, 1]
     assert math.isnan(steps.column("loss")[0]) and steps.column("grad_norm")[0] is None
     assert run.block("torch_trace").column("module") == ["encoder.0"]
+
+
+def _rows(start: int, n: int) -> list[tuple]:
+    return [(i, float(i), f"r{i}", i % 2 == 0) for i in range(start, start + n)]
+
+
+def test_table_files_stay_within_capacity_and_read_back_in_order(tmp_path) -> None:
+    capacity = 1000
+    files = TableFiles(tmp_path, SPEC, capacity)
+    written = 0
+    sizes = []
+    for batch in range(400):
+        n = 1 + (batch * 7) % 23  # uneven batches, as a spill every second gives
+        files.write([Block.from_rows(SPEC, _rows(written, n))])
+        written += n
+        sizes.append(sum(p.stat().st_size for p in tmp_path.iterdir()))
+        block, truncated = read_table(tmp_path, SPEC)
+        ids = block.column("i")
+        assert not truncated
+        assert ids == list(range(written - len(ids), written))  # the newest, contiguous, once
+        assert min(written, capacity) <= len(ids) <= capacity + 2 * files.chunk_rows
+    files.close()
+    assert len(list(tmp_path.glob("*.seg"))) <= capacity // files.chunk_rows + 3
+    assert max(sizes[200:]) < 1.2 * max(sizes[100:200])  # the directory stopped growing
+
+
+def test_many_small_batches_are_compacted(tmp_path) -> None:
+    files = TableFiles(tmp_path, SPEC, capacity=100_000)
+    for i in range(3 * MAX_BATCHES + 5):  # one row a second: a slow run
+        files.write([Block.from_rows(SPEC, _rows(i, 1))])
+    files.close()
+    closed = sorted(p.name for p in tmp_path.glob("t.*.seg"))
+    assert closed == ["t.000001-000003.seg"]  # merged into one file of one batch
+    raw = (tmp_path / closed[0]).read_bytes()
+    assert raw.count(b'{"rows"') == 1
+    block, _ = read_table(tmp_path, SPEC)
+    assert block.column("i") == list(range(3 * MAX_BATCHES + 5))
+
+
+def test_a_merge_cut_short_by_a_kill_shows_no_row_twice(tmp_path) -> None:
+    parts = []
+    for n, start in ((1, 0), (2, 10)):
+        path = tmp_path / f"t.{n:06d}.seg"
+        writer = SegmentWriter(path)
+        writer.write([Block.from_rows(SPEC, _rows(start, 10))])
+        writer.close()
+        parts.append(path)
+    merged = SegmentWriter(tmp_path / "t.000001-000002.seg")
+    merged.write([Block.from_rows(SPEC, _rows(0, 20))])
+    merged.close()
+    # Killed after the merged file was renamed into place, before its parts were deleted.
+    assert all(p.exists() for p in parts)
+    tail = SegmentWriter(tmp_path / "t.seg")
+    tail.write([Block.from_rows(SPEC, _rows(20, 5))])
+    tail.close()
+    block, _ = read_table(tmp_path, SPEC)
+    assert block.column("i") == list(range(25))
+
+
+def test_a_run_saved_before_rotation_still_reads(tmp_path) -> None:
+    writer = SegmentWriter(tmp_path / "t.seg")  # one file per table, as older versions wrote
+    writer.write([Block.from_rows(SPEC, _rows(0, 7))])
+    writer.close()
+    block, _ = read_table(tmp_path, SPEC)
+    assert block.column("i") == list(range(7))
+
+
+def test_unspilled_rows_are_bounded_when_nothing_spills() -> None:
+    table = RingTable(SPEC, capacity=50)
+    for i in range(1000):
+        table.append((i, 0.0, "x", True))
+        table.seal()
+    out = table.take_unspilled()
+    assert 50 <= sum(b.rows for b in out) <= 51
+    assert out[-1].column("i")[-1] == 999
+
+
+def test_max_rows_caps_every_table() -> None:
+    from torchdoctor.config import from_env
+
+    config = from_env({"TORCHDOCTOR_MAX_ROWS": "5000"})
+    assert config.max_rows == 5000
+    tables = Tables(max_rows=config.max_rows)
+    assert {t.capacity for _n, t in tables.items()} == {5000}
+    assert Tables()["steps"].capacity == STEPS.capacity  # unset: each table's own
+    assert Tables(max_rows=10**9)["events"].capacity == 100_000  # never above its own

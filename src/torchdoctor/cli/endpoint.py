@@ -14,12 +14,13 @@ from typing import Any
 from torchdoctor import registry
 from torchdoctor.cli.client import Address
 from torchdoctor.cli.errors import CliError
+from torchdoctor.redact import command_line
 
 _LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "0.0.0.0", "::", ""}
 
 
 def _describe(entry: dict[str, Any]) -> str:
-    return f"  {entry['pid']}  {' '.join(entry.get('command') or [])}"
+    return f"  {entry['pid']}  {command_line(entry.get('command'))}"
 
 
 def _live_entries() -> list[dict[str, Any]]:

@@ -12,12 +12,12 @@ from types import ModuleType
 from typing import Any
 
 from torchdoctor._version import __version__
-from torchdoctor.cli import formats
 from torchdoctor.cli.errors import OK, USAGE, CliError
+from torchdoctor.report import formats
 
 # Every verb, in the order `torchdoctor --help` lists them. Each names a module in
 # torchdoctor.cli.commands with NAME, SUMMARY, TARGET ("live", "optional" or "none"),
-# FORMATS (its kind of output from cli/formats.py, when it prints data), configure(parser)
+# FORMATS (its kind of output from report/formats.py, when it prints data), configure(parser)
 # and main(args, ctx) -> int. Modules are imported only when used, so
 # `explain` and `lint` start without importing torch.
 COMMANDS: tuple[str, ...] = (
@@ -33,6 +33,7 @@ COMMANDS: tuple[str, ...] = (
     "export",
     "metrics",
     "list",
+    "cluster",
     "explain",
     "ckpt",
     "lint",

@@ -23,8 +23,20 @@ MODULES: tuple[str, ...] = (
     "oom",
     "recompilation",
     "graph_break",
+    # Job-level: they compare the ranks of a job (Inputs.job) and return nothing without one.
+    "missing_rank",
+    "uneven_batches",
+    "collective_mismatch",
+    "straggler",
+    "rank_died",
 )
 
 
 def load_modules() -> list[ModuleType]:
     return [importlib.import_module(f"torchdoctor.diagnose.{name}") for name in MODULES]
+
+
+def job_modules() -> list[ModuleType]:
+    """The modules that compare ranks (`JOB = True`): what a job directory or the cluster verbs
+    run over several ranks' tables."""
+    return [m for m in load_modules() if getattr(m, "JOB", False)]

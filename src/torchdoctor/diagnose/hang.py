@@ -82,6 +82,11 @@ def classify(frames: list[dict[str, Any]]) -> tuple[str, dict[str, Any], dict[st
     return "user_code", user or blocking, user
 
 
+def what(category: str) -> str:
+    """Where a thread of this category is stuck, in words ("waiting for a DataLoader batch")."""
+    return _WHAT[category]
+
+
 def _short(path: str) -> str:
     try:
         rel = os.path.relpath(path)
@@ -110,8 +115,8 @@ _FIXES = {
         "look for locks, network file systems or CUDA use inside Dataset.__getitem__",
     ],
     "collective": [
-        "another rank never reached this collective: check every rank's stack "
-        "(torchdoctor PID backtrace on each) for a rank-dependent branch or an uneven batch count",
+        "another rank never reached this collective: `torchdoctor PID cluster diagnoses` names "
+        "it (missing_rank) and `torchdoctor PID cluster backtrace` shows every rank's stack",
         "use DistributedSampler(drop_last=True) so every rank runs the same number of steps",
         "set a timeout so the hang becomes an error: "
         "init_process_group(timeout=timedelta(minutes=5))",

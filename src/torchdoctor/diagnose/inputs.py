@@ -1,9 +1,14 @@
-"""What every diagnosis module reads: table snapshots and events, nothing live."""
+"""What every diagnosis module reads: table snapshots and events, nothing live.
+
+A job of many ranks adds `JobInputs`: several ranks' tables side by side, gathered live from
+their endpoints or read from a job directory; the job-level modules read only that.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -32,6 +37,31 @@ class Inputs:
     last_step_time: float | None = None  # wall-clock time of the last step, if any
     hang: HangCapture | None = None  # the watchdog's capture when no step came for long
     compile: Block | None = None  # python.compile: torch.compile events
+    job: JobInputs | None = None  # the ranks of the job side by side (job-level diagnoses)
+
+    @classmethod
+    def of(
+        cls,
+        block: Callable[[str], Block],
+        config: Any,
+        now: float | None = None,
+        hang: HangCapture | None = None,
+    ) -> Inputs:
+        """The inputs from a source of table snapshots: a live run's tables, or a saved run
+        (`block(name)` gives a table). `now` defaults to the time of the last step: a saved
+        run is judged as it stood when it ended."""
+        steps = block("steps")
+        last = float(steps.data["time"][-1]) if steps.rows else None
+        return cls(
+            steps=steps,
+            module_grads=block("module_grads"),
+            events=decode_events(block("events")),
+            config=config,
+            now=now if now is not None else (last or 0.0),
+            last_step_time=last,
+            hang=hang,
+            compile=block("compile"),
+        )
 
     def column(self, name: str) -> np.ndarray:
         return self.steps.data[name]
@@ -54,3 +84,57 @@ def decode_events(block: Block) -> list[dict[str, Any]]:
             record["data"] = {}
         out.append(record)
     return out
+
+
+# How a rank that is no longer running ended (meta.json's status, or what its peers saw).
+DEAD = ("failed", "crashed", "killed", "terminated")
+
+
+@dataclasses.dataclass
+class RankView:
+    """One rank of a job as the job-level diagnoses see it: its recent rows and its state."""
+
+    rank: int
+    steps: Block  # python.steps, oldest first (a recent window)
+    collectives: Block  # python.collectives, oldest first (a recent window)
+    status: str = "running"  # running, finished, one of DEAD, unreachable or unknown
+    reason: str | None = None  # how it ended, or why it cannot be reached
+    stack: list[dict[str, Any]] | None = None  # main thread's frames, innermost first
+    phase: str | None = None  # data, forward, backward, optimizer or other (live)
+    done: int | None = None  # steps done, when known beyond the rows (a live rank's count)
+    clock: float | None = None  # its "now": the time it was read, or when it stopped
+    ended: float | None = None  # when it stopped (Unix seconds), if it did
+    exit_code: int | None = None
+    signal: str | None = None  # SIGKILL, SIGABRT, ... when a signal ended it
+    node: str | None = None
+    host: str | None = None
+    pid: int | None = None
+
+    @property
+    def alive(self) -> bool:
+        return self.status == "running"
+
+    @property
+    def steps_done(self) -> int:
+        if self.done is not None:
+            return int(self.done)
+        return int(self.steps.data["step"].max()) + 1 if self.steps.rows else 0
+
+
+@dataclasses.dataclass
+class JobInputs:
+    """The ranks of one job, for the diagnoses that compare them."""
+
+    ranks: dict[int, RankView]  # the ranks with data; unreachable ones with status only
+    world_size: int
+    now: float
+    hang_timeout: float  # a collective waited on for this long holds the job up
+    live: bool = True  # gathered from running ranks (False: read from a job directory)
+    # file -> (first, last) line of each for/while loop in it: tells a rank still in its
+    # training loop from one that left it (read from the sources where they could be read)
+    loops: dict[str, list[tuple[int, int]]] = dataclasses.field(default_factory=dict)
+    # what the modules derive alike from the same view (the collectives lined up), once
+    memo: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def view(self, rank: int) -> RankView | None:
+        return self.ranks.get(rank)

@@ -16,12 +16,12 @@ from typing import Any
 
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
+from torchdoctor.frames import is_user_file
 
 NOTE = 2
 STORM = 4
 MAX_VALUES = 20
 
-_LIBRARY = re.compile(r"[/\\](?:torch|site-packages|dist-packages)[/\\]")
 _SIZE = re.compile(r"tensor '(?P<name>.+?)' size mismatch at index (?P<dim>\d+)")
 _VALUES = re.compile(r"expected (?P<expected>[^,\s]+),? actual (?P<actual>\S+)")
 _EQUALS = re.compile(r"(?P<name>L\[[^\]]+\](?:\.\w+)*|[\w.]+) == (?P<value>[^\s#]+)")
@@ -163,7 +163,7 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
 def _name(function: str | None, code: str | None, location: str | None) -> str:
     """How to call the compiled function: its name, unless it is a wrapper of torch's own
     (torch.compile(model) compiles a wrapper named `inner`): then where it is called."""
-    if function and code and not _LIBRARY.search(code):
+    if function and code and is_user_file(code):
         return f"{function}()"
     if location:
         return f"the compiled function called at {location}"

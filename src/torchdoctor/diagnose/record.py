@@ -23,6 +23,7 @@ class Diagnosis:
     rank: int = 0
     time: float = dataclasses.field(default_factory=time.time)
     key: str | None = None  # what makes two findings the same one (default: kind + location)
+    job: bool = False  # compares ranks: `rank` is the rank it is about, not the one reporting
 
     def __post_init__(self) -> None:
         if self.severity not in SEVERITIES:

@@ -30,10 +30,10 @@ from IPython.display import HTML, display
 
 from torchdoctor import session as sessions
 from torchdoctor._json import clean
-from torchdoctor.cli import formats
 from torchdoctor.config import ConfigError, add_arguments, from_args
 from torchdoctor.integrations.report import REPORT_FILE, write_report
 from torchdoctor.integrations.saved_run import open_recorded
+from torchdoctor.report import formats
 from torchdoctor.report.diagnoses import render_full
 from torchdoctor.report.notebook import QueryTable, inline_page
 from torchdoctor.report.tabular import FORMATS, render

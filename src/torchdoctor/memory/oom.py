@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from torchdoctor.errors.oom_message import OomMessage, parse
+from torchdoctor.frames import is_torch, user_frame
 from torchdoctor.memory.census import take_census
 from torchdoctor.memory.cuda_history import dump_snapshot
 from torchdoctor.memory.estimate import Breakdown, Situation, repeated_blocks
@@ -34,8 +35,6 @@ BACKWARD_FILES = (
     os.sep.join(("telemetry", "torch_hooks.py")),  # our wrapper of autograd.backward
 )
 BACKWARD_FUNCS = ("backward", "grad", "_engine_run_backward", "run_backward")
-TORCH_DIR = os.sep + "torch" + os.sep
-OWN_DIR = os.sep + "torchdoctor" + os.sep
 
 
 def parse_message(text: str) -> OomMessage | None:
@@ -174,7 +173,7 @@ def locate(
 ) -> dict[str, Any]:
     """The module that asked for the memory, and how sure that is."""
     module_cls = torch.nn.Module
-    user = _user_frame(frames)
+    user = user_frame(frames[-1]) if frames else None
     where: dict[str, Any] = {
         "module": None,
         "module_type": None,
@@ -192,7 +191,7 @@ def locate(
                 source="traceback",
                 note="the innermost module in the traceback",
             )
-            if TORCH_DIR not in frame.f_code.co_filename:  # your module's code, else your line
+            if not is_torch(frame.f_code.co_filename):  # your module's code, else your line
                 where.update(file=frame.f_code.co_filename, line=frame.f_lineno)
             return where
         fn_cls = _function_class(frame)
@@ -228,15 +227,6 @@ def locate(
         where["source"] = "script_line"
         where["note"] = "no module frame in the traceback: the line of your code that failed"
     return where
-
-
-def _user_frame(frames: list[types.FrameType]) -> types.FrameType | None:
-    """The innermost frame of the user's own code (not torch, not torchdoctor)."""
-    for frame in reversed(frames):
-        path = frame.f_code.co_filename
-        if TORCH_DIR not in path and OWN_DIR not in path and not path.startswith("<frozen"):
-            return frame
-    return None
 
 
 def frame_names(

@@ -88,6 +88,10 @@ def evaluate(code: str, namespace: dict[str, Any] | None = None) -> EvalResult:
             exec(compile(tree, _FILENAME, "exec"), ns)
         shown = None if value is None else _repr(value)
         return EvalResult(buffer.getvalue(), shown)
+    except KeyboardInterrupt:
+        if threading.current_thread() is threading.main_thread():
+            raise  # the user's Ctrl-C, come while the code ran on the training thread
+        return EvalResult(buffer.getvalue(), None, "KeyboardInterrupt\n")
     except BaseException as exc:  # SystemExit in eval must not end the training either
         tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
         # Drop torchdoctor's own frames: the user wants the line of *their* code.

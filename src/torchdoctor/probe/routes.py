@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from torchdoctor._json import clean
+from torchdoctor.probe import eval_at
 from torchdoctor.probe.evaluator import evaluate
 from torchdoctor.probe.server import Routes
 from torchdoctor.sql.engine import SqlEngine, SqlError
@@ -24,6 +25,13 @@ class ProbeApp(Protocol):
     def table_names(self) -> list[str]: ...
 
     def configure(self, **changes: Any) -> dict[str, Any]: ...
+
+    def training(self) -> eval_at.Training | None:
+        """The training's step boundary (None until torch is in use)."""
+        ...
+
+
+MAX_QUERY_TIMEOUT = 300.0  # one query holds the SQL engine: not for ever
 
 
 def _bad(message: str) -> tuple[int, dict[str, Any]]:
@@ -45,8 +53,22 @@ def build_routes(app: ProbeApp) -> Routes:
         code = req.get("code")
         if not isinstance(code, str):
             return _bad("eval needs a 'code' string")
-        result = evaluate(code)
-        payload = {"output": result.output, "value": result.value, "error": result.error}
+        at = req.get("at") or "auto"
+        if at not in eval_at.AT_CHOICES:
+            return _bad(f"at must be one of {', '.join(eval_at.AT_CHOICES)}")
+        try:
+            result, placement = eval_at.run(lambda: evaluate(code), at, app.training())
+        except eval_at.NoStepBoundary as exc:
+            return 422, {"output": "", "value": None, "error": f"{exc}\n", "ran": None}
+        except eval_at.TrainingInterrupted:
+            error = "the training was interrupted (Ctrl-C) while the code ran\n"
+            return 422, {"output": "", "value": None, "error": error, "ran": None}
+        payload = {
+            "output": result.output,
+            "value": result.value,
+            "error": result.error,
+            "ran": placement.as_dict(),
+        }
         return (422 if result.error else 200), payload
 
     def query(req: dict[str, Any]) -> tuple[int, dict[str, Any]]:
@@ -57,6 +79,8 @@ def build_routes(app: ProbeApp) -> Routes:
             timeout = float(req.get("timeout") or 0) or None
         except (TypeError, ValueError):
             return _bad("timeout must be a number of seconds")
+        if timeout is not None and not 0 < timeout <= MAX_QUERY_TIMEOUT:
+            return _bad(f"timeout must be more than 0 and at most {MAX_QUERY_TIMEOUT:g} s")
         try:
             result = app.sql.execute(sql, timeout=timeout)
         except SqlError as exc:
@@ -64,7 +88,7 @@ def build_routes(app: ProbeApp) -> Routes:
         return 200, {
             "columns": result.columns,
             "types": result.types,
-            "rows": clean(result.rows),
+            "rows": result.rows,  # non-finite floats: the server's encoder makes them strings
             "truncated": result.truncated,
         }
 
@@ -76,7 +100,7 @@ def build_routes(app: ProbeApp) -> Routes:
             result = app.sql.execute("SELECT * FROM python.diagnoses ORDER BY time")
         except SqlError as exc:
             return 422, {"error": str(exc)}
-        return 200, {"columns": result.columns, "rows": clean(result.rows)}
+        return 200, {"columns": result.columns, "rows": result.rows}
 
     def configure(req: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         try:
@@ -87,8 +111,8 @@ def build_routes(app: ProbeApp) -> Routes:
     routes.add("GET", "/v1/status", status)
     routes.add("GET", "/v1/backtrace", backtrace)
     routes.add("POST", "/v1/eval", eval_)
-    routes.add("POST", "/v1/query", query)
+    routes.add("POST", "/v1/query", query, heavy=True)
     routes.add("GET", "/v1/tables", tables)
-    routes.add("GET", "/v1/diagnoses", diagnoses)
+    routes.add("GET", "/v1/diagnoses", diagnoses, heavy=True)
     routes.add("POST", "/v1/config", configure)
     return routes

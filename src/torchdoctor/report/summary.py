@@ -39,7 +39,10 @@ def render_summary(summary: dict[str, Any]) -> str:
         if summary.get("skipped"):
             lines.append(f"  {summary['skipped']} updates skipped (non-finite gradients)")
     else:
-        lines.append("  no optimizer step was seen (loops without torch.optim: torchdoctor.step())")
+        lines.append(
+            "  no training step was seen: no optimizer step and no gradient reset after a "
+            "backward() (a loop of your own can mark its steps with torchdoctor.step(loss))"
+        )
     found = summary["diagnoses"]
     if found:
         lines.append(f"  {len(found)} diagnos{'i' if len(found) == 1 else 'e'}s:")

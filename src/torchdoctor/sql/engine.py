@@ -26,6 +26,7 @@ from torchdoctor.store.schema import BOOL, BY_NAME, FLOAT, INT, STR, TableSpec
 SCHEMA = "python"
 DEFAULT_TIMEOUT = 10.0
 MAX_ROWS = 100_000
+FETCH_ROWS = 2_000
 _SQL_TYPES = {INT: "BIGINT", FLOAT: "DOUBLE", STR: "VARCHAR", BOOL: "BOOLEAN"}
 _STRINGS_AND_COMMENTS = re.compile(r"'(?:[^']|'')*'|--[^\n]*|/\*.*?\*/", re.S)
 _TABLE_REF = re.compile(r'\bpython\s*\.\s*"?([A-Za-z_][A-Za-z0-9_]*)"?', re.I)
@@ -126,8 +127,17 @@ class SqlEngine:
             cursor = con.execute(sql)
             if cursor.description is None:
                 return QueryResult([], [], [])
-            rows = cursor.fetchmany(max_rows + 1)
+            # In chunks: converting rows to Python holds the GIL, and the training thread
+            # must get it back every few milliseconds.
+            rows: list[Any] = []
+            while len(rows) <= max_rows:
+                chunk = cursor.fetchmany(min(FETCH_ROWS, max_rows + 1 - len(rows)))
+                if not chunk:
+                    break
+                rows.extend(chunk)
             description = cursor.description
+            if hasattr(con, "abort"):  # DuckDB 2: rows left unfetched block the connection
+                con.abort()
         except Exception as exc:
             if type(exc).__name__ == "InterruptException":
                 raise SqlError(

@@ -9,6 +9,10 @@
 
 A rank of a distributed job writes to JOB_DIR/rank<N>/ (see torchdoctor.identity); a process
 that learns it is a rank only when `init_process_group` runs moves its record there (`move`).
+
+A run directory holds the token, stack traces, source lines and values from the training: it is
+created 0700 (its parent `torchdoctor-runs/` too, when torchdoctor creates it) and every file in
+it 0600, so that other users of the machine can read none of it whatever their umask.
 """
 
 from __future__ import annotations
@@ -36,10 +40,43 @@ def default_path(pid: int | None = None) -> Path:
     return Path.cwd() / DEFAULT_PARENT / f"{stamp}-{host}-{pid or os.getpid()}"
 
 
+PRIVATE_DIR = 0o700
+PRIVATE_FILE = 0o600
+
+
 def create(path: str | os.PathLike[str] | None) -> Path:
     out = Path(path) if path else default_path()
-    (out / TABLES_DIR).mkdir(parents=True, exist_ok=True)
+    make_private_dir(out)
+    make_private_dir(out / TABLES_DIR)
     return out.resolve()
+
+
+def make_private_dir(path: Path) -> None:
+    """mkdir -p where every directory created is 0700; existing ones are left as they are
+    (`--run-dir .` must not change the mode of the user's own directory)."""
+    missing = []
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        missing.append(probe)
+        probe = probe.parent
+    for directory in reversed(missing):
+        try:
+            directory.mkdir(mode=PRIVATE_DIR)
+        except FileExistsError:  # another process made it meanwhile
+            continue
+        os.chmod(directory, PRIVATE_DIR)  # mkdir's mode is filtered by the umask
+
+
+def open_private(path: Path, append: bool = False) -> int:
+    """A file descriptor for writing `path`, created 0600."""
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
+    fd = os.open(path, flags | getattr(os, "O_CLOEXEC", 0), PRIVATE_FILE)
+    try:
+        os.fchmod(fd, PRIVATE_FILE)  # an existing file keeps its mode through O_CREAT
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
 
 
 def is_run_dir(path: str | os.PathLike[str]) -> bool:
@@ -49,7 +86,8 @@ def is_run_dir(path: str | os.PathLike[str]) -> bool:
 
 def write_meta(run_dir: Path, meta: dict[str, Any]) -> None:
     tmp = run_dir / f".{META_FILE}.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps(meta, indent=2, sort_keys=True, default=str))
+    with os.fdopen(open_private(tmp), "w", encoding="utf-8") as f:
+        f.write(json.dumps(meta, indent=2, sort_keys=True, default=str))
     os.replace(tmp, run_dir / META_FILE)
 
 
@@ -121,9 +159,8 @@ def _alive(pid: Any, started: Any) -> bool:
 
 def write_token(run_dir: Path, token: str) -> Path:
     path = run_dir / TOKEN_FILE
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd = open_private(path)
     try:
-        os.fchmod(fd, 0o600)
         os.write(fd, token.encode())
     finally:
         os.close(fd)
@@ -138,14 +175,14 @@ def move(old: Path, new: Path, whole: bool) -> Path:
     only the tables, diagnoses and token move, and meta.json stays for its last writer to
     replace. Whatever cannot move stays where it was; the run goes on in `new`.
     """
-    new.parent.mkdir(parents=True, exist_ok=True)
+    make_private_dir(new.parent)
     if whole and not new.exists():
         try:
             os.rename(old, new)
             return new.resolve()
         except OSError:
             pass
-    (new / TABLES_DIR).mkdir(parents=True, exist_ok=True)
+    make_private_dir(new / TABLES_DIR)
     names = [Path(TABLES_DIR) / p.name for p in (old / TABLES_DIR).glob("*") if p.is_file()]
     for rel in [*names, Path(DIAGNOSES_FILE), Path(TOKEN_FILE)]:
         src, dst = old / rel, new / rel

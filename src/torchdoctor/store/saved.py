@@ -19,8 +19,9 @@ import numpy as np
 
 from torchdoctor.store import journal, rundir
 from torchdoctor.store.columns import Block
+from torchdoctor.store.rotation import read_table
 from torchdoctor.store.schema import BY_NAME, DIAGNOSES, INT, STORED, Column, TableSpec
-from torchdoctor.store.segment import MAGIC, read
+from torchdoctor.store.segment import MAGIC
 from torchdoctor.store.tables import diagnosis_from_json
 
 RANK_DIR = re.compile(r"^rank(\d+)$")
@@ -70,15 +71,17 @@ class SavedRun:
         spec = BY_NAME[name]
         if name == DIAGNOSES.name:
             return Block.from_rows(spec, load_diagnoses(self.path))
-        path = self.path / rundir.TABLES_DIR / f"{name}{rundir.TABLE_SUFFIX}"
-        if spec.write_through:
-            path = journal.path_of(self.path, spec)
-        if not path.exists():
-            return Block.empty(spec)
+        directory = self.path / rundir.TABLES_DIR
         try:
-            block, truncated = journal.read(path, spec) if spec.write_through else read(path, spec)
+            if spec.write_through:
+                path = journal.path_of(self.path, spec)
+                if not path.exists():
+                    return Block.empty(spec)
+                block, truncated = journal.read(path, spec)
+            else:
+                block, truncated = read_table(directory, spec)
         except (OSError, ValueError) as exc:
-            raise RunNotFound(f"cannot read {path}: {exc}") from None
+            raise RunNotFound(f"cannot read table {name} in {directory}: {exc}") from None
         if truncated:
             self.truncated.append(name)
         return block

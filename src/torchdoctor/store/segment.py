@@ -12,6 +12,7 @@ pickled, so reading a run directory someone else wrote cannot run code. A batch 
 from __future__ import annotations
 
 import json
+import os
 import struct
 from pathlib import Path
 from typing import BinaryIO
@@ -19,6 +20,7 @@ from typing import BinaryIO
 import numpy as np
 
 from torchdoctor.store.columns import DTYPES, Block
+from torchdoctor.store.rundir import open_private
 from torchdoctor.store.schema import STR, TableSpec
 
 MAGIC = b"TDSEG1\n"
@@ -49,7 +51,7 @@ class SegmentWriter:
     def __init__(self, path: Path) -> None:
         self.path = path
         fresh = not path.exists() or path.stat().st_size == 0
-        self._file: BinaryIO = open(path, "ab")  # noqa: SIM115 - kept open for the run
+        self._file: BinaryIO = os.fdopen(open_private(path, append=True), "ab")
         if fresh:
             self._file.write(MAGIC)
 

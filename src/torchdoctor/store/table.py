@@ -29,6 +29,7 @@ class RingTable:
         self._rows = 0
         self._dropped = 0
         self._unspilled: list[Block] = []
+        self._unspilled_rows = 0
         self._lock = threading.Lock()
         self._cache: Block | None = None
 
@@ -53,6 +54,10 @@ class RingTable:
         del self._pending[:n]
         block = Block.from_rows(self.spec, rows)
         self._unspilled.append(block)
+        self._unspilled_rows += block.rows
+        # Nobody spilling (the disk failed, or no spill thread): keep no more than the table.
+        while self._unspilled_rows - self._unspilled[0].rows >= self.capacity:
+            self._unspilled_rows -= self._unspilled.pop(0).rows
         self._blocks.append(block)
         self._rows += block.rows
         while (
@@ -93,6 +98,7 @@ class RingTable:
         with self._lock:
             self._seal_locked()
             out, self._unspilled = self._unspilled, []
+            self._unspilled_rows = 0
             return out
 
     @property

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -11,8 +12,8 @@ from pathlib import Path
 from torchdoctor.store import rundir
 from torchdoctor.store.columns import Block
 from torchdoctor.store.journal import JournalTable
+from torchdoctor.store.rotation import TableFiles
 from torchdoctor.store.schema import BY_NAME, DIAGNOSES, STORED, TableSpec
-from torchdoctor.store.segment import SegmentWriter
 from torchdoctor.store.table import RingTable
 
 log = logging.getLogger("torchdoctor")
@@ -21,8 +22,13 @@ log = logging.getLogger("torchdoctor")
 class Tables:
     """The stored tables of a live process, by name."""
 
-    def __init__(self, capacities: dict[str, int] | None = None) -> None:
-        caps = capacities or {}
+    def __init__(
+        self, capacities: dict[str, int] | None = None, max_rows: int | None = None
+    ) -> None:
+        """`max_rows`: no table keeps more rows than this (in memory and on disk)."""
+        caps = dict(capacities or {})
+        if max_rows:
+            caps = {s.name: min(caps.get(s.name, s.capacity), max_rows) for s in STORED}
         self._tables = {spec.name: _table(spec, caps.get(spec.name)) for spec in STORED}
 
     def __getitem__(self, name: str) -> RingTable:
@@ -43,18 +49,20 @@ class Spiller:
     """Writes what the tables gained since the last flush, every `interval` seconds.
 
     Diagnoses go to diagnoses.jsonl (one JSON object per line, readable by anything); every
-    other table to tables/<name>.seg. A `kill -9` loses at most the last interval.
+    other table to tables/<name>.seg, rotated so that the disk keeps about the table's capacity
+    (store/rotation.py); write-through tables (store/journal.py) write themselves. A `kill -9`
+    loses at most the last interval.
     """
 
     def __init__(self, tables: Tables, directory: Path, interval: float = 1.0) -> None:
         self.tables = tables
         self.directory = directory
         self.interval = interval
-        self._writers: dict[str, SegmentWriter] = {}
+        self._writers: dict[str, TableFiles] = {}
         self._flush_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="torchdoctor-spill", daemon=True)
-        (directory / rundir.TABLES_DIR).mkdir(parents=True, exist_ok=True)
+        rundir.make_private_dir(directory / rundir.TABLES_DIR)
         for _name, table in tables.items():
             if isinstance(table, JournalTable):  # writes itself, into wherever the run is now
                 table.attach(lambda: self.directory)
@@ -103,8 +111,8 @@ class Spiller:
                 continue
             writer = self._writers.get(name)
             if writer is None:
-                path = self.directory / rundir.TABLES_DIR / f"{name}{rundir.TABLE_SUFFIX}"
-                writer = self._writers[name] = SegmentWriter(path)
+                where = self.directory / rundir.TABLES_DIR
+                writer = self._writers[name] = TableFiles(where, table.spec, table.capacity)
             writer.write(blocks)
 
     def stop(self) -> None:
@@ -123,7 +131,7 @@ class Spiller:
 
 
 def _append_jsonl(path: Path, blocks: list[Block]) -> None:
-    with open(path, "a", encoding="utf-8") as f:
+    with os.fdopen(rundir.open_private(path, append=True), "a", encoding="utf-8") as f:
         for block in blocks:
             for record in block.to_records():
                 f.write(json.dumps(diagnosis_to_json(record), allow_nan=False) + "\n")

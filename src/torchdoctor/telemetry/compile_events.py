@@ -30,14 +30,15 @@ import logging
 import os
 import re
 import sys
-import sysconfig
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+from torchdoctor import frames
 from torchdoctor._failsafe import Switch, warn_once
 from torchdoctor.diagnose.recompilation import frame_id, normalise
+from torchdoctor.frames import is_user_file
 from torchdoctor.telemetry.on_import import when_imported
 from torchdoctor.telemetry.patches import Hooks
 
@@ -49,8 +50,6 @@ _GRAPH_BREAK_LOGGERS = (
     "torch._dynamo.convert_frame.__graph_breaks",
     "torch._dynamo.exc.__graph_breaks",
 )
-_LIBRARY = re.compile(r"[/\\](?:torch|torchdoctor|site-packages|dist-packages)[/\\]|^<")
-_STDLIB = sysconfig.get_paths().get("stdlib") or "\0"
 _AT = re.compile(r"in user code at (?P<file>.+?):(?P<line>\d+)")
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)')
 _LIMIT = re.compile(r"recompile.?limit|cache.?size.?limit", re.IGNORECASE)
@@ -74,7 +73,7 @@ def parse_graph_break(message: str) -> dict[str, str | None]:
         location = f"{m.group('file')}:{m.group('line')}"
     else:
         for f in _FRAME.finditer(message):
-            if not _LIBRARY.search(f.group("file")):
+            if is_user_file(f.group("file")):
                 location = f"{f.group('file')}:{f.group('line')}"
                 break
     body = message.split("Graph Break Reason:", 1)[1] if "Graph Break Reason:" in message else ""
@@ -103,13 +102,12 @@ def parse_graph_break(message: str) -> dict[str, str | None]:
 
 def user_frame() -> str | None:
     """file:line of the innermost frame of the user's code on the current stack."""
-    frame: Any = sys._getframe(1)
-    while frame is not None:
-        name = frame.f_code.co_filename
-        if not _LIBRARY.search(name) and not name.startswith(_STDLIB):
-            return f"{name}:{frame.f_lineno}"
-        frame = frame.f_back
-    return None
+    frame = frames.user_frame(sys._getframe(1))
+    return (
+        frames.site(frame)
+        if frame is not None and frames.is_user_file(frame.f_code.co_filename)
+        else None
+    )
 
 
 class _MetricsFilter(logging.Filter):

@@ -36,30 +36,38 @@ class PhaseTimer:
         """What runs now: data, forward, backward, optimizer or other."""
         return self._open[-1][0] if self._open else "other"
 
+    # The hot path calls these a few times per step: plain loops, no helper calls.
     def inside(self, phase: str) -> bool:
-        return any(entry[0] == phase for entry in self._open)
+        for entry in self._open:  # noqa: SIM110 (a generator costs a frame per call)
+            if entry[0] == phase:
+                return True
+        return False
 
     def enter(self, phase: str, now: float, totals: dict[str, float]) -> None:
-        self.end_forward(now, totals)
-        if self._open:
-            top = self._open[-1]
+        opened = self._open
+        if opened and opened[-1][0] == "forward":  # anything else starting ends the forward
+            totals["forward"] += now - opened.pop()[1]
+        if opened:
+            top = opened[-1]
             if top[1] is not None:
                 totals[COLUMN[top[0]]] += now - top[1]
             top[1] = None
-        self._open.append([phase, now])
+        opened.append([phase, now])
 
     def exit(self, phase: str, now: float, totals: dict[str, float]) -> None:
-        self.end_forward(now, totals)
+        opened = self._open
+        if opened and opened[-1][0] == "forward" and phase != "forward":
+            self.end_forward(now, totals)
         if not self.inside(phase):
             return  # opened before a reset (the telemetry was switched on mid-call)
-        while self._open:
-            name, since = self._open.pop()
+        while opened:
+            name, since = opened.pop()
             if since is not None:
                 totals[COLUMN[name]] += now - since
             if name == phase:
                 break
-        if self._open:
-            self._open[-1][1] = now
+        if opened:
+            opened[-1][1] = now
 
     def begin_forward(self, now: float, totals: dict[str, float]) -> bool:
         """Open the forward segment unless it is open; True when it was opened now."""

@@ -45,6 +45,7 @@ from torchdoctor.telemetry.models import Models
 from torchdoctor.telemetry.patches import Hooks
 from torchdoctor.telemetry.phases import PhaseTimer
 from torchdoctor.telemetry.readback import Readback
+from torchdoctor.telemetry.safe_point import SafePoint
 from torchdoctor.telemetry.step import TAPE_LIMIT, OptimizerStepRow, StepRow, StepState
 from torchdoctor.telemetry.tracer import Tracer
 
@@ -113,6 +114,7 @@ class Recorder:
         self._cycle_params: tuple[int, list[Any]] = (-1, [])
         self._compile_watch: Any = None
         self.collective_calls: Any = None  # telemetry.collectives.Collectives, once installed
+        self.safe_point = SafePoint()  # the probe's evals, run between two steps
 
     # -- install / remove ------------------------------------------------------------------
     def install(self) -> None:
@@ -262,7 +264,8 @@ class Recorder:
             self.event("compile_seen", {"module_tracing": "off"})
 
     def on_data(self, now: float) -> None:
-        self._activity(now)
+        if self.mode == CYCLE:
+            self._activity(now)
         state = self.state
         if state.start is None:
             state.start = now
@@ -294,9 +297,10 @@ class Recorder:
     def on_backward(self, tensors: Any, now: float) -> None:
         if self.mode == CYCLE:
             self._cycle_boundary(now)
-        if not self._scanned and not self.models.roots():
-            self._scanned = True
-            self._discover_from_frames()
+        if not self._scanned:
+            self._scanned = True  # looked at once per compile: roots are found by hooks else
+            if not self.models.roots():
+                self._discover_from_frames()
         state = self.state
         if state.start is None:
             state.start = now
@@ -314,14 +318,15 @@ class Recorder:
         self._backward_end = now
         if self.tracing:
             self._memory_row("backward")
-        losses = state.closure_losses if self.timer.inside("optimizer") else state.losses
+        in_step = self.timer.inside("optimizer")  # a closure that optimizer.step() runs
+        losses = state.closure_losses if in_step else state.losses
         last = losses[-1] if losses else None
         if isinstance(last, float) and not math.isfinite(last):
             # Caught here too, for loops that skip optimizer.step() on a bad loss.
             self._nonfinite({"step": self.step, "grad_norm": None, "losses": [last]})
         if self.mode == CYCLE:
             self._after_cycle_backward()
-        elif self.timer.inside("optimizer") and not self._closure_checked:
+        elif in_step and not self._closure_checked:
             self._closure_checked = True  # LBFGS: the gradients of the first closure call
             primary = self.primary
             if primary is not None and id(primary) in self._open_steps:
@@ -380,7 +385,8 @@ class Recorder:
             self._memory_row("setup")
             if self.memory.on_cuda():  # allocator history from the first step, not the second
                 self.host.on_cuda_detected()
-        self._activity(now)
+        if self.mode == CYCLE:
+            self._activity(now)
         state = self.state
         if not state.tape:
             if self._random:
@@ -489,7 +495,7 @@ class Recorder:
         if check.value is None:
             return
         losses = state.step_losses()
-        if check.finite and all(math.isfinite(v) for v in losses if isinstance(v, float)):
+        if check.finite and _all_finite(losses):
             return
         self._nonfinite(
             {
@@ -639,6 +645,8 @@ class Recorder:
         self.step += 1
         self.steps_done += 1
         self._after_step()
+        if self.safe_point.pending:
+            self._run_safe_point(row.step)
 
     def _emit(self, table: Any, row: Any, losses: list[Any], norm: Any, steps: bool) -> None:
         """Append a row. On CUDA its loss and gradient norm are read back asynchronously and
@@ -700,6 +708,15 @@ class Recorder:
             self.set_global_hooks(tracing)
         self.tracing = tracing
 
+    def _run_safe_point(self, after_step: int) -> None:
+        """Queued evals, with the telemetry off: what they call (a forward, a backward) is
+        theirs, not a step of the training."""
+        was_on, self.switch.on = self.switch.on, False
+        try:
+            self.safe_point.drain(after_step)
+        finally:
+            self.switch.on = was_on
+
     # -- helpers -----------------------------------------------------------------------------
     def _memory_row(self, phase: str) -> None:
         allocated, peak, reserved, _rss = self.memory.read_now()
@@ -719,6 +736,15 @@ class Recorder:
                 "dataset": type(getattr(loader, "dataset", None)).__name__,
             },
         )
+
+
+def _all_finite(values: list[Any]) -> bool:
+    """No float among `values` is NaN or Inf (tensors, read back later, are judged then)."""
+    isfinite = math.isfinite
+    for v in values:  # noqa: SIM110 (a generator costs a frame per call)
+        if isinstance(v, float) and not isfinite(v):
+            return False
+    return True
 
 
 def _mean(values: list[Any]) -> float | None:

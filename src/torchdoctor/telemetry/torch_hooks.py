@@ -65,16 +65,23 @@ def install(rec: Any, torch: Any, hooks: Hooks) -> None:
         register_optimizer_step_pre_hook,
     )
 
+    # The hooks Dynamo skips with all they call guard inline: one frame less per step.
     def optimizer_pre(optimizer: Any, args: Any, kwargs: Any) -> None:
         if compiling():
             return
         rec._optimizer_calls += 1  # GradScaler.step compares it to see a skipped step
         if switch.on:
-            _guarded(rec, rec.on_optimizer, optimizer, _now())
+            try:
+                rec.on_optimizer(optimizer, _now())
+            except Exception as exc:
+                switch.fail(exc)
 
     def optimizer_post(optimizer: Any, args: Any, kwargs: Any) -> None:
         if not compiling() and switch.on:
-            _guarded(rec, rec.on_optimizer_done, optimizer, _now())
+            try:
+                rec.on_optimizer_done(optimizer, _now())
+            except Exception as exc:
+                switch.fail(exc)
 
     hooks.handle(register_optimizer_step_pre_hook(optimizer_pre))
     hooks.handle(register_optimizer_step_post_hook(optimizer_post))
@@ -182,7 +189,10 @@ def model_hook(rec: Any) -> invisible.ModelHook:
 def model_call(rec: Any, module: Any, args: Any, kwargs: Any) -> None:
     if tracing() or not rec.switch.on or _get_ident() != rec.train_thread:
         return
-    _guarded(rec, rec.on_model_call, module, args, kwargs)
+    try:
+        rec.on_model_call(module, args, kwargs)
+    except Exception as exc:
+        rec.switch.fail(exc)
 
 
 def global_pre(rec: Any, module: Any, args: Any) -> None:

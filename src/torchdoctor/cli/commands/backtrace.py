@@ -5,9 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from torchdoctor.cli import formats
 from torchdoctor.cli.errors import OK
-from torchdoctor.report import stacks
+from torchdoctor.report import formats, stacks
 from torchdoctor.report.tabular import render
 
 NAME = "backtrace"

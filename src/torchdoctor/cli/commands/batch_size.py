@@ -30,8 +30,8 @@ import threading
 import time
 from typing import Any
 
-from torchdoctor.cli import formats
 from torchdoctor.cli.errors import OK, TARGET_ERROR, CliError
+from torchdoctor.report import formats
 
 NAME = "batch-size"
 SUMMARY = "the largest batch size a script runs with, measured (doubling, then bisection)"

@@ -15,8 +15,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from torchdoctor.cli import formats
 from torchdoctor.cli.errors import OK, TARGET_ERROR, CliError
+from torchdoctor.report import formats
 
 NAME = "ckpt"
 SUMMARY = "a checkpoint's contents, read without running it; key mismatches with a model; fix"

@@ -6,9 +6,13 @@ import argparse
 import json
 from typing import Any
 
-from torchdoctor.cli import formats
 from torchdoctor.cli.errors import OK, TARGET_ERROR, CliError
+from torchdoctor.report import formats
 from torchdoctor.report.diagnoses import render_full
+from torchdoctor.store.saved import JobRun
+from torchdoctor.store.schema import DIAGNOSES
+
+_COLUMNS = DIAGNOSES.column_names
 
 NAME = "diagnoses"
 SUMMARY = "the problems found in a run, with evidence and ranked fixes"
@@ -30,6 +34,8 @@ def main(args: Any, ctx: Any) -> int:
         records = run.block("diagnoses").to_records()
         for r in records:
             r["evidence"] = _evidence(r.get("evidence"))
+        if isinstance(run, JobRun):
+            records += _job_findings(run, records)
     else:
         status, payload = ctx.client().request("GET", "/v1/diagnoses")
         if status != 200:
@@ -43,6 +49,22 @@ def main(args: Any, ctx: Any) -> int:
     else:
         ctx.print(render_full(records))
     return OK
+
+
+def _job_findings(run: Any, saved: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The job-level diagnoses of a job directory computed now (the ranks that died could not
+    report them), except those a live rank reported already."""
+    from torchdoctor.cluster.saved import findings
+
+    seen = {(r["kind"], r.get("step"), r.get("location")) for r in saved}
+    out = []
+    for d in findings(run):
+        if (d.kind, d.step, d.location) in seen:
+            continue
+        record = dict(zip(_COLUMNS, d.row(), strict=True))
+        record["evidence"] = d.evidence
+        out.append(record)
+    return out
 
 
 def _evidence(text: Any) -> Any:

@@ -10,8 +10,9 @@ import json
 import sys
 from typing import Any
 
-from torchdoctor.cli import formats
 from torchdoctor.cli.errors import OK, TARGET_ERROR, CliError
+from torchdoctor.probe.eval_at import AT_CHOICES
+from torchdoctor.report import formats
 
 NAME = "eval"
 SUMMARY = "run Python code in the live process's __main__ globals"
@@ -21,13 +22,21 @@ FORMATS = formats.REPORT
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("code", help="Python code; '-' reads it from stdin")
+    parser.add_argument(
+        "--at",
+        choices=AT_CHOICES,
+        default="auto",
+        help="step: on the training thread between two optimizer steps (a consistent state); "
+        "now: at once on the probe's thread; auto (default): step while the training steps, "
+        "now when it is stuck",
+    )
 
 
 def main(args: Any, ctx: Any) -> int:
     code = sys.stdin.read() if args.code == "-" else args.code
     if not code.strip():
         raise CliError("eval: no code given")
-    status, payload = ctx.client().request("POST", "/v1/eval", {"code": code})
+    status, payload = ctx.client().request("POST", "/v1/eval", {"code": code, "at": args.at})
     if args.format == "json":
         ctx.print(json.dumps(payload, indent=2))
         return OK if status == 200 else TARGET_ERROR
@@ -36,6 +45,9 @@ def main(args: Any, ctx: Any) -> int:
         ctx.out.write(output if output.endswith("\n") else output + "\n")
     if payload.get("value") is not None:
         ctx.print(payload["value"])
+    ran = payload.get("ran")
+    if ran and ran.get("note"):  # on stderr: stdout stays the code's own output
+        ctx.err.write(f"# {ran['note']}\n")
     if status != 200:
         ctx.err.write(payload.get("error") or "eval failed\n")
         return TARGET_ERROR

@@ -12,8 +12,8 @@ import argparse
 import sys
 from typing import Any
 
-from torchdoctor.cli import formats
 from torchdoctor.cli.errors import OK, CliError
+from torchdoctor.report import formats
 
 NAME = "explain"
 SUMMARY = "an error message, traceback or log -> category, meaning, causes, fixes"

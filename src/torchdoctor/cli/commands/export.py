@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from torchdoctor.cli import formats
 from torchdoctor.cli.errors import OK, CliError
+from torchdoctor.report import formats
 
 NAME = "export"
 SUMMARY = "a saved run or job as a Perfetto trace, or its tables as Parquet or CSV"

@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from torchdoctor.cli import formats
 from torchdoctor.cli.errors import OK, TARGET_ERROR, CliError
+from torchdoctor.report import formats
 
 NAME = "lint"
 SUMMARY = "static checks of training code for known anti-patterns (TDnnn rules)"

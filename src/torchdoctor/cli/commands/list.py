@@ -7,8 +7,9 @@ import json
 from typing import Any
 
 from torchdoctor import registry
-from torchdoctor.cli import formats
 from torchdoctor.cli.errors import OK, CliError
+from torchdoctor.redact import command_line
+from torchdoctor.report import formats
 from torchdoctor.report.tabular import render
 
 NAME = "list"
@@ -50,7 +51,7 @@ def main(args: Any, ctx: Any) -> int:
                 # A rank of a distributed job: its identity (None for other processes).
                 **{field: e.get(field) for field in RANK_FIELDS},
                 "run_dir": e.get("run_dir"),
-                "command": " ".join(e.get("command") or []),
+                "command": command_line(e.get("command")),
             }
         )
     if args.format == "json":

@@ -9,8 +9,8 @@ import argparse
 import json
 from typing import Any
 
-from torchdoctor.cli import formats
 from torchdoctor.cli.errors import OK, TARGET_ERROR, CliError
+from torchdoctor.report import formats
 
 NAME = "memory"
 SUMMARY = "where the memory is: tensors by kind, phases, modules, the OOM report"

@@ -8,8 +8,8 @@ import argparse
 import json
 from typing import Any
 
-from torchdoctor.cli import formats
 from torchdoctor.cli.errors import OK, CliError
+from torchdoctor.report import formats
 
 NAME = "metrics"
 SUMMARY = "a run's numbers in the Prometheus text format (what --metrics serves live)"

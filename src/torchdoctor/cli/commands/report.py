@@ -9,8 +9,8 @@ import sys
 import time
 from typing import Any
 
-from torchdoctor.cli import formats
 from torchdoctor.cli.errors import OK, TARGET_ERROR, CliError
+from torchdoctor.report import formats
 
 NAME = "report"
 SUMMARY = "a self-contained HTML report of a run or job: charts, diagnoses, fixes"

@@ -6,8 +6,8 @@ import argparse
 import json
 from typing import Any
 
-from torchdoctor.cli import formats
 from torchdoctor.cli.errors import OK, CliError
+from torchdoctor.report import formats
 from torchdoctor.report.tabular import render
 
 NAME = "tables"

@@ -1,0 +1,113 @@
+"""What a rank tells the others about itself: who it is, where its main thread is, its step
+and phase, and its recent rows of python.steps and python.collectives (since the asker's
+cursor, so that asking again costs only what is new).
+
+A light request (`rows: 0`) carries no table rows but the collectives that matter now: the
+pending ones and the last one of each process group.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Protocol
+
+from torchdoctor.cluster.member import node_rank
+from torchdoctor.identity import RankIdentity
+from torchdoctor.store.schema import COLLECTIVES, STEPS
+from torchdoctor.store.table import RingTable
+from torchdoctor.store.tables import Tables
+from torchdoctor.telemetry import stacks
+from torchdoctor.views import TrainingView
+
+MAX_ROWS = 512  # rows per table per answer: the recent window the job diagnoses compare
+RECENT = 1024  # collectives rows looked at for the pending ones
+
+
+class StateHost(Protocol):
+    tables: Tables
+
+    @property
+    def telemetry(self) -> TrainingView | None: ...
+
+
+def rank_state(
+    host: StateHost,
+    member: RankIdentity,
+    hang_timeout: float,
+    since: dict[str, int] | None = None,
+    rows: int = MAX_ROWS,
+) -> dict[str, Any]:
+    training = host.telemetry
+    out: dict[str, Any] = {
+        "rank": member.rank,
+        "local_rank": member.local_rank,
+        "world_size": member.world_size,
+        "node": node_rank() or member.node,
+        "time": time.time(),
+        "status": "running",
+        "steps_done": training.steps_done if training is not None else 0,
+        "phase": training.phase if training is not None else None,
+        "stack": main_stack(),
+        "hang_timeout": hang_timeout,
+        "columns": {
+            "steps": list(STEPS.column_names),
+            "collectives": list(COLLECTIVES.column_names),
+        },
+    }
+    since = since or {}
+    collectives = host.tables["collectives"]
+    if rows > 0:
+        limit = min(int(rows), MAX_ROWS)
+        for name in ("steps", "collectives"):
+            got, cursor = table_tail(host.tables[name], since.get(name), limit)
+            out[name] = {"rows": got, "cursor": cursor}
+        # The pending ones may be older than the window: always send them too.
+        out["current"] = current_calls(collectives)
+    else:
+        out["current"] = current_calls(collectives)
+    return out
+
+
+def main_stack() -> list[dict[str, Any]]:
+    main = threading.main_thread().ident
+    for thread in stacks.capture_all():
+        if thread["thread_id"] == main:
+            return list(thread["frames"])
+    return []
+
+
+def table_tail(table: RingTable, cursor: int | None, limit: int) -> tuple[list[list[Any]], int]:
+    """The rows appended since `cursor` (all-time row count), at most the last `limit`; and the
+    new cursor. Reads the sealed blocks in place: no copy of the whole table."""
+    blocks = table.blocks()
+    total = table.dropped + sum(b.rows for b in blocks)
+    start = total - limit if cursor is None else max(int(cursor), total - limit)
+    wanted = max(0, total - start)
+    out: list[list[Any]] = []
+    for block in reversed(blocks):
+        if wanted <= 0:
+            break
+        part = block.tail(max(0, block.rows - wanted))
+        columns = [part.column(name) for name in part.spec.column_names]
+        out[:0] = [list(row) for row in zip(*columns, strict=True)]
+        wanted -= part.rows
+    return out, total
+
+
+def current_calls(table: RingTable) -> list[list[Any]]:
+    """The collectives rows that matter now: every pending (group, seq) and the last of each
+    group, from the recent rows."""
+    rows, _ = table_tail(table, None, RECENT)
+    names = COLLECTIVES.column_names
+    g, s, st = names.index("group"), names.index("seq"), names.index("state")
+    latest: dict[tuple[Any, Any], list[Any]] = {}
+    for row in rows:
+        latest[(row[g], row[s])] = row
+    last: dict[Any, list[Any]] = {}
+    for (group, _seq), row in latest.items():
+        if group not in last or row[s] > last[group][s]:
+            last[group] = row
+    pending = [row for row in latest.values() if row[st] != "completed"]
+    keep = {id(r): r for r in [*pending, *last.values()]}
+    return sorted(keep.values(), key=lambda r: (str(r[g]), r[s]))

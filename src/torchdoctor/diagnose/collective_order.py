@@ -1,0 +1,312 @@
+"""The ranks' collectives lined up by (process group, sequence number), and the collectives
+that hold a job up: shared by the job-level diagnoses (missing_rank, uneven_batches,
+collective_mismatch, rank_died, straggler).
+
+A rank records a collective when it issues it (state `issued`) and again when it completes or
+fails; the latest row of a (group, seq) tells its state, the first one where it was issued.
+Point-to-point calls (send/recv) do not line up across ranks and are left out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+from typing import Any
+
+from torchdoctor.diagnose.hang import classify
+from torchdoctor.diagnose.inputs import DEAD, JobInputs, RankView
+from torchdoctor.frames import is_user_file
+from torchdoctor.store.columns import Block
+
+STARTUP_WAIT = 300.0  # the doctor's startup grace: before the first step
+SAVED_MIN_WAIT = 2.0  # read from a job directory: a collective pending this long at the end
+_P2P = ("send", "recv", "isend", "irecv", "batch_isend_irecv")
+
+
+@dataclasses.dataclass
+class Call:
+    """One collective of one rank."""
+
+    rank: int
+    group: str
+    seq: int
+    op: str
+    shapes: str | None
+    dtype: str | None
+    time: float  # when it was issued
+    duration: float | None
+    state: str  # issued, completed or failed
+    site: str | None  # file:line of the user's code that issued it
+    step: int
+
+    @property
+    def pending(self) -> bool:
+        return self.state != "completed"
+
+    def signature(self, strict_shapes: bool) -> tuple[Any, ...]:
+        return (self.op, self.dtype, self.shapes if strict_shapes else None)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "op": self.op,
+            "shapes": _shapes(self.shapes),
+            "dtype": self.dtype,
+            "site": self.site,
+            "step": self.step,
+            "state": self.state,
+        }
+
+
+# Ops whose tensors must have the same shape on every rank (the others may differ by design:
+# all_to_all splits, gather/scatter lists that only the root holds, objects).
+SAME_SHAPE_OPS = frozenset(
+    {
+        "all_reduce",
+        "allreduce",
+        "broadcast",
+        "reduce",
+        "all_gather",
+        "all_gather_into_tensor",
+        "allgather",
+        "reduce_scatter",
+        "reduce_scatter_tensor",
+        "barrier",
+    }
+)
+
+
+def calls_of(rank: int, block: Block) -> dict[tuple[str, int], Call]:
+    """(group, seq) -> the rank's collective there, in its latest state."""
+    out: dict[tuple[str, int], Call] = {}
+    if not block.rows:
+        return out
+    for r in block.to_records():
+        if r.get("peer") is not None or r["op"] in _P2P:
+            continue
+        key = (str(r["group"]), int(r["seq"]))
+        first = out.get(key)
+        shapes, dtype = r.get("shapes"), r.get("dtype")
+        out[key] = Call(
+            rank=rank,
+            group=key[0],
+            seq=key[1],
+            op=str(r["op"]),
+            shapes=shapes if shapes is not None or first is None else first.shapes,
+            dtype=dtype if dtype is not None or first is None else first.dtype,
+            time=float(first.time if first else r["time"]),
+            duration=r.get("duration"),
+            state=str(r["state"]),
+            site=r.get("site") or (first.site if first else None),
+            step=int(first.step if first else r["step"]),
+        )
+    return out
+
+
+def by_group(calls: dict[tuple[str, int], Call]) -> dict[str, dict[int, Call]]:
+    out: dict[str, dict[int, Call]] = {}
+    for (group, seq), call in calls.items():
+        out.setdefault(group, {})[seq] = call
+    return out
+
+
+def job_calls(job: JobInputs) -> dict[int, dict[str, dict[int, Call]]]:
+    """rank -> group -> seq -> Call, for every rank with data (worked out once per view)."""
+    table = job.memo.get("calls")
+    if table is None:
+        table = {rank: by_group(calls_of(rank, v.collectives)) for rank, v in job.ranks.items()}
+        job.memo["calls"] = table
+    return dict(table)
+
+
+def members(job: JobInputs, group: str, table: dict[int, dict[str, dict[int, Call]]]) -> list[int]:
+    """The ranks of a process group: every rank for the default group; for another, the ranks
+    its name lists, else the ranks seen issuing in it."""
+    if group in ("default", "0", ""):
+        return list(range(job.world_size))
+    listed = _listed_ranks(group)
+    if listed:
+        return listed
+    return sorted(r for r, groups in table.items() if group in groups)
+
+
+def _listed_ranks(group: str) -> list[int]:
+    m = re.search(r"\[([\d,\s]+)\]\s*$", group) or re.search(r"ranks?\s*([\d,\s]+)$", group)
+    if not m:
+        return []
+    return sorted({int(x) for x in re.findall(r"\d+", m.group(1))})
+
+
+@dataclasses.dataclass
+class Holdup:
+    """A collective some ranks wait in while others never issued it."""
+
+    group: str
+    seq: int
+    call: Call  # as the first waiting rank issued it
+    waiting: dict[int, Call]  # rank -> its pending (or failed) call at this seq
+    missing: list[int]  # members that never issued it
+    unknown: list[int]  # members whose collectives cannot be seen (unreachable, no data)
+    waited: float  # the longest wait so far (or until the waiting rank stopped)
+    last_seq: dict[int, int | None]  # missing rank -> the last seq it issued in the group
+
+    @property
+    def label(self) -> str:
+        group = "" if self.group == "default" else f" of group {self.group}"
+        return f"{self.call.op} #{self.seq}{group}"
+
+
+def holdups(job: JobInputs) -> list[Holdup]:
+    """For each group, the first collective that ranks have waited in for at least the hang
+    timeout while some members never issued it."""
+    table = job_calls(job)
+    threshold = job.hang_timeout if job.live else min(job.hang_timeout, SAVED_MIN_WAIT)
+    groups = sorted({g for groups in table.values() for g in groups}, key=lambda g: g != "default")
+    out = []
+    for group in groups:
+        first: dict[int, Call] = {}  # rank -> its earliest pending call in the group
+        for rank, groups_of in table.items():
+            pending = [c for c in groups_of.get(group, {}).values() if c.pending]
+            if pending:
+                first[rank] = min(pending, key=lambda c: c.seq)
+        if not first:
+            continue
+        seq = min(c.seq for c in first.values())
+        # Every rank pending there waits, once one of them has waited for its threshold (the
+        # others' waits are counted up to their last report, which may be a moment old).
+        waiting = {rank: call for rank, call in first.items() if call.seq == seq}
+        waits = {r: max(0.0, _clock(job, job.ranks[r]) - c.time) for r, c in waiting.items()}
+        if not any(w >= _threshold(job, job.ranks[r], threshold) for r, w in waits.items()):
+            continue
+        waited = max(waits.values())
+        missing, unknown, last = [], [], {}
+        for rank in members(job, group, table):
+            if rank in waiting:
+                continue
+            peer = job.ranks.get(rank)
+            seqs = table.get(rank, {}).get(group, {})
+            if peer is None or (peer.status == "unreachable" and not seqs):
+                unknown.append(rank)
+                continue
+            if seq in seqs:
+                continue  # it issued this one too (and waits, or got through)
+            if seqs and max(seqs) > seq:
+                continue  # the window does not reach back this far
+            missing.append(rank)
+            last[rank] = max(seqs) if seqs else None
+        if not missing:
+            continue
+        call = waiting[min(waiting)]
+        out.append(Holdup(group, seq, call, waiting, missing, unknown, waited, last))
+    return out
+
+
+def _threshold(job: JobInputs, view: RankView, timeout: float) -> float:
+    """How long this rank waits before it is held up. Live, before its first step, as long
+    as a start may take: ranks start at their own pace (one imports slower, rank 0 prepares the
+    data while the others wait in a barrier)."""
+    if not job.live or view.steps_done:
+        return timeout
+    return max(timeout, STARTUP_WAIT)
+
+
+def _clock(job: JobInputs, view: RankView) -> float:
+    if view.clock is not None:
+        return view.clock
+    if view.ended is not None:
+        return view.ended
+    return job.now
+
+
+# -- where a rank is --------------------------------------------------------------------------
+LEFT, STUCK, DEAD_RANK, UNKNOWN = "left_loop", "stuck", "dead", "unknown"
+
+
+def whereabouts(job: JobInputs, holdup: Holdup, rank: int) -> str:
+    """Why a rank never issued a collective the others wait in: dead, left its training loop
+    (finished early), stuck inside the loop, or unknown."""
+    view = job.ranks.get(rank)
+    if view is None:
+        return UNKNOWN
+    if view.status in DEAD:
+        return DEAD_RANK
+    if view.steps_done > holdup.call.step:
+        return STUCK  # it went further than the waiting ranks: not a shorter loop
+    if view.status == "finished":
+        return LEFT
+    if not view.stack:
+        return UNKNOWN
+    inside = in_loop(job, holdup.call.site, view.stack)
+    if inside is None:
+        return UNKNOWN
+    return STUCK if inside else LEFT
+
+
+def in_loop(job: JobInputs, site: str | None, stack: list[dict[str, Any]]) -> bool | None:
+    """Whether a stack is inside the innermost loop around `site` (None: cannot tell)."""
+    if not site:
+        return None
+    path, _, line = site.rpartition(":")
+    if not line.isdigit() or path not in job.loops:
+        return None
+    around = [(a, b) for a, b in job.loops[path] if a <= int(line) <= b]
+    if not around:
+        return None
+    first, last = max(around)  # the innermost: the one that starts last
+    return any(f["file"] == path and first <= int(f["lineno"]) <= last for f in stack)
+
+
+def where_stuck(stack: list[dict[str, Any]] | None) -> dict[str, Any] | None:
+    """What a rank's main thread is doing: the hang categories, the blocking frame and the
+    innermost frame of the user's own code."""
+    if not stack:
+        return None
+    category, blocking, user = classify(stack)
+    return {"category": category, "blocking": blocking, "user": user}
+
+
+def user_line(stack: list[dict[str, Any]] | None) -> dict[str, Any] | None:
+    if not stack:
+        return None
+    return next((f for f in stack if is_user_file(f["file"])), None)
+
+
+def short(path_line: str | None) -> str | None:
+    """`file:line` with the file relative to the current directory where that is shorter."""
+    if not path_line:
+        return path_line
+    path, sep, line = path_line.rpartition(":")
+    if not sep:
+        return path_line
+    return f"{short_path(path)}:{line}"
+
+
+def short_path(path: str) -> str:
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return path
+    return rel if not rel.startswith("..") else path
+
+
+def frame_at(frame: dict[str, Any]) -> str:
+    return f"{frame['func']}() at {short_path(frame['file'])}:{frame['lineno']}"
+
+
+def ranks_text(ranks: list[int]) -> str:
+    ranks = sorted(ranks)
+    return ("rank " if len(ranks) == 1 else "ranks ") + ",".join(str(r) for r in ranks)
+
+
+def _shapes(text: str | None) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def trim_stack(stack: list[dict[str, Any]] | None, frames: int = 12) -> list[dict[str, Any]]:
+    return list(stack or [])[:frames]

@@ -1,0 +1,101 @@
+"""`missing_rank`: ranks wait in collective #N while a rank never arrived, and where that rank
+is instead (its own stack and line): the rank that holds the job up, named before the
+collective's own timeout fires. A missing rank that died is `rank_died`'s; one that left its
+training loop early is `uneven_batches`'."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torchdoctor.diagnose import collective_order as co
+from torchdoctor.diagnose.hang import what
+from torchdoctor.diagnose.inputs import Inputs
+from torchdoctor.diagnose.record import Diagnosis
+
+JOB = True  # compares ranks: runs on a job's tables
+
+
+def diagnose(inputs: Inputs) -> list[Diagnosis]:
+    job = inputs.job
+    if job is None:
+        return []
+    out = []
+    for holdup in co.holdups(job):
+        culprits = [
+            r for r in holdup.missing if co.whereabouts(job, holdup, r) in (co.STUCK, co.UNKNOWN)
+        ]
+        if culprits:
+            out.append(_diagnosis(job, holdup, culprits))
+    return out
+
+
+def _diagnosis(job: co.JobInputs, holdup: co.Holdup, culprits: list[int]) -> Diagnosis:
+    call = holdup.call
+    missing: dict[str, dict[str, Any]] = {}
+    parts = []
+    location = None
+    for rank in culprits:
+        view = job.ranks[rank]
+        where = co.where_stuck(view.stack)
+        last = holdup.last_seq.get(rank)
+        entry: dict[str, Any] = {
+            "status": view.status,
+            "steps": view.steps_done,
+            "last_seq": last,
+            "phase": view.phase,
+            "stack": co.trim_stack(view.stack),
+        }
+        if where is not None:
+            entry["category"] = where["category"]
+            place = where["user"] or where["blocking"]
+            entry["line"] = f"{place['file']}:{place['lineno']}"
+            entry["code"] = place.get("code")
+            location = location or co.short(entry["line"])
+            stuck = what(where["category"])
+            text = f"rank {rank} is stuck {stuck} in {co.frame_at(where['blocking'])}"
+            if where["user"] is not None and where["user"] is not where["blocking"]:
+                text += f", called from {co.short(entry['line'])}"
+        elif view.status == "unreachable":
+            text = f"rank {rank} cannot be reached ({view.reason})"
+        else:
+            text = f"rank {rank} never called it (its stack was not captured)"
+        if last is not None:
+            text += f"; its last collective there was #{last}"
+        parts.append(text)
+        missing[str(rank)] = entry
+    waiting = sorted(holdup.waiting)
+    summary = (
+        f"{co.ranks_text(waiting).capitalize()} {'waits' if len(waiting) == 1 else 'wait'} "
+        f"in {holdup.label} "
+        f"(step {call.step}, {co.short(call.site) or 'site unknown'}) for {holdup.waited:.0f} s; "
+        f"{co.ranks_text(culprits)} never called it: " + "; ".join(parts) + "."
+    )
+    return Diagnosis(
+        kind="missing_rank",
+        severity="error",
+        step=call.step,
+        location=location,
+        summary=summary,
+        evidence={
+            "group": holdup.group,
+            "seq": holdup.seq,
+            "op": call.op,
+            "collective": call.describe(),
+            "waiting": {str(r): c.describe() for r, c in sorted(holdup.waiting.items())},
+            "waited": holdup.waited,
+            "missing": missing,
+            "unknown": holdup.unknown,
+            "ranks": culprits,
+        },
+        fix=[
+            f"look at rank {culprits[0]}'s line above: it must reach {call.op} #{holdup.seq} "
+            "like the others (a blocking read, a rank-dependent branch, a lock)",
+            "make every rank issue the same collectives in the same order: no collective "
+            "inside `if rank == ...`, and the same number of batches on every rank",
+            "set a timeout so a stuck rank becomes an error: "
+            "init_process_group(timeout=timedelta(minutes=5)), DataLoader(timeout=...)",
+        ],
+        rank=culprits[0],
+        job=True,
+        key=f"missing_rank:{holdup.group}:{holdup.seq}",
+    )

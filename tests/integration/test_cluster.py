@@ -1,0 +1,233 @@
+"""A distributed job as one patient: real gloo jobs under torchrun (2 and 4 ranks, one or two
+"nodes" with their own socket directories), the `cluster` verbs from one rank's endpoint, and
+each job-level diagnosis on a buggy job and on the job with every fix.
+
+A torchrun job costs tens of seconds on two cores, so each job serves several assertions: the
+stuck job is asked live, then one rank is killed with SIGKILL; the job with every fix also has
+ranks that exit while rank 0 still writes its checkpoint. Every job is ended by its fixture,
+which checks that none of its processes survives.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import script, wait_for
+from jobs import Job
+
+pytestmark = pytest.mark.slow
+
+HANG = 3.0  # --hang-timeout of the ranks; gloo's own timeout is 600 s
+SCRIPT = script("dist_cluster.py")
+
+
+def line_of(text: str, after: str = "") -> str:
+    """`dist_cluster.py:N` of the first line that contains `text` (after the line with `after`)."""
+    lines = Path(SCRIPT).read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if after in line)
+    n = next(i for i, line in enumerate(lines[start:], start + 1) if text in line)
+    return f"dist_cluster.py:{n}"
+
+
+READ = line_of("time.sleep(0.05)", after="def load_batch")
+BACKWARD = line_of("loss.backward()")
+LOGGED = line_of("dist.all_reduce(logged)")
+
+
+@pytest.fixture
+def jobs(tmp_path: Path) -> Iterator[Callable[..., Job]]:
+    started: list[Job] = []
+
+    def start(*args: str, nproc: int = 2, name: str = "a", **kw: Any) -> Job:
+        root = tmp_path / name
+        root.mkdir()
+        env = {"TORCHDOCTOR_HANG_TIMEOUT": str(HANG), **kw.pop("env", {})}
+        job = Job(root, [SCRIPT, *args], nproc, env=env, **kw)
+        started.append(job)
+        return job
+
+    yield start
+    for job in started:
+        job.stop()
+
+
+def pid_of(listed: list[dict[str, Any]], rank: int) -> str:
+    return str(next(r["pid"] for r in listed if r["rank"] == rank))
+
+
+def diagnoses(job: Job, pid: str, kind: str, node: int = 0) -> list[dict[str, Any]]:
+    out = job.cli(pid, "diagnoses", "--format", "json", node=node)
+    if out.returncode != 0:
+        return []
+    return [d for d in json.loads(out.stdout) if d["kind"] == kind]
+
+
+def wait_finding(job: Job, pid: str, kind: str, node: int = 0, timeout: float = 60) -> Any:
+    def found() -> Any:
+        job.check_running()
+        return diagnoses(job, pid, kind, node)
+
+    return wait_for(found, timeout, f"{kind} on process {pid}")[0]
+
+
+def saved(job: Job) -> list[dict[str, Any]]:
+    out = job.cli("diagnoses", str(job.job_dir), "--format", "json")
+    assert out.returncode == 0, out.stderr
+    return list(json.loads(out.stdout))
+
+
+def above_info(records: list[dict[str, Any]]) -> list[str]:
+    return [f"{r['kind']}: {r['summary']}" for r in records if r["severity"] != "info"]
+
+
+def test_a_rank_stuck_in_its_read_then_killed(jobs: Callable[..., Job]) -> None:
+    job = jobs("stuck", nproc=4)
+    listed = job.wait_ranks(4)
+    assert [r["via"] for r in listed] == ["unix"] * 4
+    found = wait_finding(job, pid_of(listed, 0), "missing_rank")
+    assert found["rank"] == 1 and found["location"].endswith(READ), found
+    ev = found["evidence"]
+    assert ev["op"] == "all_reduce" and sorted(ev["waiting"]) == ["0", "2", "3"]
+    assert ev["waiting"]["0"]["site"].endswith(BACKWARD)  # DDP's gradient all-reduce
+    assert ev["missing"]["1"]["category"] == "user_code"
+    assert any(f["func"] == "load_batch" for f in ev["missing"]["1"]["stack"])
+    # Named within the hang timeout plus a few seconds of the collective being issued, long
+    # before gloo's own 600 s timeout.
+    assert ev["waited"] < HANG + 6, ev["waited"]
+    assert f"Ranks 0,2,3 wait in all_reduce #{ev['seq']}" in found["summary"]
+    assert "rank 1 is stuck in your own code in load_batch()" in found["summary"]
+    # The stuck rank itself says so too.
+    mine = wait_finding(job, pid_of(listed, 1), "missing_rank")
+    assert mine["rank"] == 1 and mine["location"] == found["location"]
+
+    out = job.cli("cluster", "backtrace")
+    assert out.returncode == 0, out.stderr
+    assert "ranks 0,2,3: main thread" in out.stdout and "rank 1: main thread" in out.stdout
+    rank1 = out.stdout.split("rank 1: main thread")[1]
+    assert "load_batch" in rank1 and READ.split(":")[0] in rank1
+
+    rows = job.json("cluster", "query", "SELECT count(*) AS steps FROM python.steps")
+    assert sorted(r["rank"] for r in rows) == [0, 1, 2, 3]
+    assert {r["rank"]: r["steps"] for r in rows}[1] == 5
+
+    records = job.json("cluster", "diagnoses")
+    held = [r for r in records if r["kind"] == "missing_rank"]
+    assert len(held) == 1 and held[0]["job"] and len(held[0]["found_by"]) >= 2
+    text = job.cli("cluster", "diagnoses").stdout
+    assert "job (ranks " in text and "missing_rank at step 5" in text
+
+    # The user kills the rank that holds the job up; torchrun ends the others.
+    os.kill(int(pid_of(listed, 1)), signal.SIGKILL)
+    assert job.wait() != [0]
+    records = saved(job)
+    assert {r["rank"] for r in records if r["kind"] == "missing_rank"} == {1}, records
+    died = [r for r in records if r["kind"] == "rank_died"]
+    assert len(died) == 1, records
+    d = died[0]
+    assert d["rank"] == 1 and "SIGKILL" in d["summary"], d
+    assert d["evidence"]["status"] == "killed"
+    waited = d["evidence"]["others"]["0"]["collective"]
+    assert waited["op"] == "all_reduce" and waited["seq"] == ev["seq"], d
+    assert f"rank 0 was waiting in all_reduce #{ev['seq']}" in d["summary"]
+
+
+def test_uneven_batch_counts(jobs: Callable[..., Job]) -> None:
+    job = jobs("uneven")
+    listed = job.wait_ranks(2)
+    found = wait_finding(job, pid_of(listed, 0), "uneven_batches")
+    assert found["rank"] == 1 and found["location"].endswith(BACKWARD)
+    assert found["evidence"]["steps"] == {"0": 5, "1": 5}
+    assert "Rank 1 left its training loop after 5 steps" in found["summary"]
+    assert "save_checkpoint()" in found["summary"]
+    assert not diagnoses(job, pid_of(listed, 0), "missing_rank")
+    assert wait_finding(job, pid_of(listed, 1), "uneven_batches")["rank"] == 1
+
+
+def test_only_rank_0_calls_all_reduce(jobs: Callable[..., Job]) -> None:
+    job = jobs("mismatch")
+    assert job.wait() != [0]  # gloo pairs the odd all_reduce with DDP's and aborts rank 0
+    records = saved(job)
+    found = [r for r in records if r["kind"] == "collective_mismatch"]
+    assert len(found) == 1, records
+    ev = found[0]["evidence"]
+    ranks = ev["ranks"]
+    assert ranks["0"]["site"].endswith(LOGGED) and ranks["1"]["site"].endswith(BACKWARD)
+    assert ranks["0"]["shapes"] != ranks["1"]["shapes"]
+    assert found[0]["rank"] == 0 and found[0]["location"].endswith(LOGGED)
+    # gloo aborted rank 0 (SIGABRT from its own thread): the job-level view says it went first.
+    died = [r for r in records if r["kind"] == "rank_died"]
+    assert len(died) == 1 and died[0]["rank"] == 0, records
+    assert died[0]["evidence"]["signal"] == "SIGABRT", died[0]
+
+
+def test_a_straggler(jobs: Callable[..., Job]) -> None:
+    job = jobs("straggler", "--linger", nproc=4)
+    listed = job.wait_ranks(4)
+    found = wait_finding(job, pid_of(listed, 0), "straggler", timeout=90)
+    assert found["rank"] == 3, found
+    ev = found["evidence"]
+    assert ev["phase"] == "data_wait" and ev["wait_per_step"] > 0.02
+    assert 0.2 < ev["faster"] < 0.95
+    assert "Rank 3 is a straggler" in found["summary"] and "waiting for data" in found["summary"]
+    job.stop()
+    assert [r["rank"] for r in saved(job) if r["kind"] == "straggler"][:1] == [3]
+
+
+def test_the_job_with_every_fix_has_no_finding(jobs: Callable[..., Job]) -> None:
+    # Every fix at once (a read that returns, DistributedSampler, the logged all_reduce on
+    # every rank, no slow rank); ranks 1.. exit while rank 0 still writes its checkpoint.
+    job = jobs("all", "--fixed", "--linger0")
+    listed = job.wait_ranks(2)
+    pid = int(pid_of(listed, 1))
+
+    def gone() -> Any:
+        ranks = job.json("cluster", "list")["ranks"]
+        return ranks if "has exited" in (ranks[1]["reason"] or "") else None
+
+    ranks = wait_for(gone, 60, "rank 1 to exit")
+    assert ranks[1]["status"] == "unreachable"
+    assert f"process {pid} has exited" in ranks[1]["reason"]
+    assert ranks[0]["status"] == "ok"
+    (job.root / "stop").touch()
+    assert job.wait() == [0], job.log()
+    records = saved(job)
+    # Rank 0's own hang in its planted slow checkpoint is the only one: nothing across ranks.
+    planted = [r for r in records if r["kind"] == "hang" and "save_checkpoint()" in r["summary"]]
+    assert {r["rank"] for r in planted} <= {0}
+    assert above_info([r for r in records if r not in planted]) == []
+    steps = job.json(
+        "query",
+        str(job.job_dir),
+        "SELECT rank, count(*) AS n FROM python.steps GROUP BY rank ORDER BY rank",
+    )
+    assert [r["n"] for r in steps] == [13, 13]  # 4 * 12 * 2 + 1 samples: 49 a rank
+    ops = job.json("query", str(job.job_dir), "SELECT DISTINCT op FROM python.collectives")
+    assert {"all_reduce"} <= {r["op"] for r in ops}
+
+
+def test_two_nodes_reach_each_other_over_tcp(jobs: Callable[..., Job]) -> None:
+    # Two torchrun agents (--nnodes=2, one rendezvous endpoint), each "node" with its own
+    # socket directory: a rank finds the other only through the job's c10d store and TCP.
+    # Node 0 serves no TCP, node 1 does: from node 0 every rank is reachable (rank 1 over
+    # TCP); from node 1, rank 0 is unreachable and says why.
+    job = jobs("stuck", nproc=1, nodes=2, listen=(False, True))
+    listed = job.wait_ranks(2)
+    assert [(r["rank"], r["via"]) for r in listed] == [(0, "unix"), (1, "tcp")]
+    assert not list(job.socket_dir(0).glob(f"{pid_of(listed, 1)}.*"))
+    found = wait_finding(job, pid_of(listed, 0), "missing_rank")
+    assert found["rank"] == 1 and found["location"].endswith(READ)
+    out = job.cli("cluster", "backtrace")
+    assert "rank 1: main thread" in out.stdout and "load_batch" in out.stdout, out.stderr
+
+    other = job.json("cluster", "list", node=1)["ranks"]
+    assert other[1]["via"] == "unix" and other[1]["status"] == "ok"
+    assert other[0]["status"] == "unreachable"
+    assert "serving no TCP endpoint" in other[0]["reason"]
+    out = job.cli("cluster", "query", "SELECT 1 AS one", node=1)
+    assert out.returncode == 0 and "rank 0 unreachable" in out.stderr

@@ -1,0 +1,62 @@
+"""A long run of tiny steps keeps the probe's memory and the run directory flat once the
+tables are full (the full million-step soak is benchmarks/soak.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from helpers import cli, script, td_run, wait_for
+
+ROWS = 2000  # TORCHDOCTOR_MAX_ROWS: every table full well before the first checkpoint
+CHECKPOINTS = (25_000, 50_000)
+
+
+def _rss(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+def _size(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def _saved(run_dir: Path, sql: str) -> list[dict]:
+    out = cli("query", str(run_dir), sql, "--format", "json")
+    assert out.returncode == 0, out.stderr
+    return list(json.loads(out.stdout))
+
+
+@pytest.mark.slow
+def test_memory_and_run_directory_stay_flat(launch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    d = tmp_path / "run"
+    points = ",".join(str(c) for c in CHECKPOINTS)
+    argv = ["--steps", "50000", "--checkpoints", points]
+    run = launch(
+        td_run("--quiet", "--run-dir", str(d), script("tiny_steps.py"), *argv),
+        extra_env={"TORCHDOCTOR_MAX_ROWS": str(ROWS)},
+    )
+    measured = {}
+    for n in CHECKPOINTS:
+        wait_for(lambda n=n: f"checkpoint {n}" in run.stdout(), timeout=600, what=f"step {n}")
+        # Everything up to the checkpoint is on disk (the spill runs every second).
+        wait_for(
+            lambda n=n: _saved(d, "SELECT max(step) AS s FROM python.steps")[0]["s"] == n - 1,
+            what=f"step {n} saved",
+        )
+        measured[n] = (_rss(run.pid), _size(d))
+        (run.cwd / f"go-{n}").touch()
+    assert run.wait(120) == 0, run.output()
+    (rss_a, size_a), (rss_b, size_b) = measured[CHECKPOINTS[0]], measured[CHECKPOINTS[1]]
+    print(f"rss {rss_a / 2**20:.1f} -> {rss_b / 2**20:.1f} MiB; dir {size_a} -> {size_b} bytes")
+    assert rss_b - rss_a < 4 * 2**20  # 25,000 more steps: no more memory
+    assert size_b < 1.2 * size_a  # nor more disk
+    # What is on disk is the newest rows, each once, and `query RUN_DIR` reads them.
+    steps = [r["step"] for r in _saved(d, "SELECT step FROM python.steps ORDER BY step")]
+    assert ROWS <= len(steps) <= 3 * ROWS
+    assert steps == list(range(50_000 - len(steps), 50_000))
+    traced = _saved(d, "SELECT count(*) AS n, max(step) AS s FROM python.torch_trace")[0]
+    assert ROWS <= traced["n"] <= 3 * ROWS and traced["s"] >= 49_980

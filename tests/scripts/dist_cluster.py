@@ -1,0 +1,104 @@
+"""A small DDP job (gloo) with one planted multi-rank problem: the job behind the cluster tests.
+
+    torchrun --nproc_per_node=N dist_cluster.py MODE [--fixed] [--linger | --linger0]
+
+MODE:
+  stuck      rank 1's data read never returns at step 5 while the others wait in DDP's
+             gradient all-reduce (--fixed: it returns)
+  uneven     each rank takes its own slice of 41 samples (batches of 4) without a
+             DistributedSampler: rank 1 has one batch fewer, leaves its loop and writes a
+             checkpoint while rank 0 waits (--fixed: DistributedSampler)
+  mismatch   only rank 0 all-reduces its loss for logging at step 3: gloo pairs it with rank
+             1's gradient all-reduce and the job dies (--fixed: every rank does)
+  straggler  the last rank's batches take 40 ms longer to load (--fixed: no delay)
+  all        every one of the above (with --fixed: every one of their fixes, in one job)
+--linger: every rank waits for the file `stop` after its loop (a slow final checkpoint);
+--linger0: rank 0 only, the others exit. A read or a checkpoint that never ends waits for it too.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
+
+MODE = sys.argv[1]
+FIXED = "--fixed" in sys.argv
+BUGS = {"stuck", "uneven", "mismatch", "straggler"} if MODE == "all" else {MODE}
+STEPS = {"stuck": 12, "mismatch": 8, "straggler": 30, "all": 12}.get(MODE, 0)
+
+
+def bug(name: str) -> bool:
+    return name in BUGS and not FIXED
+
+
+class Samples(Dataset):
+    def __init__(self, n: int, delay: float = 0.0) -> None:
+        self.x = torch.randn(n, 8, generator=torch.Generator().manual_seed(0))
+        self.delay = delay
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        if self.delay:
+            time.sleep(self.delay)
+        return self.x[i]
+
+
+def load_batch(batches, step: int, rank: int) -> torch.Tensor:
+    if bug("stuck") and rank == 1 and step == 5:
+        while not os.path.exists("stop"):  # the read that never returns
+            time.sleep(0.05)
+    return next(batches)
+
+
+def save_checkpoint(model: nn.Module, linger: bool) -> None:
+    torch.save(model.state_dict(), f"model{dist.get_rank()}.pt")
+    while linger and not os.path.exists("stop"):  # a large checkpoint, slow storage
+        time.sleep(0.05)
+
+
+def main() -> None:
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=600))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(0)
+    model = DistributedDataParallel(nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1)))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    if "uneven" in BUGS:
+        data = Samples(41 if MODE == "uneven" else 4 * STEPS * world + 1)
+        if FIXED:
+            loader = DataLoader(data, batch_size=4, sampler=DistributedSampler(data, shuffle=False))
+        else:
+            mine = torch.utils.data.Subset(data, range(rank, len(data), world))  # the bug
+            loader = DataLoader(mine, batch_size=4)
+        batches = iter(loader)
+        steps = len(loader)
+    else:
+        slow = bug("straggler") and rank == world - 1
+        loader = DataLoader(Samples(4 * STEPS, delay=0.01 if slow else 0.0), batch_size=4)
+        batches, steps = iter(loader), STEPS
+    for step in range(steps):
+        x = load_batch(batches, step, rank)
+        loss = model(x).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        if "mismatch" in BUGS and step == 3 and (rank == 0 or FIXED):
+            logged = loss.detach().clone()
+            dist.all_reduce(logged)  # the bug: only rank 0 gets here
+    linger = "--linger" in sys.argv or (rank == 0 and "--linger0" in sys.argv)
+    linger = linger or bug("uneven")
+    save_checkpoint(model, linger)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

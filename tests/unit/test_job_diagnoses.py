@@ -1,0 +1,323 @@
+"""The job-level diagnoses as pure functions of several ranks' tables: rows built with the
+store's own row types (and, for a job directory, written with its own writers), each
+diagnosis on a buggy job and on its fixed version."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from torchdoctor.cluster import loops
+from torchdoctor.cluster.gather import RankRecord
+from torchdoctor.cluster.saved import findings
+from torchdoctor.diagnose import (
+    collective_mismatch,
+    missing_rank,
+    rank_died,
+    straggler,
+    uneven_batches,
+)
+from torchdoctor.diagnose.inputs import Inputs, JobInputs, RankView
+from torchdoctor.store import rundir
+from torchdoctor.store.columns import Block
+from torchdoctor.store.saved import JobRun
+from torchdoctor.store.schema import BY_NAME, COLLECTIVES, STEPS
+from torchdoctor.store.tables import Spiller, Tables
+
+NOW = 1_800_000_000.0
+TRAIN = "/work/project/train.py"
+LOOP = (30, 50)  # the training loop's lines in TRAIN
+BACKWARD = f"{TRAIN}:40"  # loss.backward(), inside the loop: DDP's all-reduce site
+Call = COLLECTIVES.row_type()
+Step = STEPS.row_type()
+
+
+def call(rank: int, seq: int, step: int, t: float, state: str = "completed", **kw: Any) -> tuple:
+    values = {
+        "step": step,
+        "group": "default",
+        "seq": seq,
+        "op": "all_reduce",
+        "shapes": "[[8, 1]]",
+        "dtype": "float32",
+        "bytes": 32,
+        "peer": None,
+        "time": t,
+        "duration": None if state == "issued" else 0.001,
+        "state": state,
+        "site": BACKWARD,
+        "rank": rank,
+    }
+    values.update(kw)
+    return tuple(Call(**values))
+
+
+def step_row(rank: int, step: int, t: float, duration: float = 0.05, **phases: float) -> tuple:
+    p = {"data_wait": 0.005, "forward": 0.01, "backward": 0.02, "optimizer": 0.005}
+    p.update(phases)
+    p["other"] = max(0.0, duration - sum(p.values()))
+    return tuple(
+        Step(
+            step=step, time=t, duration=duration, loss=1.0, grad_norm=1.0, lr=0.1,
+            allocated=1, max_allocated=1, reserved=1, rss=1, rank=rank, micro_batches=1,
+            skipped=False, traced=False, **p,
+        )
+    )  # fmt: skip
+
+
+def view(rank: int, calls: list[tuple], steps: int, **kw: Any) -> RankView:
+    rows = [step_row(rank, s, NOW - 100 + s) for s in range(steps)]
+    return RankView(
+        rank=rank,
+        steps=Block.from_rows(STEPS, rows),
+        collectives=Block.from_rows(COLLECTIVES, calls),
+        **kw,
+    )
+
+
+def frame(func: str, line: int, path: str = TRAIN) -> dict[str, Any]:
+    return {"func": func, "file": path, "lineno": line, "code": None}
+
+
+def inputs(ranks: dict[int, RankView], live: bool = True, timeout: float = 5.0) -> Inputs:
+    job = JobInputs(
+        ranks=ranks,
+        world_size=len(ranks),
+        now=NOW,
+        hang_timeout=timeout,
+        live=live,
+        loops={TRAIN: [(10, 60), LOOP]},  # an epoch loop around the batch loop
+    )
+    return Inputs(
+        steps=Block.empty(STEPS),
+        module_grads=Block.empty(BY_NAME["module_grads"]),
+        events=[],
+        config=None,
+        now=NOW,
+        job=job,
+    )
+
+
+def _history(rank: int, upto: int) -> list[tuple]:
+    """Collectives #0..upto-1, one per step, all completed."""
+    return [call(rank, s, s, NOW - 100 + s) for s in range(upto)]
+
+
+def _stuck_job(rank1_stack: list[dict[str, Any]], waited: float = 10.0) -> dict[int, RankView]:
+    """Ranks 0, 2, 3 wait in all_reduce #5 of step 5; rank 1 issued up to #4."""
+    ranks = {}
+    for r in (0, 2, 3):
+        pending = call(r, 5, 5, NOW - waited, state="issued")
+        stack = [
+            frame("wait", 99, "/site-packages/torch/distributed/c10d.py"),
+            frame("<module>", 40),
+        ]
+        ranks[r] = view(r, [*_history(r, 5), pending], 5, stack=stack)
+    ranks[1] = view(1, _history(1, 5), 5, stack=rank1_stack)
+    return ranks
+
+
+IN_LOAD_BATCH = [frame("load_batch", 22), frame("<module>", 33)]  # called from inside the loop
+AFTER_LOOP = [frame("save_checkpoint", 70), frame("<module>", 55)]  # past the batch loop
+
+
+def test_missing_rank_names_the_rank_its_line_and_the_collective() -> None:
+    found = missing_rank.diagnose(inputs(_stuck_job(IN_LOAD_BATCH)))
+    assert len(found) == 1
+    d = found[0]
+    assert d.kind == "missing_rank" and d.severity == "error" and d.job
+    assert d.rank == 1 and d.step == 5
+    assert d.location is not None and d.location.endswith("train.py:22")
+    assert d.evidence["seq"] == 5 and d.evidence["op"] == "all_reduce"
+    assert sorted(d.evidence["waiting"]) == ["0", "2", "3"]
+    assert d.evidence["missing"]["1"]["last_seq"] == 4
+    assert "Ranks 0,2,3 wait in all_reduce #5" in d.summary
+    assert "rank 1 is stuck in your own code in load_batch()" in d.summary
+    # Not a shorter loop: rank 1 is still inside it.
+    assert uneven_batches.diagnose(inputs(_stuck_job(IN_LOAD_BATCH))) == []
+
+
+def test_no_hold_up_before_the_hang_timeout_or_when_every_rank_arrived() -> None:
+    assert missing_rank.diagnose(inputs(_stuck_job(IN_LOAD_BATCH, waited=2.0))) == []
+    fixed = _stuck_job(IN_LOAD_BATCH)
+    fixed[1] = view(1, [*_history(1, 5), call(1, 5, 5, NOW - 1, state="issued")], 5)
+    assert missing_rank.diagnose(inputs(fixed)) == []
+    assert uneven_batches.diagnose(inputs(fixed)) == []
+
+
+def test_uneven_batches_when_the_missing_rank_left_its_loop() -> None:
+    found = uneven_batches.diagnose(inputs(_stuck_job(AFTER_LOOP)))
+    assert len(found) == 1
+    d = found[0]
+    assert d.kind == "uneven_batches" and d.rank == 1 and d.step == 5
+    assert d.evidence["left"]["1"]["steps"] == 5
+    assert "Rank 1 left its training loop after 5 steps" in d.summary
+    assert "save_checkpoint()" in d.summary
+    assert any("DistributedSampler" in f for f in d.fix)
+    assert missing_rank.diagnose(inputs(_stuck_job(AFTER_LOOP))) == []
+
+
+def test_a_rank_that_finished_while_others_wait_is_uneven_too() -> None:
+    ranks = _stuck_job([])
+    ranks[1] = view(1, _history(1, 5), 5, status="finished", ended=NOW - 9)
+    found = uneven_batches.diagnose(inputs(ranks))
+    assert found and "exited" in found[0].summary
+
+
+def test_collective_mismatch_at_the_first_sequence_number_that_differs() -> None:
+    ranks = {r: view(r, _history(r, 7), 7) for r in (0, 1)}
+    extra = call(0, 7, 7, NOW - 5, state="issued", shapes="[[1]]", site=f"{TRAIN}:45")
+    ranks[0] = view(0, [*_history(0, 7), extra], 7)
+    ranks[1] = view(1, [*_history(1, 7), call(1, 7, 7, NOW - 5, state="issued")], 7)
+    found = collective_mismatch.diagnose(inputs(ranks))
+    assert len(found) == 1
+    d = found[0]
+    assert d.evidence["seq"] == 7
+    assert d.evidence["ranks"]["0"]["shapes"] == [[1]]
+    assert d.evidence["ranks"]["1"]["shapes"] == [[8, 1]]
+    assert "rank 0 calls all_reduce [[1]] float32 at" in d.summary
+    assert d.location is not None and d.location.endswith("train.py:45")
+    # Another op at the same seq is a mismatch too; the same calls on every rank are not.
+    ranks[0] = view(0, [*_history(0, 7), call(0, 7, 7, NOW, op="broadcast")], 7)
+    assert collective_mismatch.diagnose(inputs(ranks))[0].evidence["ranks"]["0"]["op"] == (
+        "broadcast"
+    )
+    same = {r: view(r, _history(r, 8), 8) for r in (0, 1)}
+    assert collective_mismatch.diagnose(inputs(same)) == []
+
+
+def _straggler_job(slow: int | None, world: int = 4, steps: int = 40) -> dict[int, RankView]:
+    rng = np.random.default_rng(0)
+    ranks = {}
+    for r in range(world):
+        calls, rows = [], []
+        for s in range(steps):
+            start = NOW - 100 + s * 0.05
+            late = 0.03 if r == slow else float(rng.uniform(0, 0.003))
+            calls.append(call(r, s, s, start + 0.01 + late))
+            data = 0.035 if r == slow else 0.005
+            backward = 0.02 - (late if r == slow else 0.0) + (0.03 if slow is not None else 0.0)
+            rows.append(step_row(r, s, start + 0.05, 0.05, data_wait=data, backward=backward))
+        ranks[r] = RankView(
+            rank=r,
+            steps=Block.from_rows(STEPS, rows),
+            collectives=Block.from_rows(COLLECTIVES, calls),
+        )
+    return ranks
+
+
+def test_straggler_names_the_rank_its_phase_and_the_time_to_gain() -> None:
+    found = straggler.diagnose(inputs(_straggler_job(slow=2)))
+    assert len(found) == 1
+    d = found[0]
+    assert d.kind == "straggler" and d.rank == 2 and d.severity == "warning"
+    assert d.evidence["phase"] == "data_wait"
+    assert 0.025 < d.evidence["wait_per_step"] < 0.031
+    assert 0.45 < d.evidence["faster"] < 0.65
+    assert "Rank 2 is a straggler" in d.summary and "waiting for data" in d.summary
+    assert straggler.diagnose(inputs(_straggler_job(slow=None))) == []
+
+
+def test_rank_died_names_the_first_to_die_and_what_the_others_were_doing() -> None:
+    ranks = {
+        0: view(
+            0,
+            [*_history(0, 5), call(0, 5, 5, NOW - 3, state="issued")],
+            5,
+            status="terminated",
+            signal="SIGTERM",
+            ended=NOW - 1,
+        ),
+        1: view(1, _history(1, 5), 5, status="killed", signal="SIGKILL", ended=NOW - 2),
+    }
+    found = rank_died.diagnose(inputs(ranks, live=False))
+    assert len(found) == 1
+    d = found[0]
+    assert d.rank == 1 and d.evidence["how"] == "killed by SIGKILL"
+    assert "Rank 1 died first (killed by SIGKILL) at step 5" in d.summary
+    assert "rank 0 was waiting in all_reduce #5" in d.summary
+    assert "then terminated" in d.summary
+    # The dead rank is rank_died's, not a hold-up by a live rank.
+    assert missing_rank.diagnose(inputs(ranks, live=False)) == []
+    alive = {r: view(r, _history(r, 5), 5) for r in (0, 1)}
+    assert rank_died.diagnose(inputs(alive)) == []
+
+
+def test_loop_ranges_of_a_script(tmp_path: Path) -> None:
+    source = tmp_path / "train.py"
+    source.write_text(
+        "import x\n"
+        "for epoch in range(3):\n"
+        "    for batch in loader:\n"
+        "        step(batch)\n"
+        "    evaluate()\n"
+        "while True:\n"
+        "    break\n"
+    )
+    assert loops.loop_ranges(str(source)) == [(2, 5), (3, 4), (6, 7)]
+    assert loops.loop_ranges(str(tmp_path / "missing.py")) is None
+    assert loops.loops_of([str(source), "<stdin>"]) == {str(source): [(2, 5), (3, 4), (6, 7)]}
+
+
+def test_a_record_merges_answers_and_settles_calls_no_longer_pending() -> None:
+    columns = {"steps": list(STEPS.column_names), "collectives": list(COLLECTIVES.column_names)}
+    record = RankRecord(1)
+    pending = list(call(1, 3, 3, NOW, state="issued"))
+    record.update(
+        {
+            "columns": columns,
+            "steps_done": 3,
+            "stack": IN_LOAD_BATCH,
+            "steps": {"rows": [list(step_row(1, s, NOW + s)) for s in range(3)], "cursor": 3},
+            "collectives": {"rows": [list(c) for c in _history(1, 3)], "cursor": 3},
+            "current": [pending],
+        }
+    )
+    assert record.cursors == {"steps": 3, "collectives": 3}
+    assert record.pending_since() == NOW
+    v = record.view()
+    assert v.steps_done == 3 and v.collectives.rows == 4 and v.status == "running"
+    # The next light answer no longer lists #3 as pending: it completed meanwhile.
+    record.update({"columns": columns, "steps_done": 4, "current": [list(call(1, 4, 4, NOW))]})
+    assert record.pending_since() is None
+    record.lost("nothing listens at /tmp/x.sock (the process has exited?)")
+    assert record.view().status == "unreachable" and record.view().stack is None
+
+
+def _write_rank(job: Path, rank: int, calls: list[tuple], steps: int, meta: dict) -> None:
+    run = rundir.create(job / f"rank{rank}")
+    tables = Tables()
+    for s in range(steps):
+        tables["steps"].append(step_row(rank, s, NOW - 100 + s))
+    journal = tables["collectives"]  # written through, as the ranks write it
+    journal.attach(lambda: run)
+    state, duration = COLLECTIVES.index("state"), COLLECTIVES.index("duration")
+    for c in calls:
+        rid = journal.issue(c)
+        if c[state] != "issued":
+            journal.end(rid, c[duration], c[state])
+    journal.close()
+    Spiller(tables, run).stop()
+    rundir.write_meta(run, {"pid": 100 + rank, "rank": rank, "world_size": 2, **meta})
+
+
+def test_a_job_directory_gives_the_same_findings(tmp_path: Path) -> None:
+    job = tmp_path / "job"
+    _write_rank(
+        job,
+        0,
+        [*_history(0, 5), call(0, 5, 5, NOW - 30, state="failed")],
+        5,
+        {"status": "failed", "ended": "2027-01-15T08:00:00", "exit_code": 1},
+    )
+    _write_rank(job, 1, _history(1, 5), 5, {"status": "killed", "signal": "SIGKILL"})
+    found = {d.kind: d for d in findings(JobRun(job))}
+    assert set(found) == {"rank_died"}
+    d = found["rank_died"]
+    assert d.rank == 1  # killed (no end time: its last row) before rank 0 failed
+    assert "rank 0 was waiting in all_reduce #5" in d.summary
+    rows = JobRun(job).block("collectives")
+    assert rows.rows == 11 and json.loads(rows.column("shapes")[0]) == [[8, 1]]
