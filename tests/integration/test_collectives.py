@@ -69,6 +69,13 @@ def terminated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         job.start(torchrun_argv(2, script("dist_job.py"), "--wait", "1"))
         marker = base / "waiting1"
         wait_for(lambda: marker.exists() and marker.read_text(), 180, "rank 1 waiting")
+        log = base / "job" / "rank0" / "tables" / "collectives.log"
+
+        def rank0_in_its_third_all_reduce() -> bool:
+            lines = log.read_text().splitlines() if log.exists() else []
+            return sum(line.startswith("I ") and OWN + '"' in line for line in lines) >= 3
+
+        wait_for(rank0_in_its_third_all_reduce, 180, "rank 0 in the all_reduce rank 1 skips")
         os.kill(int(marker.read_text()), signal.SIGTERM)
         job.wait(180)
         yield base / "job"
