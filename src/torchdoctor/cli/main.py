@@ -26,6 +26,7 @@ COMMANDS: tuple[str, ...] = (
     "query",
     "tables",
     "diagnoses",
+    "shapes",
     "memory",
     "report",
     "export",
