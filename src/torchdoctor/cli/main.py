@@ -36,6 +36,8 @@ COMMANDS: tuple[str, ...] = (
     "ckpt",
     "lint",
     "batch-size",
+    "overfit",
+    "repro",
     "demo",
 )
 

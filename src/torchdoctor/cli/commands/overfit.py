@@ -1,0 +1,137 @@
+"""`torchdoctor overfit [--steps N] [--format json] SCRIPT ARGS...` (or `-m MODULE ARGS...`):
+the seeds' first habit, run on the unchanged script. Its first batch is fed again and again for
+N optimizer steps; then torchdoctor judges whether the model memorised it (exit 0) or not
+(exit 1, with the suspects checked in order and their evidence)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import Any
+
+from torchdoctor.cli.errors import OK, TARGET_ERROR, CliError
+
+NAME = "overfit"
+SUMMARY = "feed the script's first batch again and again: can the model memorise it?"
+TARGET = "none"
+DEFAULT_STEPS = 200
+
+_VALUED = {"--steps", "--format", "-m"}
+_SWITCHES = {"-h", "--help"}
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    add_target_arguments(parser, DEFAULT_STEPS)
+
+
+def add_target_arguments(parser: argparse.ArgumentParser, steps: int) -> None:
+    parser.add_argument(
+        "--steps", type=int, default=steps, help=f"optimizer steps (default {steps})"
+    )
+    parser.add_argument("--format", choices=("text", "json"), default="text")
+    parser.add_argument("-m", dest="module", metavar="MODULE", help="run a module, as python -m")
+    parser.add_argument("script", nargs="?", help="the training script")
+    parser.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
+
+
+def parse_target(parser: argparse.ArgumentParser, argv: list[str], verb: str) -> Any:
+    """torchdoctor's options first; the script and everything after it are the script's."""
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        key = arg.partition("=")[0]
+        if key in _VALUED:
+            step = 1 if "=" in arg else 2
+            if key == "-m":
+                i += step
+                break
+            i += step
+        elif arg in _SWITCHES:
+            i += 1
+        elif arg.startswith("-") and arg != "-":
+            raise CliError(f"{verb}: unknown option {arg!r} (options go before the script)")
+        else:
+            break
+    ours, theirs = argv[:i], argv[i:]
+    args = parser.parse_args(ours)
+    if args.module is None:
+        if not theirs:
+            raise CliError(f"{verb}: give a script ({verb} train.py ARGS...) or -m MODULE")
+        args.script, args.args = theirs[0], theirs[1:]
+        if not os.path.exists(args.script):
+            raise CliError(f"{verb}: can't open file {args.script!r}: No such file or directory")
+        if os.path.isdir(args.script):
+            raise CliError(f"{verb}: {args.script!r} is a directory, not a script")
+    else:
+        args.script, args.args = None, theirs
+    if args.steps < 1:
+        raise CliError(f"{verb}: --steps must be at least 1, got {args.steps}")
+    return args
+
+
+def parse_argv(parser: argparse.ArgumentParser, argv: list[str]) -> Any:
+    return parse_target(parser, argv, NAME)
+
+
+def target_argv(args: Any) -> list[str]:
+    if args.module is not None:
+        return ["-m", args.module, *args.args]
+    return [args.script, *args.args]
+
+
+def failed_to_run(result: dict[str, Any] | None, code: int, verb: str) -> str | None:
+    """Why the recipe has no answer (the script never stepped, crashed first, ...), or None."""
+    if result is None:
+        return (
+            f"{verb}: the script's process ended (exit code {code}) before torchdoctor could "
+            f"write its result"
+        )
+    if result.get("error"):
+        return f"{verb}: {result['error']}"
+    if int(result.get("steps") or 0) == 0:
+        script = result.get("script") or {}
+        if script.get("exception"):
+            return f"{verb}: the script crashed before its first step ended: {script['exception']}"
+        return (
+            f"{verb}: the script ended without a training step (exit code "
+            f"{script.get('exit_code')}): no optimizer.step() and no backward() was seen. A loop "
+            f"without torch.optim marks its steps with torchdoctor.step(loss)"
+        )
+    return None
+
+
+def main(args: Any, ctx: Any) -> int:
+    from torchdoctor.cli.recipe_run import spawn
+
+    if args.format == "text":
+        ctx.warn(
+            f"torchdoctor overfit: running {args.script or '-m ' + args.module} unchanged, its "
+            f"first batch fed again and again for {args.steps} steps; the script's own side "
+            f"effects (checkpoints it saves, logs it writes) still happen"
+        )
+    result, code = spawn({"kind": "overfit", "steps": args.steps}, target_argv(args),
+                         args.format == "json")
+    if code == 130:
+        return 130
+    problem = failed_to_run(result, code, NAME)
+    if problem is not None:
+        if args.format == "json" and result is not None:
+            ctx.print(json.dumps({**result, "passed": False, "error": problem}, indent=2))
+        raise CliError(problem, TARGET_ERROR)
+    assert result is not None
+    if result.get("no_batch"):
+        message = (
+            f"{NAME}: no batch could be captured: the first step took its data neither from a "
+            f"DataLoader nor as tensors passed to the model or a loss function"
+        )
+        if args.format == "json":
+            ctx.print(json.dumps({**result, "passed": False, "error": message}, indent=2))
+        raise CliError(message, TARGET_ERROR)
+    if args.format == "json":
+        ctx.print(json.dumps(result, indent=2))
+    else:
+        from torchdoctor.report.overfit import render_overfit
+
+        ctx.print(render_overfit(result))
+    return OK if result.get("passed") else TARGET_ERROR
