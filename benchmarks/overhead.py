@@ -1,6 +1,6 @@
 """Telemetry overhead, measured side by side in one run (instrumented vs plain).
 
-Budgets (DESIGN.md): always-on telemetry <= 1% of the demo model's step time and <= 50 us
+Budgets (docs/benchmarks.md): always-on telemetry <= 1% of the demo model's step time and <= 50 us
 fixed cost per step on a tiny model; module tracing at the default period <= 2%; a GROUP BY
 over 1M torch_trace rows <= 200 ms. Run: .venv/bin/python benchmarks/overhead.py
 """

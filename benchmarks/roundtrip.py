@@ -1,6 +1,6 @@
 """Round trips to a live probe: `backtrace` of a target with 20 threads, and simple queries.
 
-Budgets (DESIGN.md): backtrace <= 100 ms; query <= 200 ms (the 1M-row GROUP BY is in
+Budgets (docs/benchmarks.md): backtrace <= 100 ms; query <= 200 ms (the 1M-row GROUP BY is in
 overhead.py). The target is a real training script in its own process; the client is the
 CLI's own client, without the interpreter start-up of a CLI process (printed separately).
 Run: .venv/bin/python benchmarks/roundtrip.py

@@ -1,4 +1,5 @@
-"""Strict JSON for records: non-finite floats become the strings "nan", "inf", "-inf"."""
+"""Strict JSON for records and answers: non-finite floats become the strings "nan", "inf",
+"-inf" (JSON has no such numbers), anything that is not a JSON value becomes its str()."""
 
 from __future__ import annotations
 
@@ -7,15 +8,23 @@ import math
 from typing import Any
 
 
+def float_text(value: float) -> str:
+    """The text that stands for a non-finite float."""
+    return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+
+
 def clean(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
-        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+        return float_text(value)
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
     if isinstance(value, dict):
         return {str(k): clean(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [clean(v) for v in value]
-    return value
+    return str(value)
 
 
-def dumps(value: Any) -> str:
-    return json.dumps(clean(value), allow_nan=False, default=str)
+def dumps(value: Any, **options: Any) -> str:
+    """json.dumps of the cleaned value (options: indent, separators, ...)."""
+    return json.dumps(clean(value), allow_nan=False, **options)

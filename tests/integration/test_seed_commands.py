@@ -1,5 +1,7 @@
-"""Every command of the seed playbook (training-debugging-examples.md), verbatim, with
-`probing` replaced by `torchdoctor` and $ENDPOINT by the pid (or HOST:PORT for -t)."""
+"""Every command of the live-debugging playbook torchdoctor was built from (the examples of a
+probe driven by backtrace, query over python.backtrace / python.torch_trace, and eval; they
+are listed below), verbatim, with the other tool's name replaced by `torchdoctor` and
+$ENDPOINT by the pid (or HOST:PORT for -t)."""
 
 from __future__ import annotations
 
@@ -198,7 +200,7 @@ def test_slow_training_query_names_real_modules(seeded) -> None:
 def test_target_flag_over_tcp(seeded, env) -> None:
     run = seeded
     target = f"127.0.0.1:{run.port}"
-    # Rank-check commands of the seed, with node1:8080 as this machine's port. The token is
+    # Rank-check commands of the playbook, with node1:8080 as this machine's port. The token is
     # found in the run directory (same user, same machine)...
     out = run.cli("-t", target, "eval", "print(f'Rank 0 step: {trainer.current_step}')")
     assert out.returncode == 0, out.stderr

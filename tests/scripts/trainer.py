@@ -1,6 +1,7 @@
 """A small, real training loop that runs until told to stop.
 
-It names its objects the way the seed playbook's commands expect (model, optimizer,
+It names its objects the way the playbook commands of tests/integration/test_seed_commands.py
+expect (model, optimizer,
 train_loader, trainer.current_step, trainer.grad_clip), so those commands run verbatim.
 """
 

@@ -98,4 +98,8 @@ def test_install_records_and_remove_undoes_everything() -> None:
     torch._dynamo.reset()
     compiled(torch.ones(3))
     assert tables["compile"].snapshot().rows == n  # nothing recorded once removed
+    # Leave the process as it was for the next test here: nothing compiled (a probe started
+    # later in this process would otherwise see Dynamo in use and keep module tracing off).
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
     torch._dynamo.reset()

@@ -34,7 +34,8 @@ DOCS = ROOT / "docs" / "explain.md"
 EXPECT = re.compile(r"^# expect: (?P<key>[\w.]+) (?P<op>[=~]) ?(?P<value>.*?)\s*$")
 SOURCE = re.compile(r"^# source: \S+")
 
-# The categories issue 6 names; each needs several wordings.
+# The categories the catalog must cover (the errors users meet most, docs/explain.md); each
+# needs several wordings.
 REQUIRED = (
     "oom.cuda",
     "oom.cpu",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -266,3 +267,33 @@ def test_from_evidence_without_a_module_names_the_line() -> None:
         )
     )
     assert d.location == "train.py:42" and d.fix
+
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "explain"
+
+
+@pytest.mark.parametrize(
+    "path",
+    # exception messages and single-process logs: what the live capture is given (a torchrun
+    # log with several ranks' errors is explain's alone)
+    sorted(
+        p
+        for d in ("oom.cuda", "oom.mps")
+        for p in (FIXTURES / d).glob("*.txt")
+        if "[rank" not in p.read_text()
+    ),
+    ids=lambda p: f"{p.parent.name}/{p.stem}",
+)
+def test_live_capture_reads_every_oom_message_as_explain_does(path: Path) -> None:
+    """One grammar: the live capture's fields are the ones `explain` reads from the text."""
+    from torchdoctor.errors.api import explain_text
+
+    text = path.read_text()
+    expected = explain_text(text).fields
+    m = parse_message(text)
+    assert m is not None, "the live capture does not recognise this message"
+    pairs = {"asked": m.asked, "total": m.total, "free": m.free, "reserved": m.reserved}
+    if path.parent.name == "oom.mps":
+        pairs = {"asked": m.asked, "max_allowed": m.allowed}
+    for name, value in pairs.items():
+        assert value == expected.get(f"{name}_bytes"), name

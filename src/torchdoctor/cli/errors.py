@@ -1,4 +1,4 @@
-"""Exit codes (DESIGN.md): 0 success, 1 the target reported an error, 2 usage or connection."""
+"""Exit codes (docs/cli.md): 0 success, 1 the target reported an error, 2 usage or connection."""
 
 from __future__ import annotations
 

@@ -12,11 +12,13 @@ from types import ModuleType
 from typing import Any
 
 from torchdoctor._version import __version__
+from torchdoctor.cli import formats
 from torchdoctor.cli.errors import OK, USAGE, CliError
 
 # Every verb, in the order `torchdoctor --help` lists them. Each names a module in
 # torchdoctor.cli.commands with NAME, SUMMARY, TARGET ("live", "optional" or "none"),
-# configure(parser) and main(args, ctx) -> int. Modules are imported only when used, so
+# FORMATS (its kind of output from cli/formats.py, when it prints data), configure(parser)
+# and main(args, ctx) -> int. Modules are imported only when used, so
 # `explain` and `lint` start without importing torch.
 COMMANDS: tuple[str, ...] = (
     "run",
@@ -111,15 +113,15 @@ def _split_globals(argv: list[str]) -> tuple[dict[str, str | None], list[str]]:
     return opts, argv[i:]
 
 
-def add_common(parser: argparse.ArgumentParser, target: bool, formats: bool) -> None:
+def add_common(
+    parser: argparse.ArgumentParser, target: bool, choices: tuple[str, ...] | None
+) -> None:
     if target:
         parser.add_argument("-t", "--target", dest="target", metavar="ENDPOINT")
         parser.add_argument("--token", help="token of a TCP endpoint (or TORCHDOCTOR_TOKEN)")
         parser.add_argument("--timeout", type=float, metavar="SECONDS")
-    if formats:
-        parser.add_argument(
-            "--format", choices=("table", "json", "csv"), default="table", help="output format"
-        )
+    if choices:
+        formats.add(parser, choices)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -154,7 +156,7 @@ def dispatch(argv: list[str]) -> int:
     if endpoint is not None and module.TARGET == "none":
         raise CliError(f"`{name}` does not talk to a process; drop the ENDPOINT")
     parser = _Parser(prog=f"torchdoctor {name}", description=module.SUMMARY)
-    add_common(parser, module.TARGET != "none", getattr(module, "FORMATS", False))
+    add_common(parser, module.TARGET != "none", getattr(module, "FORMATS", None))
     module.configure(parser)
     parse = getattr(module, "parse_argv", None)
     args = parse(parser, verb_args) if parse else parser.parse_args(verb_args)

@@ -85,8 +85,13 @@ def child(argv: list[str]) -> int:
     }
     result["run_dir"] = str(probe.run_dir)
     result["diagnoses"] = [
-        {"kind": d.kind, "severity": d.severity, "step": d.step, "location": d.location,
-         "summary": d.summary}
+        {
+            "kind": d.kind,
+            "severity": d.severity,
+            "step": d.step,
+            "location": d.location,
+            "summary": d.summary,
+        }
         for d in probe.diagnoses()
     ]
     _write(spec, result)

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from torchdoctor._json import float_text
 from torchdoctor.digest.downsample import downsample
 from torchdoctor.store.columns import Block
 
@@ -489,9 +490,7 @@ def _round(value: float) -> float | int:
 
 
 def _finite_or_text(value: float) -> float | str:
-    if math.isfinite(value):
-        return _round(value)
-    return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    return _round(value) if math.isfinite(value) else float_text(value)
 
 
 def _evidence(text: Any) -> dict[str, Any]:

@@ -67,11 +67,11 @@ class Explanation:
 @dataclass(frozen=True)
 class _Match:
     entry: Entry
-    block: extract.Block
+    block: extract.TextBlock
     offset: int
 
 
-def _match(block: extract.Block) -> _Match | None:
+def _match(block: extract.TextBlock) -> _Match | None:
     best: _Match | None = None
     message = block.text
     for entry in entries():
@@ -83,14 +83,14 @@ def _match(block: extract.Block) -> _Match | None:
 
 def _match_line(lines: list[extract.Line], line: extract.Line) -> _Match | None:
     """A plain log line is tried on its own (cheap); its block is built when it matches."""
-    single = _match(extract.Block((line,)))
+    single = _match(extract.TextBlock((line,)))
     if single is None:
         return None
     full = _match(extract.block_at(lines, line.index))
     return full if full is not None and full.entry is single.entry else single
 
 
-def _rank(block: extract.Block, message: str) -> int | None:
+def _rank(block: extract.TextBlock, message: str) -> int | None:
     if block.rank is not None:
         return block.rank
     for pattern in _RANK_IN_MESSAGE:
@@ -431,7 +431,7 @@ def explain_exception(exc: BaseException) -> Explanation:
         for entry in entries():
             if any(name in entry.exceptions for name in names):
                 lines = extract.clean(text)
-                block = extract.Block(
+                block = extract.TextBlock(
                     (extract.Line(0, f"{type(exc).__name__}: {exc}", str(exc)),),
                     type(exc).__name__,
                 )

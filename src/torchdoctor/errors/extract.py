@@ -5,7 +5,7 @@ timestamps, log levels, glog headers (``[E ProcessGroupNCCL.cpp:475]``), NCCL ho
 warnings, progress bars. `clean` strips the prefixes and marks noise; `candidates` returns the
 places an error may start, best first: exception lines (``SomeError: message``, the final
 line of a traceback) from the last to the first, then every other line from the last to the
-first. A candidate is a `Block`: its line plus the lines that continue the message (PyTorch
+first. A candidate is a `TextBlock`: its line plus the lines that continue the message (PyTorch
 wraps long messages over several lines).
 """
 
@@ -82,7 +82,7 @@ class Line:
 
 
 @dataclass(frozen=True)
-class Block:
+class TextBlock:
     """An error message: its first line and the lines that continue it."""
 
     lines: tuple[Line, ...]
@@ -191,7 +191,7 @@ def _ends_block(first: Line, line: Line) -> bool:
     return first.rank is not None and line.rank is not None and line.rank != first.rank
 
 
-def block_at(lines: list[Line], index: int) -> Block:
+def block_at(lines: list[Line], index: int) -> TextBlock:
     first = lines[index]
     taken = [first]
     for line in lines[index + 1 : index + MAX_BLOCK_LINES]:
@@ -200,15 +200,15 @@ def block_at(lines: list[Line], index: int) -> Block:
         if line.noise:
             continue
         taken.append(line)
-    return Block(tuple(taken), exception_name(first.text))
+    return TextBlock(tuple(taken), exception_name(first.text))
 
 
 def candidates(
     lines: list[Line], limit: int = MAX_PLAIN_CANDIDATES
-) -> tuple[list[Block], list[Line]]:
+) -> tuple[list[TextBlock], list[Line]]:
     """Exception blocks from the last to the first, then every other line (last first, at most
     `limit` of them; `block_at` gives the block of one that matters)."""
-    exceptions: list[Block] = []
+    exceptions: list[TextBlock] = []
     plain: list[Line] = []
     for line in reversed(lines):
         if line.noise or not line.text.strip():

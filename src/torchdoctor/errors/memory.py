@@ -2,55 +2,15 @@
 
 from __future__ import annotations
 
-from torchdoctor.errors.catalog import Cause, Entry, Fields, Fix, all_of, first
-from torchdoctor.units import SIZE, human, size_in
-
-
-def _put(fields: Fields, name: str, size_text: str | None) -> None:
-    if size_text is None:
-        return
-    value = size_in(size_text)
-    if value is not None:
-        fields[name] = " ".join(size_text.split())
-        fields[f"{name}_bytes"] = value
-
-
-def _put_bytes(fields: Fields, name: str, value: int) -> None:
-    fields[name] = human(value)
-    fields[f"{name}_bytes"] = value
-
-
-def _cuda_fields(message: str, text: str) -> Fields:
-    f: Fields = {}
-    _put(f, "asked", first(rf"Tried to allocate ({SIZE})", message))
-    gpu = first(r"\bGPU (\d+)\b", message)
-    if gpu is not None:
-        f["gpu"] = int(gpu)
-    _put(f, "total", first(rf"({SIZE}) total capacity", message))
-    _put(f, "total", first(rf"total capacity of ({SIZE})", message))
-    _put(f, "allocated", first(rf"({SIZE}) already allocated", message))
-    _put(f, "allocated", first(rf"allocated memory ({SIZE}) is allocated by PyTorch", message))
-    _put(f, "free", first(rf"({SIZE}) free\b", message))
-    _put(f, "free", first(rf"of which ({SIZE}) is free", message))
-    _put(f, "reserved", first(rf"({SIZE}) reserved in total by PyTorch", message))
-    _put(f, "cached", first(rf"({SIZE}) cached\b", message))  # PyTorch 1.0 wording
-    unallocated = first(rf"({SIZE}) is reserved by PyTorch but unallocated", message)
-    _put(f, "process_in_use", first(rf"this process has ({SIZE}) memory in use", message))
-    if "reserved" not in f and unallocated is not None and "allocated_bytes" in f:
-        _put_bytes(f, "reserved", f["allocated_bytes"] + (size_in(unallocated) or 0))
-    if "reserved_bytes" in f and "allocated_bytes" in f:
-        spare = f["reserved_bytes"] - f["allocated_bytes"]
-        if spare >= 0:
-            _put_bytes(f, "reserved_minus_allocated", spare)
-    if {"total_bytes", "free_bytes", "reserved_bytes"} <= f.keys():
-        outside = f["total_bytes"] - f["free_bytes"] - f["reserved_bytes"]
-        if outside >= 0:
-            _put_bytes(f, "outside_pytorch", outside)
-    processes = [(m.group(1), m.group(2)) for m in all_of(rf"Process (\d+) has ({SIZE})", message)]
-    if processes:
-        f["processes"] = ", ".join(f"pid {pid}: {size}" for pid, size in processes)
-        f["process_count"] = len(processes)
-    return f
+from torchdoctor.errors.catalog import Cause, Entry, Fields, Fix
+from torchdoctor.errors.oom_message import (
+    CPU_PATTERNS,
+    GPU_PATTERNS,
+    MPS_PATTERNS,
+    cpu_fields,
+    gpu_fields,
+    mps_fields,
+)
 
 
 def _share(fields: Fields, name: str, of: str, at_least: float) -> bool:
@@ -85,12 +45,7 @@ OOM_CUDA = Entry(
         "reserved belongs to the CUDA context, other libraries or other processes. The "
         "question to answer is what holds the memory."
     ),
-    patterns=(
-        r"\b(?:CUDA|HIP|XPU) out of memory",
-        r"CUDA error: out of memory",
-        r"cudaErrorMemoryAllocation",
-        r"\bOutOfMemoryError\b",
-    ),
+    patterns=GPU_PATTERNS,
     examples=(
         "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.35 GiB total "
         "capacity; 76.28 GiB already allocated; 1.45 GiB free; 77.50 GiB reserved in total by "
@@ -112,7 +67,7 @@ OOM_CUDA = Entry(
         "Tried to allocate {{asked}}, more than the GPU had free.",
         "The GPU ran out of memory outside PyTorch's allocator (CUDA context, cuBLAS, NCCL).",
     ),
-    extract=_cuda_fields,
+    extract=gpu_fields,
     exceptions=("OutOfMemoryError",),
     causes=(
         Cause(
@@ -292,22 +247,6 @@ OOM_CUDA = Entry(
 )
 
 
-def _cpu_fields(message: str, text: str) -> Fields:
-    f: Fields = {}
-    asked = first(r"you tried to allocate (\d+) bytes", message)
-    if asked is not None:
-        _put_bytes(f, "asked", int(asked))
-    _put(f, "asked", first(rf"Unable to allocate ({SIZE}) for an array", message))
-    shape = first(r"for an array with shape (\([\d, ]*\))", message)
-    if shape:
-        f["array_shape"] = shape
-    if first(
-        r"(exitcode\s*:\s*-9|Signal 9 \(SIGKILL\)|exit(?:ed with)? (?:code|status) 137)", text
-    ):
-        f["signal"] = "SIGKILL"
-    return f
-
-
 OOM_CPU = Entry(
     code="oom.cpu",
     title="Host (CPU) out of memory",
@@ -317,10 +256,7 @@ OOM_CPU = Entry(
         "report), which leaves no Python traceback at all."
     ),
     patterns=(
-        r"DefaultCPUAllocator: (?:not enough memory|can't allocate memory)",
-        r"\b(?:_ArrayMemoryError|MemoryError)\b",
-        r"Unable to allocate \S+ \S+ for an array with shape",
-        r"std::bad_alloc",
+        *CPU_PATTERNS,
         r"\[Errno 12\] Cannot allocate memory",
         r"exitcode\s*:\s*-9\b",
         r"Signal 9 \(SIGKILL\) received",
@@ -345,7 +281,7 @@ OOM_CPU = Entry(
         "RAM ran out.",
         "The process ran out of host memory.",
     ),
-    extract=_cpu_fields,
+    extract=cpu_fields,
     exceptions=("MemoryError", "_ArrayMemoryError"),
     causes=(
         Cause(
@@ -431,15 +367,6 @@ OOM_CPU = Entry(
 )
 
 
-def _mps_fields(message: str, text: str) -> Fields:
-    f: Fields = {}
-    _put(f, "mps_allocated", first(rf"MPS allocated: ({SIZE})", message))
-    _put(f, "other_allocations", first(rf"other allocations: ({SIZE})", message))
-    _put(f, "max_allowed", first(rf"max allowed: ({SIZE})", message))
-    _put(f, "asked", first(rf"Tried to allocate ({SIZE})", message))
-    return f
-
-
 OOM_MPS = Entry(
     code="oom.mps",
     title="MPS (Apple GPU) out of memory",
@@ -447,7 +374,7 @@ OOM_MPS = Entry(
         "The Metal backend reached its memory limit. On Apple silicon the GPU shares RAM with "
         "the system, and PyTorch caps what MPS may use (the high watermark)."
     ),
-    patterns=(r"MPS backend out of memory",),
+    patterns=MPS_PATTERNS,
     examples=(
         "RuntimeError: MPS backend out of memory (MPS allocated: 17.50 GB, other allocations: "
         "1.25 GB, max allowed: 18.13 GB). Tried to allocate 256.00 MB on private pool.",
@@ -457,7 +384,7 @@ OOM_MPS = Entry(
         "{{other_allocations}} elsewhere, against a limit of {{max_allowed}}.",
         "The MPS backend reached its memory limit.",
     ),
-    extract=_mps_fields,
+    extract=mps_fields,
     causes=(
         Cause("batch", "The batch, model and activations exceed what MPS may use.", weight=3),
         Cause(

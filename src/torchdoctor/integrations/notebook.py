@@ -29,10 +29,11 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.display import HTML, display
 
 from torchdoctor import session as sessions
+from torchdoctor._json import clean
+from torchdoctor.cli import formats
 from torchdoctor.config import ConfigError, add_arguments, from_args
 from torchdoctor.integrations.report import REPORT_FILE, write_report
 from torchdoctor.integrations.saved_run import open_recorded
-from torchdoctor.probe.routes import jsonable
 from torchdoctor.report.diagnoses import render_full
 from torchdoctor.report.notebook import QueryTable, inline_page
 from torchdoctor.report.tabular import FORMATS, render
@@ -149,9 +150,9 @@ class TorchdoctorMagics(Magics):
 
     def _status(self, rest: str) -> None:
         parser = _Parser(prog="%torchdoctor status")
-        parser.add_argument("--format", choices=("text", "json"), default="text")
+        formats.add(parser, formats.REPORT)
         args = parser.parse_args(shlex.split(rest))
-        status = jsonable(_live().status())
+        status = clean(_live().status())
         if args.format == "json":
             print(json.dumps(status, indent=2))
             return
@@ -171,7 +172,7 @@ class TorchdoctorMagics(Magics):
     def _diagnoses(self, rest: str) -> None:
         parser = _Parser(prog="%torchdoctor diagnoses")
         parser.add_argument("run_dir", nargs="?")
-        parser.add_argument("--format", choices=("text", "json"), default="text")
+        formats.add(parser, formats.REPORT)
         args = parser.parse_args(shlex.split(rest))
         if args.run_dir is not None:
             rows = _saved(args.run_dir).block("diagnoses").to_records()
@@ -180,7 +181,7 @@ class TorchdoctorMagics(Magics):
             rows = [dict(zip(result.columns, row, strict=True)) for row in result.rows]
         records = [diagnosis_to_json(r) for r in rows]
         if args.format == "json":
-            print(json.dumps(jsonable(records), indent=2))
+            print(json.dumps(clean(records), indent=2))
         else:
             print(render_full(records))
 

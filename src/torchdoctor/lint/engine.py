@@ -25,7 +25,7 @@ _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+\d+(?:[\s,]+[A-Z]+\d+)*))?",
 
 
 @dataclass
-class Result:
+class LintResult:
     findings: list[Finding] = field(default_factory=list)
     files: int = 0
     errors: list[str] = field(default_factory=list)  # rules that failed on a file (our bugs)
@@ -149,9 +149,9 @@ def python_files(paths: Iterable[str]) -> Iterator[Path]:
                     yield Path(root) / name
 
 
-def lint_paths(paths: Iterable[str], rules: Sequence[Rule]) -> Result:
+def lint_paths(paths: Iterable[str], rules: Sequence[Rule]) -> LintResult:
     """Every Python file under the paths, checked with `rules` (see select_rules)."""
-    result = Result()
+    result = LintResult()
     for path in python_files(paths):
         result.files += 1
         try:

@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from torchdoctor.memory.host import available, status_fields
 from torchdoctor.units import human
 
 OOM_MARKERS = (
@@ -126,14 +127,7 @@ def fit_line(points: list[tuple[int, int]]) -> tuple[float | None, float | None]
 
 # -- peak memory ---------------------------------------------------------------------------------
 def _status_kib(field: str) -> int | None:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
+    return status_fields().get(field)
 
 
 def _reset_hwm() -> bool:
@@ -146,14 +140,7 @@ def _reset_hwm() -> bool:
 
 
 def available_memory() -> int | None:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
+    return available()
 
 
 class _CpuPeak:

@@ -91,7 +91,7 @@ class Situation:
 
 
 @dataclasses.dataclass
-class Fix:
+class FixEstimate:
     code: str  # stable: allocation, autocast, checkpointing, batch_size, optimizer_8bit, ...
     saving: int  # estimated bytes saved on this run
     text: str  # what to do, with the saving in human units
@@ -143,7 +143,7 @@ def autocast_on(s: Situation) -> bool:
     return total > 0 and half >= 0.5 * total
 
 
-def estimate_autocast(b: Breakdown, s: Situation) -> Fix | None:
+def estimate_autocast(b: Breakdown, s: Situation) -> FixEstimate | None:
     if autocast_on(s):
         return None
     fp32 = int(activations_needed(b, s) * float32_share(s))
@@ -161,10 +161,12 @@ def estimate_autocast(b: Breakdown, s: Situation) -> Fix | None:
         f"forward and loss) about halves the {human(fp32)} of float32 activations{cost}: "
         f"saves ≈ {human(saving)}"
     )
-    return Fix("autocast", saving, text, detail={"float32_activations": fp32, "copies": copies})
+    return FixEstimate(
+        "autocast", saving, text, detail={"float32_activations": fp32, "copies": copies}
+    )
 
 
-def estimate_checkpointing(b: Breakdown, s: Situation) -> Fix | None:
+def estimate_checkpointing(b: Breakdown, s: Situation) -> FixEstimate | None:
     layers = s.layers or 0
     acts = activations_needed(b, s)
     if layers < 3 or acts <= 0:
@@ -182,7 +184,7 @@ def estimate_checkpointing(b: Breakdown, s: Situation) -> Fix | None:
         f"blocks' inputs and recomputes one block at a time in the backward (about one more "
         f"forward pass of compute): of the {human(acts)} of activations, saves ≈ {human(saving)}"
     )
-    return Fix("checkpointing", saving, text, detail={"layers": layers, "per_block": k})
+    return FixEstimate("checkpointing", saving, text, detail={"layers": layers, "per_block": k})
 
 
 def plan_batch(b: Breakdown, s: Situation) -> dict[str, Any] | None:
@@ -227,7 +229,7 @@ def plan_batch(b: Breakdown, s: Situation) -> dict[str, Any] | None:
     return plan
 
 
-def estimate_batch(b: Breakdown, s: Situation) -> Fix | None:
+def estimate_batch(b: Breakdown, s: Situation) -> FixEstimate | None:
     plan = plan_batch(b, s)
     if plan is None or "micro_batch" not in plan:
         return None
@@ -237,10 +239,10 @@ def estimate_batch(b: Breakdown, s: Situation) -> Fix | None:
         f"by {plan['accumulation']}): the step takes ≈ {human(plan['per_sample'])} of "
         f"activations per sample, saves ≈ {human(plan['saving'])}"
     )
-    return Fix("batch_size", plan["saving"], text, detail=plan)
+    return FixEstimate("batch_size", plan["saving"], text, detail=plan)
 
 
-def estimate_optimizer(b: Breakdown, s: Situation) -> Fix | None:
+def estimate_optimizer(b: Breakdown, s: Situation) -> FixEstimate | None:
     if s.optimizer not in ADAM_LIKE or s.optimizer == "AdamW8bit":
         return None
     state = b.optimizer_state
@@ -256,10 +258,12 @@ def estimate_optimizer(b: Breakdown, s: Situation) -> Fix | None:
         f"the two moment states in 8 bits: saves ≈ 75% of the {human(state)} of optimizer "
         f"state{when} = {human(saving)}"
     )
-    return Fix("optimizer_8bit", saving, text, detail={"state": state, "projected": projected})
+    return FixEstimate(
+        "optimizer_8bit", saving, text, detail={"state": state, "projected": projected}
+    )
 
 
-def estimate_expandable(b: Breakdown, s: Situation) -> Fix | None:
+def estimate_expandable(b: Breakdown, s: Situation) -> FixEstimate | None:
     cached = b.cached_unused or 0
     if s.device != "cuda" or s.expandable_segments or cached <= 0:
         return None
@@ -271,10 +275,10 @@ def estimate_expandable(b: Breakdown, s: Situation) -> Fix | None:
         f"{human(cached)} is reserved by PyTorch but unused, kept back by fragmentation; "
         f"expandable segments let it be reused: frees up to ≈ {human(cached)}"
     )
-    return Fix("expandable_segments", cached, text)
+    return FixEstimate("expandable_segments", cached, text)
 
 
-def estimate_set_to_none(b: Breakdown, s: Situation) -> Fix | None:
+def estimate_set_to_none(b: Breakdown, s: Situation) -> FixEstimate | None:
     if s.phase != "forward" or b.gradients <= 0:
         return None
     text = (
@@ -282,10 +286,10 @@ def estimate_set_to_none(b: Breakdown, s: Situation) -> Fix | None:
         f"forward runs: call optimizer.zero_grad(set_to_none=True) before the forward: saves "
         f"≈ {human(b.gradients)} at this point"
     )
-    return Fix("set_to_none", b.gradients, text)
+    return FixEstimate("set_to_none", b.gradients, text)
 
 
-def estimate_sharding(b: Breakdown, s: Situation) -> Fix | None:
+def estimate_sharding(b: Breakdown, s: Situation) -> FixEstimate | None:
     state = b.parameters + b.gradients + b.optimizer_state
     if s.device != "cuda" or not s.capacity or state < 0.5 * s.capacity:
         return None
@@ -296,10 +300,10 @@ def estimate_sharding(b: Breakdown, s: Situation) -> Fix | None:
         f"({state / s.capacity:.0%} of {human(s.capacity)}): shard them over {world} GPUs with "
         f"FSDP (torch.distributed.fsdp.fully_shard) or ZeRO: saves ≈ {human(saving)} per GPU"
     )
-    return Fix("sharding", saving, text, detail={"world_size": world})
+    return FixEstimate("sharding", saving, text, detail={"world_size": world})
 
 
-def estimate_allocation(b: Breakdown, s: Situation) -> Fix | None:
+def estimate_allocation(b: Breakdown, s: Situation) -> FixEstimate | None:
     if s.asked is None or not s.capacity or s.asked <= s.capacity:
         return None
     where = f" in {s.location}" if s.location else ""
@@ -308,10 +312,10 @@ def estimate_allocation(b: Breakdown, s: Situation) -> Fix | None:
         f"this process can use: no batch size or setting makes that fit; check the shape of "
         f"the tensor being created{where} (a wrong dimension, an outer product, a broadcast)"
     )
-    return Fix("allocation", s.asked, text)
+    return FixEstimate("allocation", s.asked, text)
 
 
-def estimate_holders(b: Breakdown, s: Situation) -> Fix | None:
+def estimate_holders(b: Breakdown, s: Situation) -> FixEstimate | None:
     if s.held_by_globals <= 0:
         return None
     who = s.holder or "a global container"
@@ -320,7 +324,7 @@ def estimate_holders(b: Breakdown, s: Situation) -> Fix | None:
         f"({human(s.held_by_globals)}): store loss.item() or tensor.detach() instead: "
         f"saves ≈ {human(s.held_by_globals)}"
     )
-    return Fix("holders", s.held_by_globals, text)
+    return FixEstimate("holders", s.held_by_globals, text)
 
 
 ESTIMATORS = (
@@ -336,7 +340,7 @@ ESTIMATORS = (
 )
 
 
-def rank_fixes(b: Breakdown, s: Situation) -> list[Fix]:
+def rank_fixes(b: Breakdown, s: Situation) -> list[FixEstimate]:
     """Every fix that applies, the biggest estimated saving first."""
     missing = shortfall(b, s)
     fixes = []

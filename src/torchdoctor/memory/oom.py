@@ -10,118 +10,29 @@ returns the OomEvidence that torchdoctor.diagnose.oom turns into the diagnosis.
 
 from __future__ import annotations
 
-import dataclasses
 import os
-import re
-import resource
 import sys
 import types
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from torchdoctor.errors.oom_message import OomMessage, parse
 from torchdoctor.failure import first_arg, frame_locals, frames_of, locate, module_name, phase_of
 from torchdoctor.memory.census import take_census
 from torchdoctor.memory.cuda_history import dump_snapshot
 from torchdoctor.memory.estimate import Breakdown, Situation, repeated_blocks
 from torchdoctor.memory.evidence import OomEvidence
 from torchdoctor.memory.holders import find_holders
+from torchdoctor.memory.host import host_memory
 from torchdoctor.memory.phases import from_engine
-from torchdoctor.units import human, size_in
+from torchdoctor.units import human
 from torchdoctor.views import TrainingView
-
-_SIZE = r"\d+(?:\.\d+)?\s*(?:[KMGT]i?B|bytes?)"
-_CPU = re.compile(
-    r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory)"
-    r"(?:: you tried to allocate (\d+) bytes)?"
-)
-_NUMPY = re.compile(rf"Unable to allocate ({_SIZE}) for an array")
-_NEW = re.compile(
-    rf"Tried to allocate ({_SIZE})\. (?:GPU|Device) (\d+) has a total capacity of ({_SIZE}) "
-    rf"of which ({_SIZE}) is free\."
-)
-_OLD = re.compile(
-    rf"Tried to allocate ({_SIZE}) \(GPU (\d+); ({_SIZE}) total capacity; "
-    rf"({_SIZE}) already allocated; ({_SIZE}) free;"
-)
-_OLD_ALLOWED = re.compile(rf"({_SIZE}) allowed;")
-_OLD_RESERVED = re.compile(rf"({_SIZE}) reserved in total by PyTorch")
-_PROCESS = re.compile(rf"this process has ({_SIZE}) memory in use")
-_BY_TORCH = re.compile(rf"Of the allocated memory ({_SIZE}) is allocated by PyTorch")
-_PRIVATE = re.compile(rf"with ({_SIZE}) allocated in private pools")
-_UNALLOCATED = re.compile(rf"({_SIZE}) is reserved by PyTorch but unallocated")
-_MPS = re.compile(rf"max allowed: ({_SIZE})\)")
-
-
-@dataclasses.dataclass
-class OomMessage:
-    device: str  # "cuda", "cpu", "xpu" or "mps"
-    asked: int | None = None
-    gpu: int | None = None
-    total: int | None = None  # device capacity
-    free: int | None = None  # free on the device (CUDA API) when it failed
-    allocated: int | None = None  # by PyTorch's allocator
-    reserved: int | None = None  # by PyTorch's allocator in total
-    allowed: int | None = None  # the per-process cap, when the message gives it
-    process: int | None = None  # this process, non-PyTorch memory included
-    text: str = ""
-
-    def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-
-def _sz(rx: re.Pattern[str], text: str, group: int = 1) -> int | None:
-    m = rx.search(text)
-    return size_in(m.group(group)) if m else None
 
 
 def parse_message(text: str) -> OomMessage | None:
-    """The fields of an out-of-memory message (every PyTorch wording we know), or None."""
-    first = text.strip().splitlines()[0][:500] if text.strip() else ""
-    m = _CPU.search(text)
-    if m:
-        return OomMessage("cpu", asked=int(m.group(1)) if m.group(1) else None, text=first)
-    m = _NUMPY.search(text)
-    if m:
-        return OomMessage("cpu", asked=size_in(m.group(1)), text=first)
-    gpu_kind = None
-    for marker, kind in (("CUDA out of memory", "cuda"), ("XPU out of memory", "xpu")):
-        if marker in text:
-            gpu_kind = kind
-    if gpu_kind is None and "CUDA error: out of memory" in text:
-        return OomMessage("cuda", text=first)
-    if gpu_kind is not None:
-        msg = OomMessage(gpu_kind, text=first)
-        new = _NEW.search(text)
-        old = _OLD.search(text)
-        if new:
-            msg.asked, msg.gpu = size_in(new.group(1)), int(new.group(2))
-            msg.total, msg.free = size_in(new.group(3)), size_in(new.group(4))
-            by_torch = _sz(_BY_TORCH, text)
-            private = _sz(_PRIVATE, text) or 0
-            unallocated = _sz(_UNALLOCATED, text)
-            msg.allocated = by_torch
-            if by_torch is not None and unallocated is not None:
-                msg.reserved = by_torch + private + unallocated
-            msg.process = _sz(_PROCESS, text)
-            msg.allowed = _sz(_OLD_ALLOWED, text)
-        elif old:
-            msg.asked, msg.gpu = size_in(old.group(1)), int(old.group(2))
-            msg.total, msg.allocated = size_in(old.group(3)), size_in(old.group(4))
-            msg.free = size_in(old.group(5))
-            msg.allowed = _sz(_OLD_ALLOWED, text)
-            msg.reserved = _sz(_OLD_RESERVED, text)
-        else:
-            msg.asked = _sz(re.compile(rf"Tried to allocate ({_SIZE})"), text)
-        return msg
-    if "MPS backend out of memory" in text:
-        return OomMessage(
-            "mps",
-            asked=_sz(re.compile(rf"Tried to allocate ({_SIZE})"), text),
-            allowed=_sz(_MPS, text),
-            text=first,
-        )
-    return None
+    """The fields of an out-of-memory message (the grammar `explain` uses), or None."""
+    return parse(text)
 
 
 def find_oom(exc: BaseException) -> tuple[BaseException, OomMessage] | None:
@@ -161,78 +72,6 @@ def frame_names(
 
 
 # -- memory readings ------------------------------------------------------------------------
-def _meminfo() -> dict[str, int]:
-    out: dict[str, int] = {}
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                key, _, rest = line.partition(":")
-                parts = rest.split()
-                if parts and parts[0].isdigit():
-                    out[key] = int(parts[0]) * 1024
-    except OSError:
-        pass
-    return out
-
-
-def _status() -> dict[str, int]:
-    out: dict[str, int] = {}
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                key, _, rest = line.partition(":")
-                parts = rest.split()
-                if key.startswith("Vm") and parts and parts[0].isdigit():
-                    out[key] = int(parts[0]) * 1024
-    except OSError:
-        pass
-    return out
-
-
-def _cgroup_room() -> tuple[int | None, int | None]:
-    """(limit, room left) of the cgroup v2 memory limit, when there is one."""
-    try:
-        limit_text = open("/sys/fs/cgroup/memory.max").read().strip()  # noqa: SIM115
-        current = int(open("/sys/fs/cgroup/memory.current").read().strip())  # noqa: SIM115
-    except (OSError, ValueError):
-        return None, None
-    if not limit_text.isdigit():
-        return None, None
-    return int(limit_text), max(0, int(limit_text) - current)
-
-
-def host_memory() -> dict[str, Any]:
-    """What this process may still take from the host: RAM, address-space limit, cgroup."""
-    info = _meminfo()
-    status = _status()
-    rss = status.get("VmRSS", 0)
-    rooms: dict[str, int] = {}
-    if "MemAvailable" in info:
-        rooms["ram"] = info["MemAvailable"]
-    limit = None
-    try:
-        soft, _hard = resource.getrlimit(resource.RLIMIT_AS)
-        if soft != resource.RLIM_INFINITY:
-            limit = int(soft)
-            rooms["address_space_limit"] = max(0, limit - status.get("VmSize", 0))
-    except (OSError, ValueError):
-        pass
-    cg_limit, cg_room = _cgroup_room()
-    if cg_room is not None:
-        rooms["cgroup"] = cg_room
-    available = min(rooms.values()) if rooms else None
-    return {
-        "total": info.get("MemTotal"),
-        "available": available,
-        "limited_by": min(rooms, key=lambda k: rooms[k]) if rooms else None,
-        "rss": rss,
-        "vm_size": status.get("VmSize"),
-        "rlimit_as": limit,
-        "cgroup_limit": cg_limit,
-        "capacity": (rss + available) if available is not None else info.get("MemTotal"),
-    }
-
-
 def cuda_memory(torch: Any, index: int, msg: OomMessage) -> dict[str, Any]:
     cuda = torch.cuda
     out: dict[str, Any] = {"device_index": index}

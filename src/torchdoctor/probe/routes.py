@@ -6,9 +6,9 @@ eval): the CLI exits 1 on it. 400 is a malformed request: the CLI exits 2.
 
 from __future__ import annotations
 
-import math
 from typing import Any, Protocol
 
+from torchdoctor._json import clean
 from torchdoctor.probe.evaluator import evaluate
 from torchdoctor.probe.server import Routes
 from torchdoctor.sql.engine import SqlEngine, SqlError
@@ -26,19 +26,6 @@ class ProbeApp(Protocol):
     def configure(self, **changes: Any) -> dict[str, Any]: ...
 
 
-def jsonable(value: Any) -> Any:
-    """Values as JSON can hold them: non-finite floats become the strings nan/inf/-inf."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, (list, tuple)):
-        return [jsonable(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    return str(value)
-
-
 def _bad(message: str) -> tuple[int, dict[str, Any]]:
     return 400, {"error": message}
 
@@ -47,12 +34,12 @@ def build_routes(app: ProbeApp) -> Routes:
     routes = Routes()
 
     def status(_req: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-        return 200, jsonable(app.status())
+        return 200, clean(app.status())
 
     def backtrace(_req: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         spec = BY_NAME["backtrace"]
         rows = backtrace_rows()
-        return 200, {"columns": list(spec.column_names), "rows": jsonable(rows)}
+        return 200, {"columns": list(spec.column_names), "rows": clean(rows)}
 
     def eval_(req: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         code = req.get("code")
@@ -77,7 +64,7 @@ def build_routes(app: ProbeApp) -> Routes:
         return 200, {
             "columns": result.columns,
             "types": result.types,
-            "rows": jsonable(result.rows),
+            "rows": clean(result.rows),
             "truncated": result.truncated,
         }
 
@@ -89,11 +76,11 @@ def build_routes(app: ProbeApp) -> Routes:
             result = app.sql.execute("SELECT * FROM python.diagnoses ORDER BY time")
         except SqlError as exc:
             return 422, {"error": str(exc)}
-        return 200, {"columns": result.columns, "rows": jsonable(result.rows)}
+        return 200, {"columns": result.columns, "rows": clean(result.rows)}
 
     def configure(req: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         try:
-            return 200, jsonable(app.configure(**req))
+            return 200, clean(app.configure(**req))
         except (TypeError, ValueError) as exc:
             return _bad(str(exc))
 

@@ -1,6 +1,6 @@
 """A small HTTP server on daemon threads: a Unix socket (same uid only) and, if asked, TCP.
 
-Security (DESIGN.md): the Unix socket is 0600 in a 0700 per-user directory and every
+Security (docs/security.md): the Unix socket is 0600 in a 0700 per-user directory and every
 connection's peer uid is checked; TCP always needs the token, compared in constant time,
 before any routing. Request bodies are capped. Nothing here can raise into the training.
 """
@@ -20,6 +20,8 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+from torchdoctor._json import dumps
 
 log = logging.getLogger("torchdoctor")
 
@@ -107,7 +109,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
         return request
 
     def _send(self, status: int, payload: dict[str, Any]) -> None:
-        data = json.dumps(payload, default=str).encode()
+        data = dumps(payload).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))

@@ -109,7 +109,7 @@ def _accuracy(name: str, p: Any, t: Any, kwargs: dict[str, Any]) -> float | None
 
 
 def _findings(name: str, p: Any, t: Any) -> list[dict[str, Any]]:
-    out = []
+    out: list[dict[str, Any]] = []
     if not p.is_floating_point() or p.numel() == 0:
         return out
     low, high = float(p.min()), float(p.max())
@@ -134,7 +134,11 @@ def _findings(name: str, p: Any, t: Any) -> list[dict[str, Any]]:
             out.append({"kind": "targets_outside_0_1", "min": t_low, "max": t_high})
     if name in REGRESSION and tuple(p.shape) != tuple(t.shape):
         out.append(
-            {"kind": "broadcast_target", "input_shape": list(p.shape), "target_shape": list(t.shape)}
+            {
+                "kind": "broadcast_target",
+                "input_shape": list(p.shape),
+                "target_shape": list(t.shape),
+            }
         )
     if name in ("cross_entropy", "nll_loss") and t.is_floating_point() and t.shape != p.shape:
         out.append({"kind": "float_class_targets", "target_dtype": str(t.dtype)})

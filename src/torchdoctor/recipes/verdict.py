@@ -104,8 +104,7 @@ def suspects(facts: dict[str, Any], verdict: dict[str, Any]) -> list[dict[str, A
                 "frozen",
                 "parameters with requires_grad=False (frozen)",
                 names(frozen),
-                "unfreeze them if that was not on purpose: "
-                + _unfreeze(names(frozen)),
+                "unfreeze them if that was not on purpose: " + _unfreeze(names(frozen)),
                 {"count": len(frozen), "elements": sum(p["numel"] for p in frozen)},
             )
         )

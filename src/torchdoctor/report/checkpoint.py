@@ -6,6 +6,7 @@ import json
 import textwrap
 from typing import Any
 
+from torchdoctor._json import dumps
 from torchdoctor.units import human
 
 WIDTH = 100
@@ -209,7 +210,7 @@ def _fix(f: dict[str, Any]) -> list[str]:
 
 
 def render_json(data: dict[str, Any]) -> str:
-    return json.dumps(data, indent=2, default=str)
+    return dumps(data, indent=2)
 
 
 def render_error(path: str, kind: str, message: str, fmt: str) -> str:

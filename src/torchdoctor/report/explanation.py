@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import fields
 from typing import Any
 
+from torchdoctor._json import dumps
 from torchdoctor.errors.api import Explanation
 from torchdoctor.errors.catalog import entries, pick, placeholders
 
@@ -120,7 +121,7 @@ def _brief(e: Any) -> str:
 
 
 def render_json(explanation: Any) -> str:
-    return json.dumps(explanation.to_dict(), indent=2, default=str)
+    return dumps(explanation.to_dict(), indent=2)
 
 
 class PrintableExplanation(Explanation):

@@ -56,7 +56,9 @@ def render_overfit(result: dict[str, Any]) -> str:
                 out.append(f"  {i}. {s['title']}")
                 names = s.get("params") or []
                 if names:
-                    more = f" and {len(names) - NAMES_SHOWN} more" if len(names) > NAMES_SHOWN else ""
+                    more = (
+                        f" and {len(names) - NAMES_SHOWN} more" if len(names) > NAMES_SHOWN else ""
+                    )
                     out.append(f"     {', '.join(names[:NAMES_SHOWN])}{more}")
                 evidence = {k: v for k, v in (s.get("evidence") or {}).items() if k != "kind"}
                 if evidence:

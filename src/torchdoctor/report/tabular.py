@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
+
+from torchdoctor._json import dumps
 
 FORMATS = ("table", "json", "csv")
 _MAX_CELL = 80
@@ -56,7 +57,7 @@ def table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 def to_json(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     records = [dict(zip(columns, row, strict=True)) for row in rows]
-    return json.dumps(records, indent=2, default=str)
+    return dumps(records, indent=2)
 
 
 def to_csv(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:

@@ -49,7 +49,7 @@ def _spec(source: TableSource, name: str) -> TableSpec:
 
 
 @dataclasses.dataclass
-class Result:
+class QueryResult:
     columns: list[str]
     types: list[str]
     rows: list[tuple[Any, ...]]
@@ -94,7 +94,9 @@ class SqlEngine:
                 self._con.close()
                 self._con = None
 
-    def execute(self, sql: str, timeout: float | None = None, max_rows: int = MAX_ROWS) -> Result:
+    def execute(
+        self, sql: str, timeout: float | None = None, max_rows: int = MAX_ROWS
+    ) -> QueryResult:
         if not sql or not sql.strip():
             raise SqlError("empty query")
         wanted = referenced_tables(sql)
@@ -116,14 +118,14 @@ class SqlEngine:
                 for name in names:  # back to empty: the snapshot's memory is not kept
                     con.register(f"__td_{name}", _arrays(Block.empty(_spec(self.source, name))))
 
-    def _run(self, con: Any, sql: str, timeout: float | None, max_rows: int) -> Result:
+    def _run(self, con: Any, sql: str, timeout: float | None, max_rows: int) -> QueryResult:
         timer = threading.Timer(timeout or DEFAULT_TIMEOUT, con.interrupt)
         timer.daemon = True
         timer.start()
         try:
             cursor = con.execute(sql)
             if cursor.description is None:
-                return Result([], [], [])
+                return QueryResult([], [], [])
             rows = cursor.fetchmany(max_rows + 1)
             description = cursor.description
         except Exception as exc:
@@ -137,7 +139,7 @@ class SqlEngine:
         columns = [d[0] for d in description]
         types = [str(d[1]) for d in description]
         truncated = len(rows) > max_rows
-        return Result(columns, types, [tuple(r) for r in rows[:max_rows]], truncated)
+        return QueryResult(columns, types, [tuple(r) for r in rows[:max_rows]], truncated)
 
 
 def _arrays(block: Block) -> dict[str, np.ndarray]:

@@ -504,7 +504,7 @@ class Recorder:
         )
         if guard and guard_update(check):
             state.skip = True
-            self.event("guard_skip", {"grad_norm": _jsonable(check.value)})
+            self.event("guard_skip", {"grad_norm": check.value})  # event() cleans it
 
     def _check_other(self, optimizer: Any) -> Check:
         check = self.gradients.of_optimizer(optimizer, None, self._read_now())
@@ -795,7 +795,3 @@ def _optimizer_label(optimizer: Any, taken: set[str]) -> str:
     while f"{base}{n}" in taken:
         n += 1
     return f"{base}{n}"
-
-
-def _jsonable(value: float | None) -> Any:
-    return value if value is None or math.isfinite(value) else str(value)

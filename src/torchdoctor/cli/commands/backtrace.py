@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from torchdoctor.cli import formats
 from torchdoctor.cli.errors import OK
 from torchdoctor.report import stacks
 from torchdoctor.report.tabular import render
@@ -12,13 +13,11 @@ from torchdoctor.report.tabular import render
 NAME = "backtrace"
 SUMMARY = "stacks of all threads of a live process, innermost frame first"
 TARGET = "live"
-FORMATS = False
+FORMATS = formats.VIEW_OR_ROWS
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--format", choices=("text", "table", "json", "csv"), default="text", help="output format"
-    )
+    """No options of its own (the endpoint and --format are common)."""
 
 
 def main(args: Any, ctx: Any) -> int:

@@ -30,11 +30,13 @@ import threading
 import time
 from typing import Any
 
+from torchdoctor.cli import formats
 from torchdoctor.cli.errors import OK, TARGET_ERROR, CliError
 
 NAME = "batch-size"
 SUMMARY = "the largest batch size a script runs with, measured (doubling, then bisection)"
 TARGET = "none"
+FORMATS = formats.REPORT
 
 PLACEHOLDER = "{}"
 STEADY_MALLOC = {"MALLOC_MMAP_THRESHOLD_": "131072"}
@@ -63,7 +65,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--try-timeout", type=float, metavar="SECONDS", help="a try running longer fails"
     )
     parser.add_argument("--show-output", action="store_true", help="let the tries print")
-    parser.add_argument("--format", choices=("text", "json"), default="text")
     parser.add_argument("command", nargs="*", help="the training command")
 
 

@@ -15,11 +15,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from torchdoctor.cli import formats
 from torchdoctor.cli.errors import OK, TARGET_ERROR, CliError
 
 NAME = "ckpt"
 SUMMARY = "a checkpoint's contents, read without running it; key mismatches with a model; fix"
 TARGET = "none"
+FORMATS = formats.REPORT
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -40,7 +42,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="PATH",
         help="the state dict to use, as a dotted path (model, ema, ...); default: the best fit",
     )
-    parser.add_argument("--format", choices=("text", "json"), default="text", help="output format")
 
 
 def main(args: Any, ctx: Any) -> int:

@@ -6,17 +6,18 @@ import argparse
 import json
 from typing import Any
 
+from torchdoctor.cli import formats
 from torchdoctor.cli.errors import OK, TARGET_ERROR, CliError
 from torchdoctor.report.diagnoses import render_full
 
 NAME = "diagnoses"
 SUMMARY = "the problems found in a run, with evidence and ranked fixes"
 TARGET = "optional"
+FORMATS = formats.REPORT
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("source", nargs="?", help="a run or job directory (for a saved run)")
-    parser.add_argument("--format", choices=("text", "json"), default="text")
 
 
 def main(args: Any, ctx: Any) -> int:

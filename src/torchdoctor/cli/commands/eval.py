@@ -10,16 +10,17 @@ import json
 import sys
 from typing import Any
 
+from torchdoctor.cli import formats
 from torchdoctor.cli.errors import OK, TARGET_ERROR, CliError
 
 NAME = "eval"
 SUMMARY = "run Python code in the live process's __main__ globals"
 TARGET = "live"
+FORMATS = formats.REPORT
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("code", help="Python code; '-' reads it from stdin")
-    parser.add_argument("--format", choices=("text", "json"), default="text")
 
 
 def main(args: Any, ctx: Any) -> int:

@@ -12,11 +12,13 @@ import argparse
 import sys
 from typing import Any
 
+from torchdoctor.cli import formats
 from torchdoctor.cli.errors import OK, CliError
 
 NAME = "explain"
 SUMMARY = "an error message, traceback or log -> category, meaning, causes, fixes"
 TARGET = "none"
+FORMATS = formats.REPORT
 
 MAX_BYTES = 64 * 1024 * 1024
 
@@ -25,7 +27,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "file", nargs="?", default="-", help="a file holding the error or log ('-' or none: stdin)"
     )
-    parser.add_argument("--format", choices=("text", "json"), default="text", help="output format")
     parser.add_argument(
         "--list", action="store_true", help="list the categories torchdoctor recognises"
     )

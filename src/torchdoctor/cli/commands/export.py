@@ -9,11 +9,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from torchdoctor.cli import formats
 from torchdoctor.cli.errors import OK, CliError
 
 NAME = "export"
 SUMMARY = "a saved run or job as a Perfetto trace, or its tables as Parquet or CSV"
 TARGET = "none"
+FORMATS = formats.REPORT
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -25,7 +27,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--steps", metavar="FROM:TO", help="Perfetto: only these steps (inclusive), e.g. 100:200"
     )
-    parser.add_argument("--format", choices=("text", "json"), default="text", help="output format")
 
 
 def main(args: Any, ctx: Any) -> int:

@@ -9,11 +9,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from torchdoctor.cli import formats
 from torchdoctor.cli.errors import OK, TARGET_ERROR, CliError
 
 NAME = "lint"
 SUMMARY = "static checks of training code for known anti-patterns (TDnnn rules)"
 TARGET = "none"
+FORMATS = formats.REPORT
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -24,7 +26,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--ignore", action="append", metavar="CODES", help="skip these rules (codes or prefixes)"
     )
-    parser.add_argument("--format", choices=("text", "json"), default="text", help="output format")
     parser.add_argument("--list-rules", action="store_true", help="list the rules and exit")
     parser.add_argument("--rule", metavar="CODE", help="explain one rule and exit")
 

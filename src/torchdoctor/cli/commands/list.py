@@ -7,13 +7,14 @@ import json
 from typing import Any
 
 from torchdoctor import registry
+from torchdoctor.cli import formats
 from torchdoctor.cli.errors import OK, CliError
 from torchdoctor.report.tabular import render
 
 NAME = "list"
 SUMMARY = "probed processes of this user: pid, endpoint, command, step"
 TARGET = "none"
-FORMATS = True
+FORMATS = formats.ROWS
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

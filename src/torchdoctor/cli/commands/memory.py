@@ -9,11 +9,13 @@ import argparse
 import json
 from typing import Any
 
+from torchdoctor.cli import formats
 from torchdoctor.cli.errors import OK, TARGET_ERROR, CliError
 
 NAME = "memory"
 SUMMARY = "where the memory is: tensors by kind, phases, modules, the OOM report"
 TARGET = "optional"
+FORMATS = formats.REPORT
 
 
 class _TargetError(Exception):
@@ -23,7 +25,6 @@ class _TargetError(Exception):
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("source", nargs="?", help="a run or job directory (for a saved run)")
     parser.add_argument("--top", type=int, default=10, help="largest tensors to list (live)")
-    parser.add_argument("--format", choices=("text", "json"), default="text", help="output format")
 
 
 def main(args: Any, ctx: Any) -> int:

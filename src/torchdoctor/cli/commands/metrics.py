@@ -8,16 +8,17 @@ import argparse
 import json
 from typing import Any
 
+from torchdoctor.cli import formats
 from torchdoctor.cli.errors import OK, CliError
 
 NAME = "metrics"
 SUMMARY = "a run's numbers in the Prometheus text format (what --metrics serves live)"
 TARGET = "none"
+FORMATS = formats.PROMETHEUS
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("source", help="a run or job directory")
-    parser.add_argument("--format", choices=("prometheus", "json"), default="prometheus")
 
 
 def main(args: Any, ctx: Any) -> int:
@@ -35,9 +36,9 @@ def main(args: Any, ctx: Any) -> int:
         raise CliError(str(exc)) from None
     warn_truncated(run, ctx)
     if args.format == "json":
-        from torchdoctor.probe.routes import jsonable
+        from torchdoctor._json import clean
 
-        ctx.print(json.dumps(jsonable([f.to_dict() for f in families]), indent=1))
+        ctx.print(json.dumps(clean([f.to_dict() for f in families]), indent=1))
     else:
         ctx.print(render(families).rstrip("\n"))
     return OK

@@ -110,8 +110,9 @@ def main(args: Any, ctx: Any) -> int:
             f"first batch fed again and again for {args.steps} steps; the script's own side "
             f"effects (checkpoints it saves, logs it writes) still happen"
         )
-    result, code = spawn({"kind": "overfit", "steps": args.steps}, target_argv(args),
-                         args.format == "json")
+    result, code = spawn(
+        {"kind": "overfit", "steps": args.steps}, target_argv(args), args.format == "json"
+    )
     if code == 130:
         return 130
     problem = failed_to_run(result, code, NAME)

@@ -6,13 +6,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from torchdoctor.cli import formats
 from torchdoctor.cli.errors import OK, TARGET_ERROR, CliError
 from torchdoctor.report.tabular import render
 
 NAME = "query"
 SUMMARY = "SQL over the telemetry tables (live: ENDPOINT query SQL; saved: query RUN_DIR SQL)"
 TARGET = "optional"
-FORMATS = True
+FORMATS = formats.ROWS
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -9,11 +9,13 @@ import sys
 import time
 from typing import Any
 
+from torchdoctor.cli import formats
 from torchdoctor.cli.errors import OK, TARGET_ERROR, CliError
 
 NAME = "report"
 SUMMARY = "a self-contained HTML report of a run or job: charts, diagnoses, fixes"
 TARGET = "optional"
+FORMATS = formats.PAGE
 
 
 class _TargetError(Exception):
@@ -24,9 +26,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("source", nargs="?", help="a run or job directory (for a saved run)")
     parser.add_argument(
         "-o", "--output", metavar="FILE", help="where to write it ('-' or left out: stdout)"
-    )
-    parser.add_argument(
-        "--format", choices=("html", "json"), default="html", help="the page, or its data"
     )
 
 

@@ -6,17 +6,18 @@ import argparse
 import json
 from typing import Any
 
+from torchdoctor.cli import formats
 from torchdoctor.cli.errors import OK, CliError
 from torchdoctor.report.tabular import render
 
 NAME = "tables"
 SUMMARY = "list the tables and columns that SQL can use"
 TARGET = "optional"
+FORMATS = formats.VIEW_OR_ROWS
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("source", nargs="?", help="a run or job directory (for a saved run)")
-    parser.add_argument("--format", choices=("text", "table", "json", "csv"), default="text")
 
 
 def main(args: Any, ctx: Any) -> int:
