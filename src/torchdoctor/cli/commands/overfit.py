@@ -10,11 +10,13 @@ import json
 import os
 from typing import Any
 
+from torchdoctor.cli import formats
 from torchdoctor.cli.errors import OK, TARGET_ERROR, CliError
 
 NAME = "overfit"
 SUMMARY = "feed the script's first batch again and again: can the model memorise it?"
 TARGET = "none"
+FORMATS = formats.REPORT
 DEFAULT_STEPS = 200
 
 _VALUED = {"--steps", "--format", "-m"}
@@ -29,7 +31,6 @@ def add_target_arguments(parser: argparse.ArgumentParser, steps: int) -> None:
     parser.add_argument(
         "--steps", type=int, default=steps, help=f"optimizer steps (default {steps})"
     )
-    parser.add_argument("--format", choices=("text", "json"), default="text")
     parser.add_argument("-m", dest="module", metavar="MODULE", help="run a module, as python -m")
     parser.add_argument("script", nargs="?", help="the training script")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
@@ -63,11 +64,24 @@ def parse_target(parser: argparse.ArgumentParser, argv: list[str], verb: str) ->
             raise CliError(f"{verb}: can't open file {args.script!r}: No such file or directory")
         if os.path.isdir(args.script):
             raise CliError(f"{verb}: {args.script!r} is a directory, not a script")
+        _check_compiles(args.script, verb)
     else:
         args.script, args.args = None, theirs
     if args.steps < 1:
         raise CliError(f"{verb}: --steps must be at least 1, got {args.steps}")
     return args
+
+
+def _check_compiles(path: str, verb: str) -> None:
+    """A file that is not Python fails here, before a training process is started for it."""
+    try:
+        with open(path, "rb") as f:
+            compile(f.read(), path, "exec", dont_inherit=True)
+    except SyntaxError as exc:
+        where = f" (line {exc.lineno})" if exc.lineno else ""
+        raise CliError(f"{verb}: {path!r} is not a Python script: {exc.msg}{where}") from None
+    except (ValueError, OSError) as exc:  # null bytes, unreadable
+        raise CliError(f"{verb}: {path!r} is not a Python script: {exc}") from None
 
 
 def parse_argv(parser: argparse.ArgumentParser, argv: list[str]) -> Any:
