@@ -105,7 +105,7 @@ def _mode(spec: dict[str, Any], recorder: Any, torch: Any) -> Any:
         return OverfitMode(recorder, torch, int(spec["steps"]))
     from torchdoctor.recipes.repro import ReproMode
 
-    return ReproMode(recorder, torch, int(spec["steps"]), spec["dir"], spec["run"])
+    return ReproMode(recorder, torch, int(spec["steps"]))
 
 
 def _write(spec: dict[str, Any], result: dict[str, Any]) -> None:
