@@ -1,6 +1,7 @@
 """`torchdoctor repro` on a real training script that seeds nothing (initialisation, shuffle,
-dropout, a `random` augmentation), the same script with its initial weights loaded from a file
-(only the dropout masks differ), and its seeded version (bit-identical)."""
+dropout, an augmentation drawn from `random` and NumPy), the same script with its initial
+weights loaded from a file (only the dropout masks differ), and its seeded version
+(bit-identical)."""
 
 from __future__ import annotations
 
@@ -38,12 +39,14 @@ def test_unseeded_script_names_every_source_with_its_call_site(env, tmp_path) ->
     model, loop, forward = _line("model = nn.Seq"), _line("for x, y in"), _line("model(x + noise)")
     assert first["site"].endswith(f"repro_train.py:{model}")
     sources = {s["source"]: s for s in r["sources"]}
-    assert list(sources) == ["random", "torch_cpu"]
-    assert [s.rsplit(":", 1)[1] for s in sources["random"]["sites"]] == [str(_line("uniform"))]
+    assert list(sources) == ["random", "numpy", "torch_cpu"]
+    augment = str(_line("uniform"))
+    assert [s.rsplit(":", 1)[1] for s in sources["random"]["sites"]] == [augment]
+    assert [s.rsplit(":", 1)[1] for s in sources["numpy"]["sites"]] == [augment]
     # the model's initialisation, the shuffle (the sampler draws at the loop) and the dropout
     sites = [int(s.rsplit(":", 1)[1]) for s in sources["torch_cpu"]["sites"]]
     assert sites == [model, loop, forward]
-    assert r["fix"] == ["random.seed(0)", "torch.manual_seed(0)"]
+    assert r["fix"] == ["random.seed(0)", "np.random.seed(0)", "torch.manual_seed(0)"]
     assert not all(row["loss_equal"] for row in r["series"])
 
 
