@@ -1,10 +1,10 @@
-"""A tensor's exact contents as a short string, computed where the tensor lives (no copy to the
-host): its bytes summed plain and weighted by position, in int64. Equal tensors give equal
-digests; a tensor that differs in one bit gives another. The repro mode compares two runs with
-these."""
+"""A tensor's exact contents as a short string: a BLAKE2 hash of its bytes, read in place on the
+host (a CUDA tensor is copied to the host first). Equal tensors give equal digests; a tensor
+that differs in one bit gives another. The repro mode compares two runs with these."""
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 TENSORS_PER_VALUE = 4
@@ -14,13 +14,12 @@ def tensor_digest(torch: Any, t: Any) -> str | None:
     try:
         if t.is_sparse or t.is_quantized or t.is_meta:
             return None
-        flat = t.detach().contiguous().reshape(-1)
+        flat = t.detach().resolve_conj().resolve_neg().contiguous().reshape(-1)
+        kind = f"{str(t.dtype).removeprefix('torch.')}{list(t.shape)}"
         if flat.numel() == 0:
-            return f"{t.dtype}{list(t.shape)}"
-        raw = flat.view(torch.uint8).to(torch.int64)
-        weights = torch.arange(1, raw.numel() + 1, device=raw.device, dtype=torch.int64)
-        plain, weighted = torch.stack([raw.sum(), (raw * weights).sum()]).tolist()
-        return f"{str(t.dtype).removeprefix('torch.')}{list(t.shape)}:{plain}:{weighted}"
+            return kind
+        raw = flat.view(torch.uint8).cpu().numpy()  # no copy for a CPU tensor
+        return f"{kind}:{hashlib.blake2b(raw.data, digest_size=12).hexdigest()}"
     except Exception:
         return None
 
