@@ -145,7 +145,8 @@ class Randomness:
         @functools.wraps(original)
         def seed(*args: Any, **kwargs: Any) -> Any:
             if watch._mine() and user_site(sys._getframe(1)) != "":
-                clock = unseeds or (none_unseeds and (args[0] if args else kwargs.get("a")) is None)
+                given = args[0] if args else kwargs.get("a", kwargs.get("seed"))
+                clock = unseeds or (none_unseeds and given is None)
                 for name in sources:
                     watch.source(name).seeded = not clock
             return original(*args, **kwargs)
