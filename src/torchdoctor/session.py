@@ -136,6 +136,8 @@ class Session:
         )
         self.signal: int | None = None  # the signal that ended (or is ending) the run
         self.endings = endings.Endings(self._on_signal)
+        self.crash_evidence: Any = None  # its diagnose.crash.CrashEvidence (not for an OOM)
+        self.explains_crash = False  # `torchdoctor run` prints the crash itself: no alert then
 
     # -- life cycle --------------------------------------------------------------------------
     def start(self) -> Session:
@@ -444,6 +446,8 @@ class Session:
         """A diagnosis, as it is found, on stderr (unless quiet)."""
         if self.config.quiet or not self.config.alerts:
             return
+        if diagnosis.kind == "crash" and self.explains_crash:
+            return
         from torchdoctor.report.alerts import render_alert
 
         text = render_alert(diagnosis)
@@ -465,13 +469,31 @@ class Session:
         from torchdoctor.memory.oom import capture, find_oom
 
         found = find_oom(exc)
-        if found is None or "torch" not in sys.modules:
+        if found is None:
+            self._report_crash(exc)
+            return
+        if "torch" not in sys.modules:
             return
         try:
             evidence = capture(*found, self.telemetry, str(self.run_dir), self._query)
             diagnosis = from_evidence(evidence)
         except Exception as err:
             warn_once("oom-capture", f"could not analyse the crash: {type(err).__name__}: {err}")
+            return
+        if self.doctor is not None:
+            self.doctor.report(diagnosis)
+
+    def _report_crash(self, exc: BaseException) -> None:
+        """Any other exception is a `crash` diagnosis: what it means, the module that raised
+        and the shapes that flowed into it."""
+        from torchdoctor.diagnose.crash import from_evidence
+        from torchdoctor.telemetry.crash import capture
+
+        try:
+            self.crash_evidence = capture(exc, self.telemetry)
+            diagnosis = from_evidence(self.crash_evidence)
+        except Exception as err:
+            warn_once("crash-capture", f"could not analyse the crash: {type(err).__name__}: {err}")
             return
         if self.doctor is not None:
             self.doctor.report(diagnosis)
@@ -496,6 +518,7 @@ class Session:
             "diagnoses": found,
             "run_dir": str(self.run_dir),
             "exit_code": self.exit_code,
+            "crashed": self.crash is not None,
         }
 
     def configure(self, **changes: Any) -> dict[str, Any]:

@@ -64,6 +64,12 @@ class TrainingView(Protocol):
         """The module whose backward started last, on a traced step (else None)."""
         ...
 
+    def module_calls(self) -> tuple[int | None, list[dict[str, Any]], bool]:
+        """(step, its module calls with shapes, whether it is the step in progress): the step
+        in progress when it is recorded (the first step, traced steps), else the last one that
+        was. Each call is a python.shapes row as a dict."""
+        ...
+
     def request_trace(self) -> None:
         """Trace the next step's module calls (a diagnosis wants per-module detail)."""
         ...

@@ -28,6 +28,7 @@ COMMANDS: tuple[str, ...] = (
     "query",
     "tables",
     "diagnoses",
+    "shapes",
     "memory",
     "report",
     "export",
@@ -38,6 +39,8 @@ COMMANDS: tuple[str, ...] = (
     "ckpt",
     "lint",
     "batch-size",
+    "overfit",
+    "repro",
     "demo",
 )
 

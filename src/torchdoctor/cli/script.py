@@ -32,7 +32,10 @@ def exit_code(exc: SystemExit) -> int:
     return 1
 
 
-def run_script(path: str, args: list[str]) -> Outcome:
+Silent = tuple[type[BaseException], ...]
+
+
+def run_script(path: str, args: list[str], silent: Silent = ()) -> Outcome:
     if not os.path.exists(path):
         raise FileNotFoundError(f"can't open file {path!r}: No such file or directory")
     with open(path, "rb") as f:
@@ -46,16 +49,17 @@ def run_script(path: str, args: list[str]) -> Outcome:
     sys.modules["__main__"] = module
     sys.argv = [path, *args]
     sys.path[0] = os.path.dirname(os.path.abspath(path))
-    return _guard(lambda: exec(code, module.__dict__))
+    return _guard(lambda: exec(code, module.__dict__), silent)
 
 
-def run_module(name: str, args: list[str]) -> Outcome:
+def run_module(name: str, args: list[str], silent: Silent = ()) -> Outcome:
     sys.argv = [name, *args]  # run_module puts the module's file in argv[0], as -m does
     sys.path[0] = os.getcwd()
-    return _guard(lambda: runpy.run_module(name, run_name="__main__", alter_sys=True))
+    return _guard(lambda: runpy.run_module(name, run_name="__main__", alter_sys=True), silent)
 
 
-def _guard(body: Callable[[], object]) -> Outcome:
+def _guard(body: Callable[[], object], silent: Silent = ()) -> Outcome:
+    """`silent`: exceptions that end the script on purpose (a recipe's stop): not printed."""
     try:
         body()
     except SystemExit as exc:
@@ -64,7 +68,8 @@ def _guard(body: Callable[[], object]) -> Outcome:
         _print(exc)
         return Outcome(130, exc, interrupted=True)
     except BaseException as exc:
-        _print(exc)
+        if not isinstance(exc, silent):
+            _print(exc)
         return Outcome(1, exc)
     return Outcome(0)
 

@@ -21,6 +21,7 @@ MODULES: tuple[str, ...] = (
     "hang",
     "memory_leak",
     "oom",
+    "crash",
     "recompilation",
     "graph_break",
     # Job-level: they compare the ranks of a job (Inputs.job) and return nothing without one.

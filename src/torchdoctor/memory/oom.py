@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from torchdoctor.errors.oom_message import OomMessage, parse
-from torchdoctor.frames import is_torch, user_frame
+from torchdoctor.failure import first_arg, frame_locals, frames_of, locate, module_name, phase_of
 from torchdoctor.memory.census import take_census
 from torchdoctor.memory.cuda_history import dump_snapshot
 from torchdoctor.memory.estimate import Breakdown, Situation, repeated_blocks
@@ -28,13 +28,6 @@ from torchdoctor.memory.host import host_memory
 from torchdoctor.memory.phases import from_engine
 from torchdoctor.units import human
 from torchdoctor.views import TrainingView
-
-BACKWARD_FILES = (
-    os.sep.join(("torch", "autograd", "")),
-    os.sep.join(("torch", "_tensor.py")),
-    os.sep.join(("telemetry", "torch_hooks.py")),  # our wrapper of autograd.backward
-)
-BACKWARD_FUNCS = ("backward", "grad", "_engine_run_backward", "run_backward")
 
 
 def parse_message(text: str) -> OomMessage | None:
@@ -58,188 +51,18 @@ def find_oom(exc: BaseException) -> tuple[BaseException, OomMessage] | None:
     return None
 
 
-# -- where it failed --------------------------------------------------------------------------
-def frames_of(exc: BaseException) -> list[types.FrameType]:
-    """The traceback's frames, outermost first."""
-    out = []
-    tb = exc.__traceback__
-    while tb is not None:
-        out.append(tb.tb_frame)
-        tb = tb.tb_next
-    return out
-
-
-def _locals(frame: types.FrameType) -> dict[str, Any]:
-    try:
-        return dict(frame.f_locals)
-    except Exception:
-        return {}
-
-
-def _first_arg(frame: types.FrameType) -> Any:
-    code = frame.f_code
-    if code.co_argcount < 1:
-        return None
-    return _locals(frame).get(code.co_varnames[0])
-
-
-def phase_of(frames: list[types.FrameType], torch: Any) -> str | None:
-    """The training phase the failing call ran in, from the outermost frame that tells."""
-    module_cls, optim_cls = torch.nn.Module, torch.optim.Optimizer
-    for frame in frames:
-        code = frame.f_code
-        path = code.co_filename
-        if code.co_name in BACKWARD_FUNCS and any(p in path for p in BACKWARD_FILES):
-            return "backward"
-        owner = _first_arg(frame)
-        if isinstance(owner, optim_cls):
-            return "optimizer"
-        if isinstance(owner, module_cls):
-            if code.co_name in ("_wrapped_call_impl", "_call_impl", "__call__", "forward"):
-                return "forward"
-            if code.co_name in ("to", "cuda", "_apply", "load_state_dict", "__init__"):
-                return "setup"
-        if os.sep.join(("torch", "utils", "data", "")) in path:
-            return "data"
-    return None
-
-
-def _function_class(frame: types.FrameType) -> Any:
-    """The custom autograd Function whose backward (or forward) this frame runs."""
-    ctx = _first_arg(frame)
-    cls = getattr(type(ctx), "_forward_cls", None) if ctx is not None else None
-    return cls if isinstance(cls, type) else None
-
-
-def _code_names(code: types.CodeType, depth: int = 0) -> set[str]:
-    names = set(code.co_names)
-    if depth < 3:
-        for const in code.co_consts:
-            if isinstance(const, types.CodeType):
-                names |= _code_names(const, depth + 1)
-    return names
-
-
-def _modules_using(fn_cls: type, candidates: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
-    """Modules whose forward code names the Function class (`MyFn.apply(x)`)."""
-    out = []
-    seen_types: dict[type, bool] = {}
-    for name, module in candidates:
-        kind = type(module)
-        if kind not in seen_types:
-            forward = getattr(kind, "forward", None)
-            code = getattr(forward, "__code__", None)
-            seen_types[kind] = code is not None and fn_cls.__name__ in _code_names(code)
-        if seen_types[kind]:
-            out.append((name, module))
-    return out
-
-
-def _named_modules(training: TrainingView | None) -> list[tuple[str, Any]]:
-    out: list[tuple[str, Any]] = []
-    if training is None:
-        return out
-    try:
-        for root, _label in training.models.models():
-            for _name, sub in root.named_modules():
-                out.append((training.models.name_of(sub), sub))
-    except Exception:
-        pass
-    return out
-
-
-def _module_name(module: Any, training: TrainingView | None) -> str:
-    if training is not None:
-        try:
-            return str(training.models.name_of(module))
-        except Exception:
-            pass
-    main = sys.modules.get("__main__")
-    for key, value in list(vars(main).items()) if main is not None else []:
-        try:
-            if value is module:
-                return key
-            if hasattr(value, "named_modules"):
-                for sub_name, sub in value.named_modules():
-                    if sub is module:
-                        return sub_name or key
-        except Exception:
-            continue
-    return type(module).__name__
-
-
-def locate(
-    frames: list[types.FrameType], training: TrainingView | None, torch: Any
-) -> dict[str, Any]:
-    """The module that asked for the memory, and how sure that is."""
-    module_cls = torch.nn.Module
-    user = user_frame(frames[-1]) if frames else None
-    where: dict[str, Any] = {
-        "module": None,
-        "module_type": None,
-        "source": None,
-        "note": None,
-        "file": user.f_code.co_filename if user else None,
-        "line": user.f_lineno if user else None,
-    }
-    for frame in reversed(frames):
-        owner = _first_arg(frame)
-        if isinstance(owner, module_cls):
-            where.update(
-                module=_module_name(owner, training),
-                module_type=type(owner).__name__,
-                source="traceback",
-                note="the innermost module in the traceback",
-            )
-            if not is_torch(frame.f_code.co_filename):  # your module's code, else your line
-                where.update(file=frame.f_code.co_filename, line=frame.f_lineno)
-            return where
-        fn_cls = _function_class(frame)
-        if fn_cls is not None:
-            users = _modules_using(fn_cls, _named_modules(training))
-            where.update(file=frame.f_code.co_filename, line=frame.f_lineno)
-            where["function"] = fn_cls.__name__
-            where["source"] = "autograd_function"
-            if users:
-                names = sorted({n for n, _m in users})
-                where.update(module=names[0], module_type=type(users[0][1]).__name__)
-                where["candidates"] = names
-                many = f" (one of {len(names)}: {', '.join(names[:5])})" if len(names) > 1 else ""
-                where["note"] = (
-                    f"a guess: the backward of autograd Function {fn_cls.__name__} failed, and "
-                    f"the forward of {type(users[0][1]).__name__} calls it{many}"
-                )
-            else:
-                where["note"] = (
-                    f"the backward of autograd Function {fn_cls.__name__} failed; no module's "
-                    f"forward names it"
-                )
-            return where
-    traced = training.last_traced_backward() if training is not None else None
-    if traced is not None:
-        where.update(
-            module=traced,
-            source="traced_backward",
-            note="a guess: the last module whose backward had started (traced step)",
-        )
-        return where
-    if user is not None:
-        where["source"] = "script_line"
-        where["note"] = "no module frame in the traceback: the line of your code that failed"
-    return where
-
-
+# -- where it failed: torchdoctor.failure (shared with the crash diagnosis) --------------------
 def frame_names(
     frames: list[types.FrameType], training: TrainingView | None, torch: Any
 ) -> dict[int, str]:
     """id(tensor) -> "x in encoder.1.forward" for the tensors the failing frames hold."""
     names: dict[int, str] = {}
     for frame in reversed(frames):
-        owner = _first_arg(frame)
+        owner = first_arg(frame)
         where = frame.f_code.co_name
         if isinstance(owner, torch.nn.Module):
-            where = f"{_module_name(owner, training)}.{where}"
-        for key, value in _locals(frame).items():
+            where = f"{module_name(owner, training)}.{where}"
+        for key, value in frame_locals(frame).items():
             try:
                 if issubclass(type(value), torch.Tensor) and id(value) not in names:
                     names[id(value)] = f"{key} in {where}"

@@ -38,6 +38,8 @@ def render_summary(summary: dict[str, Any]) -> str:
         lines.append(f"  time: {split}")
         if summary.get("skipped"):
             lines.append(f"  {summary['skipped']} updates skipped (non-finite gradients)")
+    elif summary.get("crashed"):
+        lines.append("  the script crashed before its first step ended")
     else:
         lines.append(
             "  no training step was seen: no optimizer step and no gradient reset after a "
@@ -48,6 +50,8 @@ def render_summary(summary: dict[str, Any]) -> str:
         lines.append(f"  {len(found)} diagnos{'i' if len(found) == 1 else 'e'}s:")
         for diagnosis in found:
             lines.extend("  " + line for line in render_alert(diagnosis, fixes=1).splitlines())
+    elif summary.get("crashed"):
+        lines.append("  the script crashed: see the error above")  # never "no problems found"
     else:
         lines.append("  no problems found")
     lines.append(f"  run directory: {summary['run_dir']}")

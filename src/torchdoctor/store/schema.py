@@ -157,6 +157,26 @@ TORCH_TRACE = TableSpec(
     ),
 )
 
+SHAPES = TableSpec(
+    "shapes",
+    "one module call of a traced step (and of the first step), with what flowed in and out",
+    (
+        _c("step", INT),
+        _c("call", INT, "order of the call in its step, from 0 (a parent before its children)"),
+        _c("module", STR, "qualified name, e.g. encoder.layers.3.attn"),
+        _c("type", STR, "module class"),
+        _c("depth", INT, "nesting depth, 0 = a model"),
+        _c("input_shapes", STR, "shapes of the tensor arguments, e.g. [8, 3, 32, 32], [8]", True),
+        _c("input_dtypes", STR, "their dtypes, in the same order", nullable=True),
+        _c("input_devices", STR, "their devices, in the same order", nullable=True),
+        _c("output_shapes", STR, "shapes of the tensors returned", nullable=True),
+        _c("output_dtypes", STR, nullable=True),
+        _c("output_devices", STR, nullable=True),
+        _c("raised", BOOL, "the call raised an exception (no output)"),
+        _c("rank", INT),
+    ),
+)
+
 MODULES = TableSpec(
     "modules",
     "a module of a watched model",
@@ -273,6 +293,7 @@ ALL_TABLES: tuple[TableSpec, ...] = (
     OPTIMIZER_STEPS,
     COLLECTIVES,
     TORCH_TRACE,
+    SHAPES,
     MODULES,
     MODULE_GRADS,
     MEMORY,

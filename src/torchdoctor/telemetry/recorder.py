@@ -46,6 +46,7 @@ from torchdoctor.telemetry.patches import Hooks
 from torchdoctor.telemetry.phases import PhaseTimer
 from torchdoctor.telemetry.readback import Readback
 from torchdoctor.telemetry.safe_point import SafePoint
+from torchdoctor.telemetry.shapes import ShapeRecorder
 from torchdoctor.telemetry.step import TAPE_LIMIT, OptimizerStepRow, StepRow, StepState
 from torchdoctor.telemetry.tracer import Tracer
 
@@ -75,6 +76,7 @@ class Recorder:
         self.memory = MemoryReader(torch)
         self.models = Models()
         self.tracer = Tracer(self)
+        self.shapes = ShapeRecorder(self)
         self.clock: Any = CpuClock()
         self.readback = Readback(torch)
         self.gradients = GradientCheck(torch)
@@ -90,6 +92,10 @@ class Recorder:
         self._last_row: Any = None
         self.tracing = False
         self.discovering = True
+        self.shaping = True  # python.shapes rows: the discovery step and traced steps
+        # Called with (finished StepState, its step) at the end of every step: the overfit and
+        # repro recipes count and judge steps here; empty in a normal run.
+        self.step_listeners: list[Any] = []
         self.compiled = False  # torch.compile is in use: no global module hooks from now on
         self.sync_check = False  # CUDA: read the gradient norm before the update (after a NaN)
         # Keep the random state per step only for models that draw random numbers (dropout):
@@ -142,6 +148,10 @@ class Recorder:
                 self._end_step(self._backward_end, skipped=False)
             self.readback.poll(force=True)
             self.tracer.flush(force=True)
+            self.shapes.end()  # a step cut short (a crash): its calls so far
+            for module, label in self.models.models():  # found in a first step that never ended
+                if any(module is m for m in self._pending_roots):
+                    self.tables["modules"].extend(self.models.module_rows(module, label))
         except Exception as exc:
             warn_once("final-flush", f"could not read back the last steps: {exc}")
         self.switch.on = False
@@ -221,6 +231,9 @@ class Recorder:
     def last_traced_backward(self) -> str | None:
         return self.tracer.last_backward()
 
+    def module_calls(self) -> tuple[int | None, list[dict[str, Any]], bool]:
+        return self.shapes.flow()
+
     def event(self, kind: str, data: dict[str, Any]) -> None:
         self.tables["events"].append((time.time(), self.step, kind, dumps(data)))
 
@@ -242,6 +255,8 @@ class Recorder:
         self.discovering = True
         if not self.compiled:
             self.set_global_hooks(True)
+            self.shaping = True
+            self.shapes.begin(self.step)
 
     def manual_step(self, loss: Any = None) -> None:
         """torchdoctor.step(): the end of a step in a loop the script marks itself."""
@@ -260,6 +275,7 @@ class Recorder:
             self.compiled = True
             self.set_global_hooks(False)
             self.tracing = False
+            self.shaping = False
             self._scanned = False  # the compiled models may be new: look again
             self.event("compile_seen", {"module_tracing": "off"})
 
@@ -286,11 +302,15 @@ class Recorder:
             self._forward_begins(module, args, {})
             if self.models.add(module):
                 self._pending_roots.append(module)
+        if self.shaping:
+            self.shapes.enter(module, self.models.name_of(module), args)
         if self.tracing:
             self.tracer.enter(module, self.models.name_of(module), time.time())
 
     def on_global_post(self, module: Any, output: Any) -> None:
         self._gdepth = max(0, self._gdepth - 1)
+        if self.shaping:
+            self.shapes.exit(module, output)
         if self.tracing:
             self.tracer.exit(module, output)
 
@@ -613,6 +633,8 @@ class Recorder:
             self.collective_calls.poll()  # CUDA works seen completed
         if self.tracing:
             self.tracer.end(self.clock.mark())
+        if self.shaping:
+            self.shapes.end()
         allocated, peak, reserved, rss = self.memory.read()
         duration = max(0.0, end - (state.start if state.start is not None else end))
         phases = state.phases
@@ -645,6 +667,8 @@ class Recorder:
         self.step += 1
         self.steps_done += 1
         self._after_step()
+        for listener in self.step_listeners:
+            listener(state, self.step - 1)
         if self.safe_point.pending:
             self._run_safe_point(row.step)
 
@@ -704,9 +728,11 @@ class Recorder:
         self._trace_requested = False
         if tracing:
             self.tracer.begin(self.step, self.clock)
+            self.shapes.begin(self.step)
         if tracing != bool(len(self._global_hooks)):  # on for discovery and traced steps only
             self.set_global_hooks(tracing)
         self.tracing = tracing
+        self.shaping = tracing
 
     def _run_safe_point(self, after_step: int) -> None:
         """Queued evals, with the telemetry off: what they call (a forward, a backward) is

@@ -65,8 +65,14 @@ def parse_argv(parser: argparse.ArgumentParser, argv: list[str]) -> Any:
     return args
 
 
-def _explain(exc: BaseException, ctx: Any) -> None:
-    """After the traceback: what the error means and what to do, briefly."""
+def _explain(exc: BaseException, ctx: Any, evidence: Any = None) -> None:
+    """After the traceback: what the error means and what to do, briefly; for this run (the
+    module that raised, the shapes that flowed into it) when the crash capture has it."""
+    if evidence is not None:
+        from torchdoctor.report.crash import render_crash
+
+        ctx.warn(render_crash(evidence.to_json()))
+        return
     try:
         from torchdoctor.errors.api import explain_exception
         from torchdoctor.report.explanation import render_text
@@ -106,9 +112,10 @@ def main(args: Any, ctx: Any) -> int:
     if status is not None:
         status.stop()
     if outcome.exception is not None and not outcome.interrupted:
+        probe.explains_crash = True
         probe.report_crash(outcome.exception)
         if not config.quiet:
-            _explain(outcome.exception, ctx)
+            _explain(outcome.exception, ctx, probe.crash_evidence)
     if outcome.interrupted:
         probe.note_signal(signal.SIGINT)
     probe.stop(outcome.code)

@@ -1,0 +1,100 @@
+"""The crash capture: when an exception ends the script, read the live traceback before the
+process exits and gather what the `crash` diagnosis tells: the explanation (the catalog of
+`torchdoctor explain`), the module that raised by its qualified name, the step and phase, the
+shapes that flowed into it in that step, and the line of the model's code that builds it.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from torchdoctor.diagnose.crash import CrashEvidence, flow_window
+from torchdoctor.errors.api import explain_exception
+from torchdoctor.errors.located import locate_explanation
+from torchdoctor.failure import definition, frames_of, locate, phase_of, user_frame
+from torchdoctor.views import TrainingView
+
+_CONFIG = {
+    "Linear": ("in_features", "out_features"),
+    "Conv1d": ("in_channels", "out_channels", "kernel_size", "stride", "padding", "dilation"),
+    "Conv2d": ("in_channels", "out_channels", "kernel_size", "stride", "padding", "dilation"),
+    "Conv3d": ("in_channels", "out_channels", "kernel_size", "stride", "padding", "dilation"),
+}
+
+
+def capture(exc: BaseException, training: TrainingView | None) -> CrashEvidence:
+    explanation = explain_exception(exc)
+    torch = sys.modules.get("torch")
+    frames = frames_of(exc)
+    place: dict[str, Any] = {}
+    phase = None
+    if torch is not None and hasattr(torch, "nn"):
+        place = locate(frames, training, torch)
+        phase = phase_of(frames, torch)
+        owner = place.pop("object", None)
+        if owner is not None:
+            place["config"] = _config(owner)
+            place["definition"] = definition(owner, training)
+            place["target"] = (place["definition"] or {}).get("target")
+    else:
+        user = user_frame(frames)
+        if user is not None:
+            place = {"file": user.f_code.co_filename, "line": user.f_lineno}
+    del frames
+    step = training.step if training is not None else None
+    if phase is None and training is not None:
+        phase = training.phase
+        if phase == "other" and not training.steps_done:
+            phase = "setup" if not training.model_inputs() else phase
+    flow_step, flow, live = training.module_calls() if training is not None else (None, [], False)
+    located = locate_explanation(explanation, place)
+    return CrashEvidence(
+        exception=type(exc).__name__,
+        message=_message(exc),
+        category=explanation.category,
+        title=explanation.title,
+        explanation=located.summary,
+        step=step,
+        phase=phase,
+        module=place.get("module"),
+        module_type=place.get("module_type"),
+        location_source=place.get("source"),
+        file=place.get("file"),
+        line=place.get("line"),
+        definition=place.get("definition"),
+        inputs=list(place.get("inputs") or []),
+        flow=flow_window(flow, place.get("module")),
+        flow_step=flow_step,
+        flow_live=live and flow_step == step,
+        causes=located.causes,
+        fixes=located.fixes,
+        fields={k: v for k, v in located.fields.items() if _plain(v)},
+    )
+
+
+def _message(exc: BaseException) -> str:
+    try:
+        text = str(exc)
+    except Exception:
+        return ""
+    lines = text.strip().splitlines()
+    return "\n".join(lines[:5])[:2000]
+
+
+def _config(module: Any) -> dict[str, Any]:
+    names = _CONFIG.get(type(module).__name__, ())
+    out: dict[str, Any] = {}
+    for name in names:
+        value = getattr(module, name, None)
+        out[name] = list(value) if isinstance(value, tuple) else value
+    if names:
+        out["bias"] = getattr(module, "bias", None) is not None
+        groups = getattr(module, "groups", None)
+        if groups is not None:
+            out["groups"] = groups
+    return out
+
+
+def _plain(value: Any) -> bool:
+    return isinstance(value, (str, int, float, bool)) or value is None

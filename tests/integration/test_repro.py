@@ -1,0 +1,78 @@
+"""`torchdoctor repro` on a real training script that seeds nothing (initialisation, shuffle,
+dropout, an augmentation drawn from `random` and NumPy), the same script with its initial
+weights loaded from a file (only the dropout masks differ), and its seeded version
+(bit-identical)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import cli, script
+
+TRAIN = script("repro_train.py")
+
+
+def _repro(env: dict[str, str], cwd: Path, *target: str) -> tuple[int, Any, str]:
+    out = cli("repro", "--steps", "3", "--format", "json", TRAIN, *target, env=env, cwd=cwd,
+              timeout=180)  # fmt: skip
+    return out.returncode, json.loads(out.stdout) if out.stdout else None, out.stderr
+
+
+def _line(text: str) -> int:
+    """The line of repro_train.py that holds `text`."""
+    lines = Path(TRAIN).read_text().splitlines()
+    return next(i for i, x in enumerate(lines, 1) if text in x)
+
+
+def test_unseeded_script_names_every_source_with_its_call_site(env, tmp_path) -> None:
+    code, r, err = _repro(env, tmp_path)
+    assert code == 1, err
+    assert r["identical"] is False and r["steps"] == [3, 3]
+    first = r["first_difference"]
+    assert first["step"] == 0 and first["what"] == "initial_params"
+    assert first["param"] == "0.weight" and first["op"] == "kaiming_uniform_"
+    model, loop, forward = _line("model = nn.Seq"), _line("for x, y in"), _line("model(x + noise)")
+    assert first["site"].endswith(f"repro_train.py:{model}")
+    sources = {s["source"]: s for s in r["sources"]}
+    assert list(sources) == ["random", "numpy", "torch_cpu"]
+    augment = str(_line("uniform"))
+    assert [s.rsplit(":", 1)[1] for s in sources["random"]["sites"]] == [augment]
+    assert [s.rsplit(":", 1)[1] for s in sources["numpy"]["sites"]] == [augment]
+    # the model's initialisation, the shuffle (the sampler draws at the loop) and the dropout
+    sites = [int(s.rsplit(":", 1)[1]) for s in sources["torch_cpu"]["sites"]]
+    assert sites == [model, loop, forward]
+    assert r["fix"] == ["random.seed(0)", "np.random.seed(0)", "torch.manual_seed(0)"]
+    assert not all(row["loss_equal"] for row in r["series"])
+
+
+@pytest.mark.slow
+def test_dropout_alone_is_found_in_its_module(env, tmp_path) -> None:
+    init = tmp_path / "init.pt"
+    setup = (
+        "import torch; from torch import nn; torch.manual_seed(1); torch.save(nn.Sequential("
+        "nn.Linear(2, 16), nn.ReLU(), nn.Dropout(0.2), nn.Linear(16, 2)).state_dict(), "
+        f"{str(init)!r})"
+    )
+    subprocess.run([sys.executable, "-c", setup], check=True, env=env)
+    code, r, err = _repro(env, tmp_path, "--init", str(init))
+    assert code == 1, err
+    first = r["first_difference"]
+    assert first["step"] == 0 and first["what"] == "op"
+    assert (first["op"], first["module"], first["module_type"]) == ("dropout", "2", "Dropout")
+    assert first["site"].endswith(f"repro_train.py:{_line('model(x + noise)')}")
+    assert r["fix"] == ["torch.manual_seed(0)"]  # no random.seed: it is not used here
+    out = cli("repro", "nothere.py", env=env, cwd=tmp_path)
+    assert out.returncode == 2 and "can't open file 'nothere.py'" in out.stderr
+
+
+def test_seeded_script_is_bit_identical(env, tmp_path) -> None:
+    out = cli("repro", "--steps", "3", TRAIN, "--seeded", env=env, cwd=tmp_path, timeout=180)
+    assert out.returncode == 0, out.stderr
+    assert "repro PASSED: the two runs are bit-identical over 3 steps" in out.stdout
+    assert "without a seed" not in out.stdout and "Fix:" not in out.stdout
+    assert out.stderr.count("done") == 0 and out.stdout.count("done") == 0  # stopped at step 3
