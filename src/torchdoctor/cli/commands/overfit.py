@@ -9,7 +9,6 @@ import argparse
 import json
 from typing import Any
 
-from torchdoctor.cli import formats
 from torchdoctor.cli.errors import OK, TARGET_ERROR, CliError
 from torchdoctor.cli.recipe_target import (
     add_target_arguments,
@@ -17,6 +16,7 @@ from torchdoctor.cli.recipe_target import (
     parse_target,
     target_argv,
 )
+from torchdoctor.report import formats
 
 NAME = "overfit"
 SUMMARY = "feed the script's first batch again and again: can the model memorise it?"

@@ -11,7 +11,6 @@ import argparse
 from typing import Any
 
 from torchdoctor._json import dumps
-from torchdoctor.cli import formats
 from torchdoctor.cli.errors import OK, TARGET_ERROR, CliError
 from torchdoctor.cli.recipe_target import (
     add_target_arguments,
@@ -19,6 +18,7 @@ from torchdoctor.cli.recipe_target import (
     parse_target,
     target_argv,
 )
+from torchdoctor.report import formats
 
 NAME = "repro"
 SUMMARY = "run the script twice: are the runs bit-identical, and if not, why?"
