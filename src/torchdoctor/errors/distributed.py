@@ -889,8 +889,8 @@ COLLECTIVE_MISMATCH = Entry(
         ),
     ),
     first_steps=(
-        "Look for collectives under rank-dependent code: `grep -nE \"rank *==|is_main|"
-        "get_rank\\(\\)\" train.py` and check what runs inside each branch.",
+        'Look for collectives under rank-dependent code: `grep -nE "rank *==|is_main|'
+        'get_rank\\(\\)" train.py` and check what runs inside each branch.',
         "Rerun with TORCH_DISTRIBUTED_DEBUG=DETAIL: torch then compares the op, shape and dtype "
         "of every collective across ranks and raises with both sides before the data moves.",
         "Under torchdoctor (TORCHDOCTOR=1, TORCHDOCTOR_RUN_DIR=DIR), `torchdoctor cluster "

@@ -275,7 +275,8 @@ def fault_location(lines: list[Line], start: int) -> Frame | None:
     for line in lines[i + 1 : end]:
         m = _FAULT_FRAME.match(line.text)
         if m is None:
-            if line.text.strip() and line.text[:1] != " " and not line.text.startswith(("Thread", "Current thread")):
+            header = line.text.startswith(("Thread", "Current thread"))
+            if line.text.strip() and line.text[:1] != " " and not header:
                 break
             continue
         frame = Frame(m.group("file"), int(m.group("line")), m.group("func"), None)
