@@ -266,20 +266,25 @@ def aborted_with(lines: list[Line], index: int) -> str | None:
 
 
 def fault_location(lines: list[Line], start: int) -> Frame | None:
-    """The innermost frame of the user's own code in faulthandler's dump after `start` (the
-    dump `@record` and faulthandler write when a signal kills the process), if there is one."""
+    """The innermost frame of the user's own code in the main thread of faulthandler's dump
+    after `start` (the dump `@record` and faulthandler write when a signal kills the process).
+    The main thread is the one whose stack reaches `<module>`; the abort itself often comes
+    from a C++ thread Python does not know."""
     end = min(len(lines), start + MAX_FAULT_LINES)
     i = next((j for j in range(start, end) if _FATAL.match(lines[j].text)), None)
     if i is None:
         return None
+    threads: list[list[Frame]] = []
     for line in lines[i + 1 : end]:
         m = _FAULT_FRAME.match(line.text)
-        if m is None:
-            header = line.text.startswith(("Thread", "Current thread"))
-            if line.text.strip() and line.text[:1] != " " and not header:
-                break
-            continue
-        frame = Frame(m.group("file"), int(m.group("line")), m.group("func"), None)
+        if m is not None and threads:
+            threads[-1].append(Frame(m.group("file"), int(m.group("line")), m.group("func"), None))
+        elif line.text.startswith(("Thread", "Current thread")):
+            threads.append([])
+        elif line.text.strip() and line.text[:1] != " ":
+            break
+    main = next((t for t in threads if any(f.func == "<module>" for f in t)), None)
+    for frame in main or (threads[0] if threads else []):
         if not frame.library:
             return frame
     return None
