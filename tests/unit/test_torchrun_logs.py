@@ -142,6 +142,9 @@ def test_faulthandler_location_is_the_main_threads() -> None:
     # too; the location is the main thread's, the one that reaches <module>.
     text = _text(FIXTURES / "dist.collective_mismatch" / "torchrun_gloo_abort_record.txt")
     at = text.index("Thread 0x")
-    extra = 'Thread 0x00007f0000000001 (most recent call first):\n  File "/job/prefetch.py", line 9 in run\n\n'
+    extra = (
+        "Thread 0x00007f0000000001 (most recent call first):\n"
+        '  File "/job/prefetch.py", line 9 in run\n\n'
+    )
     e = explain_text(text[:at] + extra + text[at:])
     assert e.rank == 0 and e.fields["location"].endswith("dist_rank_fails.py:53 in main")
