@@ -5,8 +5,9 @@ torchrun fixtures of `torchdoctor explain` (tests/fixtures/explain/*/torchrun_*.
 
 MODE: shape (rank 1 feeds a Linear the wrong width), oom (rank 1 fails with CUDA's
 out-of-memory message), config (rank 1 fails with an error outside the catalog), mismatch
-(rank 0 calls all_reduce while rank 1 calls broadcast: gloo times out on both), killed (rank 1
-dies of SIGKILL, as from the OOM killer: no traceback at all), ok (no error).
+(rank 0 calls all_reduce while rank 1 calls broadcast: gloo times out on both), sizes (rank 1
+all-reduces a tensor of another size: gloo aborts rank 0 with SIGABRT, rank 1 loses its peer),
+killed (rank 1 dies of SIGKILL, as from the OOM killer: no traceback at all), ok (no error).
 --record decorates the entry point with @record, so the traceback reaches the launcher's summary.
 """
 
@@ -46,6 +47,8 @@ def main() -> None:
     if mode == "mismatch" and rank == 1:
         # The bug: rank 0 is in all_reduce meanwhile.
         dist.broadcast(out, src=0)
+    elif mode == "sizes" and rank == 1:
+        dist.all_reduce(torch.zeros(64))  # the bug: rank 0 all-reduces one element
     else:
         dist.all_reduce(out)
     print(f"rank {rank} done: {out.item():.3f}")

@@ -73,3 +73,78 @@ def test_json_and_text_say_where() -> None:
     assert data["also"][0]["rank"] == 0 and data["also"][0]["line_number"] == 31
     out = subprocess.run(cmd[:-2], input=log, capture_output=True, text=True, timeout=60)
     assert "(from rank 1, line 20)" in out.stdout
+
+
+# --- a rank that gloo aborts: no traceback, no prefix (fixtures from dist_rank_fails.py sizes) --
+
+ABORT = FIXTURES / "dist.collective_mismatch" / "torchrun_gloo_abort.txt"
+
+
+def test_the_signalled_root_is_known() -> None:
+    lines = extract.clean(_text(ABORT))
+    job = torchrun.parse(lines)
+    assert job is not None and job.ranks == [1]  # rank 0 wrote no prefixed line at all
+    root = job.signalled_root
+    assert root is not None and (root.rank, root.exitcode, root.signal) == (0, -6, "SIGABRT")
+    what = next(line for line in lines if line.text.lstrip().startswith("what():"))
+    assert torchrun.aborted_with(lines, what.index) == "gloo::EnforceNotMet"
+    # A rank the launcher ended itself (SIGTERM) is never the signalled root.
+    keyerror = torchrun.parse(extract.clean(_text(FIXTURES / "unknown" / "torchrun_keyerror.txt")))
+    assert keyerror is not None and keyerror.signalled_root is None
+
+
+def _moved_first(text: str, rank: int) -> str:
+    """The same log with `rank`'s lines printed before everything else: the order in which
+    the ranks' stderr reaches the terminal is not fixed."""
+    prefix = f"[rank{rank}]:"
+    lines = text.splitlines(keepends=True)
+    return "".join(
+        [x for x in lines if x.startswith(prefix)] + [x for x in lines if not x.startswith(prefix)]
+    )
+
+
+def test_the_aborted_rank_is_the_root_wherever_its_lines_fall() -> None:
+    text = _text(ABORT)
+    e = explain_text(text)
+    assert (e.category, e.rank) == ("dist.collective_mismatch", 0)
+    assert text.splitlines()[e.line - 1].lstrip().startswith("what():")
+    assert (e.fields["signal"], e.fields["exitcode"]) == ("SIGABRT", -6)
+    assert [(a["category"], a["rank"]) for a in e.also] == [("dist.connect", 1)]
+    # Rank 1's "Connection reset by peer" first in the log: still a consequence.
+    moved = _moved_first(text, 1)
+    e = explain_text(moved)
+    assert (e.category, e.rank) == ("dist.collective_mismatch", 0)
+    assert moved.splitlines()[e.line - 1].lstrip().startswith("what():")
+
+
+def test_an_abort_outside_the_catalog_is_still_the_root() -> None:
+    # The real log with gloo's what() message replaced by one no entry knows: the answer is
+    # rank 0's abort, unrecognised, not rank 1's lost connection.
+    text = _text(ABORT)
+    start = text.index("[enforce fail")
+    end = text.index("\n", start)
+    e = explain_text(text[:start] + "[enforce fail at x.cc:1] frobnicator broken." + text[end:])
+    assert not e.recognised and e.rank == 0 and e.exception == "gloo::EnforceNotMet"
+    assert "frobnicator broken" in (e.matched or "")
+    assert [(a["category"], a["rank"]) for a in e.also] == [("dist.connect", 1)]
+
+
+def test_faulthandler_gives_the_aborted_rank_its_line() -> None:
+    # Under @record faulthandler dumps the aborted rank's Python stack (most recent first).
+    e = explain_text(
+        _text(FIXTURES / "dist.collective_mismatch" / "torchrun_gloo_abort_record.txt")
+    )
+    assert e.rank == 0 and e.fields["location"].endswith("dist_rank_fails.py:53 in main")
+
+
+def test_faulthandler_location_is_the_main_threads() -> None:
+    # With other Python threads (a prefetcher in the user's code) faulthandler lists them
+    # too; the location is the main thread's, the one that reaches <module>.
+    text = _text(FIXTURES / "dist.collective_mismatch" / "torchrun_gloo_abort_record.txt")
+    at = text.index("Thread 0x")
+    extra = (
+        "Thread 0x00007f0000000001 (most recent call first):\n"
+        '  File "/job/prefetch.py", line 9 in run\n\n'
+    )
+    e = explain_text(text[:at] + extra + text[at:])
+    assert e.rank == 0 and e.fields["location"].endswith("dist_rank_fails.py:53 in main")

@@ -311,7 +311,9 @@ def _rank_error(
     exception = None
     for index in sorted(keep, reverse=True):
         line = view[index]
-        if not line.noise and index not in covered and extract.exception_name(line.text):
+        if index in covered or line.noise:
+            continue
+        if extract.exception_name(line.text) or torchrun.aborted_with(view, index):
             exception = line
             break
     if primary is None and exception is None:
@@ -366,7 +368,24 @@ def _explain_job(lines: list[extract.Line], job: torchrun.JobLog) -> Explanation
     errors.sort(key=lambda e: e.index)
     root_failure = job.root_failure
     fields: Fields = {}
-    root: _RankError | None = next((e for e in errors if e.root_like), None)
+    signalled = job.signalled_root
+    if signalled is not None:
+        # A rank killed by a signal (gloo's SIGABRT) wrote no Python traceback, hence no rank
+        # prefix: the unprefixed error is that rank's, and the other ranks' lost connections
+        # are its consequences, wherever they fall in the log.
+        for e in errors:
+            if e.rank is None:
+                e.rank = signalled.rank
+    own = [e for e in errors if e.root_like]
+    root: _RankError | None = next(
+        (e for e in own if signalled is not None and e.rank == signalled.rank),
+        own[0] if own else None,
+    )
+    if root is not None and signalled is not None and root.rank == signalled.rank:
+        fields.update(_failure_fields(signalled))
+        frame = torchrun.fault_location(root.lines, root.index)
+        if frame is not None:
+            fields["location"] = frame.describe()
     if root is None and root_failure is not None:
         # Every rank's own error is a consequence (or there is none): the launcher's summary
         # may name the cause (a SIGKILL, a traceback recorded with @record).
@@ -402,7 +421,9 @@ def _explain_job(lines: list[extract.Line], job: torchrun.JobLog) -> Explanation
         said = _shorten(root.exception.text.strip())
         out.summary = f"torchdoctor does not recognise this error: {said}"
         out.matched = root.exception.text.strip()
-        out.exception = extract.exception_name(root.exception.text)
+        out.exception = extract.exception_name(root.exception.text) or torchrun.aborted_with(
+            root.lines, root.exception.index
+        )
         out.line = root.exception.index + 1
     out.rank = rank
     also: list[dict[str, Any]] = []

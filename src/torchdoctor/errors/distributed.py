@@ -1,4 +1,5 @@
-"""Distributed training: NCCL timeouts and errors, rendezvous, ports, world size, DDP."""
+"""Distributed training: NCCL timeouts and errors, rendezvous, ports, world size, collective
+mismatches, DDP."""
 
 from __future__ import annotations
 
@@ -763,6 +764,186 @@ DDP_UNUSED = Entry(
 )
 
 
+def _mismatch_fields(message: str, text: str) -> Fields:
+    f: Fields = {}
+    sizes = rx(r"op\.preamble\.length <= op\.nbytes\.\s*(\d+) vs (\d+)").search(message)
+    sizes = sizes or rx(r"local size (\d+) remote size (\d+)").search(message)
+    if sizes is not None:
+        if "local size" in sizes.group(0).lower():
+            f["expected"], f["received"] = int(sizes.group(1)), int(sizes.group(2))
+        else:
+            f["received"], f["expected"] = int(sizes.group(1)), int(sizes.group(2))
+    if rx(r"gloo").search(message):
+        f["backend"] = "gloo"
+    elif rx(r"NCCL").search(message):
+        f["backend"] = "NCCL"
+    # TORCH_DISTRIBUTED_DEBUG=DETAIL names both sides: "Rank 1 is running collective:
+    # CollectiveFingerPrint(SequenceNumber=0, OpType=ALLREDUCE, TensorShape=[4], ...), but
+    # Rank 2 is running collective: CollectiveFingerPrint(...)".
+    sides = all_of(
+        r"Rank (\d+) is running (?:collective|inconsistent collective):\s*CollectiveFingerPrint\("
+        r"SequenceNumber=(\d+),\s*OpType=(\w+)(?:,\s*TensorShape=(\[[^\]]*\]))?"
+        r"(?:,\s*TensorDtypes=(\w+))?",
+        message,
+    )
+    if len(sides) >= 2:
+        f["mismatch"] = "; ".join(
+            f"rank {m.group(1)}: {m.group(3)} #{m.group(2)}"
+            + (f" {m.group(4)}" if m.group(4) else "")
+            + (f" {m.group(5)}" if m.group(5) else "")
+            for m in sides[:2]
+        )
+        dtypes = {m.group(5) for m in sides[:2]}
+        f["dtypes_differ"] = len(dtypes) > 1 and None not in dtypes
+    return f
+
+
+COLLECTIVE_MISMATCH = Entry(
+    code="dist.collective_mismatch",
+    title="Ranks ran collectives that do not line up",
+    meaning=(
+        "A collective pairs the n-th call of every rank. When one rank calls a collective "
+        "the others skip, calls them in another order, or passes a tensor of another size "
+        "or dtype, the data that arrives does not fit what the receiver posted. gloo checks "
+        "the size and aborts the process (`terminate called after throwing an instance of "
+        "'gloo::EnforceNotMet'`, SIGABRT, no Python traceback); NCCL's network transport "
+        "reports a collective mismatch; with TORCH_DISTRIBUTED_DEBUG=DETAIL torch compares "
+        "the calls itself and raises first. The other ranks then lose their peer "
+        "(connection reset or closed by peer): that is a consequence."
+    ),
+    patterns=(
+        r"Is there a distributed collective mismatch",
+        r"Received data size doesn't match expected size",
+        r"op\.preamble\.length <= op\.nbytes",
+        r"Detected mismatch between collectives on ranks",
+        r"Mismatched collective detected",
+        r"NET/\w+ ?: .*collective mismatch error",
+        r"(?-i:collective mismatch)",
+    ),
+    examples=(
+        "terminate called after throwing an instance of 'gloo::EnforceNotMet'\n"
+        "  what():  [enforce fail at /__w/pytorch/pytorch/third_party/gloo/gloo/transport/"
+        "tcp/pair.cc:456] op.preamble.length <= op.nbytes. 64 vs 4. Received data size "
+        "doesn't match expected size. Is there a distributed collective mismatch in your code?",
+        "RuntimeError: Detected mismatch between collectives on ranks. Rank 1 is running "
+        "collective: CollectiveFingerPrint(SequenceNumber=0, OpType=ALLGATHER, "
+        "TensorShape=[8, 16], TensorDtypes=Float), but Rank 2 is running collective: "
+        "CollectiveFingerPrint(SequenceNumber=0, OpType=ALLGATHER, TensorShape=[9, 16], "
+        "TensorDtypes=Float).",
+        "NCCL WARN NET/IB : req 0/1 tag 0 peer 10.0.0.6<58683> collective mismatch error, "
+        "local size 496640 remote size 65536",
+    ),
+    summary=(
+        "The ranks' collectives do not line up: {{mismatch}}.",
+        "{{backend}} aborted rank {{rank}} ({{signal}}): a peer sent {{received}} bytes where "
+        "this rank expected {{expected}}, so the ranks were not in the same collective with "
+        "the same tensor.",
+        "A peer sent {{received}} bytes where rank {{rank}} expected {{expected}}: the ranks "
+        "were not in the same collective with the same tensor.",
+        "A peer sent {{received}} bytes where {{expected}} were expected: the ranks were not "
+        "in the same collective with the same tensor.",
+        "The ranks' collectives do not line up (another op, order, shape or dtype).",
+    ),
+    extract=_mismatch_fields,
+    priority=5,
+    causes=(
+        Cause(
+            "rank_conditional",
+            "A collective runs on some ranks only: under `if rank == 0` (a metric reduced "
+            "for logging, an evaluation, a checkpoint), so the others pair their next "
+            "collective (often DDP's gradient reduction) with it.",
+            weight=3,
+        ),
+        Cause(
+            "shapes",
+            (
+                "The same collective runs with tensors of other sizes on different ranks "
+                "({{mismatch}}): a last batch of another size, data-dependent lengths passed "
+                "to all_gather, a model built differently on one rank.",
+                "The same collective runs with tensors of other sizes on different ranks: a "
+                "last batch of another size, data-dependent lengths passed to all_gather, a "
+                "model built differently on one rank.",
+            ),
+            weight=2,
+            signals=(r"TensorShape=|all_?gather",),
+            boost=2,
+        ),
+        Cause(
+            "uneven",
+            "One rank runs more steps than the others (uneven shards, no drop_last), so its "
+            "extra step's collectives meet the others' next calls.",
+            weight=1.5,
+        ),
+        Cause(
+            "order",
+            "The ranks call collectives in another order: iteration over a set or an unsorted "
+            "dict, parameters registered in another order, different code on different nodes.",
+            weight=1,
+        ),
+        Cause(
+            "dtype",
+            "The ranks pass tensors of different dtypes (one rank under autocast or cast to "
+            "half): the same shape, another byte count.",
+            weight=0.5,
+            when=lambda f: f.get("dtypes_differ"),
+        ),
+    ),
+    first_steps=(
+        'Look for collectives under rank-dependent code: `grep -nE "rank *==|is_main|'
+        'get_rank\\(\\)" train.py` and check what runs inside each branch.',
+        "Rerun with TORCH_DISTRIBUTED_DEBUG=DETAIL: torch then compares the op, shape and dtype "
+        "of every collective across ranks and raises with both sides before the data moves.",
+        "Under torchdoctor (TORCHDOCTOR=1, TORCHDOCTOR_RUN_DIR=DIR), `torchdoctor cluster "
+        "diagnoses` on the live job, or `torchdoctor diagnoses DIR` after it died, gives the "
+        "collective_mismatch finding: the first collective the ranks disagree on, with each "
+        "rank's op, shape and source line.",
+        "The other ranks' 'Connection reset by peer' or 'Connection closed by peer' only says "
+        "that this rank died.",
+    ),
+    fixes=(
+        Fix(
+            "Every rank calls the same collectives, in the same order, with the same shapes "
+            "and dtypes",
+            "loss_sum = loss.detach().clone()\n"
+            "dist.all_reduce(loss_sum)           # on every rank\n"
+            "if dist.get_rank() == 0:\n"
+            "    print(loss_sum.item() / dist.get_world_size())  # only the printing is rank 0's",
+            ("rank_conditional", "order", "dtype"),
+        ),
+        Fix(
+            "Gather tensors of different lengths by padding them to the longest",
+            "n = torch.tensor([x.shape[0]])\n"
+            "sizes = [torch.zeros_like(n) for _ in range(dist.get_world_size())]\n"
+            "dist.all_gather(sizes, n)\n"
+            "longest = int(max(sizes))\n"
+            "padded = torch.nn.functional.pad(x, (0, 0, 0, longest - x.shape[0]))\n"
+            "out = [torch.empty_like(padded) for _ in sizes]\n"
+            "dist.all_gather(out, padded)\n"
+            "parts = [o[: int(s)] for o, s in zip(out, sizes)]",
+            ("shapes",),
+        ),
+        Fix(
+            "The same number of steps on every rank",
+            "sampler = DistributedSampler(ds, drop_last=True)\n"
+            "loader = DataLoader(ds, batch_size=64, sampler=sampler, drop_last=True)",
+            ("uneven",),
+        ),
+        Fix(
+            "Have torch check every collective's op, shape and dtype across ranks",
+            "TORCH_DISTRIBUTED_DEBUG=DETAIL torchrun --nproc_per_node=8 train.py",
+            ("rank_conditional", "shapes", "order", "dtype"),
+        ),
+        Fix(
+            "See the first collective the ranks disagree on, with each rank's line",
+            "TORCHDOCTOR=1 TORCHDOCTOR_RUN_DIR=runs/job torchrun --nproc_per_node=8 train.py\n"
+            "torchdoctor diagnoses runs/job      # after the job died\n"
+            "torchdoctor cluster diagnoses       # while it runs",
+            ("rank_conditional", "uneven", "order", "shapes"),
+        ),
+    ),
+)
+
+
 def _child_fields(message: str, text: str) -> Fields:
     f: Fields = {}
     code = first(r"exitcode\s*:\s*(-?\d+)", message) or first(r"\(exitcode: (-?\d+)\)", message)
@@ -863,6 +1044,7 @@ ENTRIES = (
     ADDRESS_IN_USE,
     WORLD_SIZE,
     CONNECT,
+    COLLECTIVE_MISMATCH,
     ENV_MISSING,
     DDP_UNUSED,
     CHILD_FAILED,

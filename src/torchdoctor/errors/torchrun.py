@@ -10,6 +10,12 @@ the script used ``@record``, its traceback).
 
 `parse` finds the launcher's lines, which are never a rank's error, and the summary's entries.
 The error that matters is chosen by `torchdoctor.errors.api` from the ranks' own lines first.
+
+A rank killed by a signal writes no Python traceback and so no rank prefix: a C++ exception
+that nothing caught (gloo's ``terminate called after throwing an instance of
+'gloo::EnforceNotMet'`` and its ``what():`` line, then SIGABRT) and, under ``@record``,
+faulthandler's dump of the Python stack. Such unprefixed lines belong to the rank the summary
+names as the root cause when a signal ended it (`signalled_root`).
 Pure text, no torch.
 """
 
@@ -18,7 +24,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from torchdoctor.errors.extract import _ANSI, Line, exception_name
+from torchdoctor.errors.extract import _ANSI, Frame, Line, exception_name
 
 # A log record of the launcher itself: glog style (torch >= 2.1), Python logging style
 # (older), or the bracketed style some versions used for torch.distributed.run warnings.
@@ -38,6 +44,12 @@ _KEY = re.compile(r"^\s*(time|host|rank|exitcode|error_file|traceback|msg)\s*:\s
 _RANK_VALUE = re.compile(r"(\d+)\s*\(local_rank:\s*(\d+)\)")
 _EXIT_VALUE = re.compile(r"(-?\d+)(?:\s*\(pid:\s*(\d+)\))?(?:\s*\((SIG\w+)\))?")
 _NO_TRACEBACK = re.compile(r"To enable traceback see|^<N/A>$|^$")
+_TERMINATE = re.compile(r"^terminate called after throwing an instance of '([^']+)'")
+_WHAT = re.compile(r"^\s*what\(\):\s+\S")
+_FATAL = re.compile(r"^Fatal Python error: ")
+# faulthandler's frames (most recent first): no comma before "in", unlike a traceback's.
+_FAULT_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
+MAX_FAULT_LINES = 200
 MAX_SUMMARY_LINES = 5000
 
 # Signal numbers as torchrun reports them (exit code -N); the name is what users search for.
@@ -85,6 +97,15 @@ class JobLog:
     @property
     def root_failure(self) -> Failure | None:
         return next((f for f in self.failures if f.root), None)
+
+    @property
+    def signalled_root(self) -> Failure | None:
+        """The root failure when a signal other than the launcher's own SIGTERM ended it (a
+        SIGABRT of gloo or NCCL, a SIGSEGV, a SIGKILL) and the summary names its rank."""
+        root = self.root_failure
+        if root is None or root.rank is None or root.signal in (None, "SIGTERM"):
+            return None
+        return root
 
 
 def _raw(line: Line) -> str:
@@ -233,3 +254,37 @@ class Masker:
     def view(self, keep: set[int]) -> list[Line]:
         blank = self._blank
         return [line if line.index in keep else blank[line.index] for line in self.lines]
+
+
+def aborted_with(lines: list[Line], index: int) -> str | None:
+    """The C++ exception type when the line at `index` is the ``what():`` line of an exception
+    nothing caught (the process then aborts with SIGABRT), else None."""
+    if not _WHAT.match(lines[index].text) or index == 0:
+        return None
+    m = _TERMINATE.match(lines[index - 1].text.strip())
+    return m.group(1) if m else None
+
+
+def fault_location(lines: list[Line], start: int) -> Frame | None:
+    """The innermost frame of the user's own code in the main thread of faulthandler's dump
+    after `start` (the dump `@record` and faulthandler write when a signal kills the process).
+    The main thread is the one whose stack reaches `<module>`; the abort itself often comes
+    from a C++ thread Python does not know."""
+    end = min(len(lines), start + MAX_FAULT_LINES)
+    i = next((j for j in range(start, end) if _FATAL.match(lines[j].text)), None)
+    if i is None:
+        return None
+    threads: list[list[Frame]] = []
+    for line in lines[i + 1 : end]:
+        m = _FAULT_FRAME.match(line.text)
+        if m is not None and threads:
+            threads[-1].append(Frame(m.group("file"), int(m.group("line")), m.group("func"), None))
+        elif line.text.startswith(("Thread", "Current thread")):
+            threads.append([])
+        elif line.text.strip() and line.text[:1] != " ":
+            break
+    main = next((t for t in threads if any(f.func == "<module>" for f in t)), None)
+    for frame in main or (threads[0] if threads else []):
+        if not frame.library:
+            return frame
+    return None
