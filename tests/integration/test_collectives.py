@@ -95,7 +95,10 @@ def test_ddp_and_script_collectives_on_every_rank(mismatch: Path) -> None:
         assert [(r["step"], r["shapes"], r["dtype"], r["bytes"]) for r in ddp] == [
             (s, "[[65]]", "float32", 260) for s in range(3)
         ]
-        assert [r["state"] for r in ddp] == ["completed"] * 3
+        # A call's completion is seen by polling its work at the next call: the bucket of the
+        # step before the fatal call may not be marked done yet when that call goes out.
+        assert [r["state"] for r in ddp[:2]] == ["completed"] * 2
+        assert ddp[2]["state"] in ("completed", "issued")
         assert [r["step"] for r in own] == [1, 2, 3]
     # Up to the fatal call the ranks line up: the same op and shapes at each seq.
     fatal = len(rows[0]) - 1

@@ -10,7 +10,7 @@ import pytest
 from helpers import cli, script, td_run, wait_for
 
 ROWS = 2000  # TORCHDOCTOR_MAX_ROWS: every table full well before the first checkpoint
-CHECKPOINTS = (25_000, 50_000)
+CHECKPOINTS = (12_000, 24_000)
 
 
 def _rss(pid: int) -> int:
@@ -34,7 +34,7 @@ def _saved(run_dir: Path, sql: str) -> list[dict]:
 def test_memory_and_run_directory_stay_flat(launch, tmp_path) -> None:  # type: ignore[no-untyped-def]
     d = tmp_path / "run"
     points = ",".join(str(c) for c in CHECKPOINTS)
-    argv = ["--steps", "50000", "--checkpoints", points]
+    argv = ["--steps", str(CHECKPOINTS[-1]), "--checkpoints", points]
     run = launch(
         td_run("--quiet", "--run-dir", str(d), script("tiny_steps.py"), *argv),
         extra_env={"TORCHDOCTOR_MAX_ROWS": str(ROWS)},
@@ -52,11 +52,13 @@ def test_memory_and_run_directory_stay_flat(launch, tmp_path) -> None:  # type: 
     assert run.wait(120) == 0, run.output()
     (rss_a, size_a), (rss_b, size_b) = measured[CHECKPOINTS[0]], measured[CHECKPOINTS[1]]
     print(f"rss {rss_a / 2**20:.1f} -> {rss_b / 2**20:.1f} MiB; dir {size_a} -> {size_b} bytes")
-    assert rss_b - rss_a < 4 * 2**20  # 25,000 more steps: no more memory
-    assert size_b < 1.2 * size_a  # nor more disk
+    assert rss_b - rss_a < 4 * 2**20  # 12,000 more steps: no more memory
+    # nor more disk: a table keeps its capacity plus at most two files of a quarter of it, so
+    # a flat directory varies by up to half with the phase of its rotation; growing, it doubles
+    assert size_b < 1.6 * size_a
     # What is on disk is the newest rows, each once, and `query RUN_DIR` reads them.
     steps = [r["step"] for r in _saved(d, "SELECT step FROM python.steps ORDER BY step")]
     assert ROWS <= len(steps) <= 3 * ROWS
-    assert steps == list(range(50_000 - len(steps), 50_000))
+    assert steps == list(range(CHECKPOINTS[-1] - len(steps), CHECKPOINTS[-1]))
     traced = _saved(d, "SELECT count(*) AS n, max(step) AS s FROM python.torch_trace")[0]
     assert ROWS <= traced["n"] <= 3 * ROWS and traced["s"] >= 49_980

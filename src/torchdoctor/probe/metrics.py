@@ -232,6 +232,7 @@ class MetricsServer(_ServerMixin, HTTPServer):
         self.rank = rank
         if ":" in host:
             self.address_family = socket.AF_INET6
+        self._limits()  # the probe's connection cap and per-request deadline apply here too
         super().__init__((host.strip("[]"), port), _MetricsHandler)
 
     @property
