@@ -40,7 +40,9 @@ def test_too_high_learning_rate_is_caught_before_the_inf(launch, tmp_path) -> No
     first = min(divergence, key=lambda d: d["step"])
     assert first["step"] <= 6 < first_bad
     assert first["evidence"]["onset_step"] <= 1
-    assert first["evidence"]["non_finite_step"] == first_bad
+    # Reported live, the first warning may predate the Inf; the report that escalates it
+    # (or, on a fast run, the first one) names the step that went non-finite.
+    assert first_bad in [d["evidence"]["non_finite_step"] for d in divergence], divergence
     assert math.isfinite(next(s["loss"] for s in steps if s["step"] == first["step"]))
     # The gradients too are judged against the steps before their climb, not the climb.
     exploding = [d for d in found if d["kind"] == "exploding_gradients"]

@@ -61,4 +61,4 @@ def test_memory_and_run_directory_stay_flat(launch, tmp_path) -> None:  # type: 
     assert ROWS <= len(steps) <= 3 * ROWS
     assert steps == list(range(CHECKPOINTS[-1] - len(steps), CHECKPOINTS[-1]))
     traced = _saved(d, "SELECT count(*) AS n, max(step) AS s FROM python.torch_trace")[0]
-    assert ROWS <= traced["n"] <= 3 * ROWS and traced["s"] >= 49_980
+    assert ROWS <= traced["n"] <= 3 * ROWS and traced["s"] >= CHECKPOINTS[-1] - 20

@@ -1,7 +1,8 @@
 """A script under torchdoctor behaves exactly as without it.
 
 Every script of tests/transparency runs plain and under `torchdoctor run`, and those for which
-the way in matters also under `TORCHDOCTOR=1 python` (ENV_TOO), each in a fresh directory. Same exit code, same stdout byte for byte
+the way in matters also under `TORCHDOCTOR=1 python` (ENV_TOO), each in a fresh directory.
+Same exit code, same stdout byte for byte
 (seeded losses printed in full precision; the compiled scripts print Dynamo's own counters),
 same stderr once torchdoctor's own lines are taken out, same files with the same bytes.
 """
