@@ -5,10 +5,10 @@ from __future__ import annotations
 import dataclasses
 import http.client
 import json
-import socket
 from typing import Any
 
 from torchdoctor.cli.errors import CliError
+from torchdoctor.unix_http import UnixHTTPConnection
 
 DEFAULT_TIMEOUT = 30.0
 
@@ -23,22 +23,6 @@ class Address:
     pid: int | None = None
 
 
-class _UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path: str, timeout: float) -> None:
-        super().__init__("localhost", timeout=timeout)
-        self._path = path
-
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        try:
-            sock.connect(self._path)
-        except OSError:
-            sock.close()
-            raise
-        self.sock = sock
-
-
 class ProbeClient:
     def __init__(self, address: Address, timeout: float = DEFAULT_TIMEOUT) -> None:
         self.address = address
@@ -47,7 +31,7 @@ class ProbeClient:
     def _connection(self) -> http.client.HTTPConnection:
         a = self.address
         if a.socket_path:
-            return _UnixConnection(a.socket_path, self.timeout)
+            return UnixHTTPConnection(a.socket_path, self.timeout)
         assert a.host is not None and a.port is not None
         return http.client.HTTPConnection(a.host, a.port, timeout=self.timeout)
 

@@ -9,6 +9,7 @@ import os
 from typing import Any
 
 from torchdoctor.cli.errors import CliError
+from torchdoctor.cli.script import split_options
 
 _VALUED = {"--steps", "--format", "-m"}
 _SWITCHES = {"-h", "--help"}
@@ -25,23 +26,7 @@ def add_target_arguments(parser: argparse.ArgumentParser, steps: int) -> None:
 
 def parse_target(parser: argparse.ArgumentParser, argv: list[str], verb: str) -> Any:
     """torchdoctor's options first; the script and everything after it are the script's."""
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        key = arg.partition("=")[0]
-        if key in _VALUED:
-            step = 1 if "=" in arg else 2
-            if key == "-m":
-                i += step
-                break
-            i += step
-        elif arg in _SWITCHES:
-            i += 1
-        elif arg.startswith("-") and arg != "-":
-            raise CliError(f"{verb}: unknown option {arg!r} (options go before the script)")
-        else:
-            break
-    ours, theirs = argv[:i], argv[i:]
+    ours, theirs = split_options(argv, _VALUED, _SWITCHES, verb)
     args = parser.parse_args(ours)
     if args.module is None:
         if not theirs:

@@ -14,6 +14,31 @@ import sys
 import types
 from collections.abc import Callable
 
+from torchdoctor.cli.errors import CliError
+
+
+def split_options(
+    argv: list[str], valued: set[str], switches: set[str], verb: str
+) -> tuple[list[str], list[str]]:
+    """torchdoctor's options, and the script (or -m MODULE) with its own arguments, which are
+    never parsed by us: options go before the script. `valued` options take a value (`-m`
+    ends ours: the module and what follows are the script's)."""
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        key = arg.partition("=")[0]
+        if key in valued:
+            i += 1 if "=" in arg else 2
+            if key == "-m":
+                break
+        elif arg in switches:
+            i += 1
+        elif arg.startswith("-") and arg != "-":
+            raise CliError(f"{verb}: unknown option {arg!r} (options go before the script)")
+        else:
+            break
+    return argv[:i], argv[i:]
+
 
 @dataclasses.dataclass
 class Outcome:

@@ -6,8 +6,9 @@ from __future__ import annotations
 import dataclasses
 import http.client
 import json
-import socket
 from typing import Any
+
+from torchdoctor.unix_http import UnixHTTPConnection
 
 
 class Unreachable(Exception):
@@ -31,22 +32,6 @@ class Target:
         return self.socket_path or f"{self.host}:{self.port}"
 
 
-class _UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path: str, timeout: float) -> None:
-        super().__init__("localhost", timeout=timeout)
-        self._path = path
-
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        try:
-            sock.connect(self._path)
-        except OSError:
-            sock.close()
-            raise
-        self.sock = sock
-
-
 def request(
     target: Target,
     method: str,
@@ -60,7 +45,7 @@ def request(
         headers["Authorization"] = f"Bearer {target.token}"
     conn: http.client.HTTPConnection
     if target.socket_path:
-        conn = _UnixConnection(target.socket_path, timeout)
+        conn = UnixHTTPConnection(target.socket_path, timeout)
     else:
         conn = http.client.HTTPConnection(target.host or "127.0.0.1", target.port, timeout=timeout)
     data = json.dumps(body).encode() if body is not None else None

@@ -14,6 +14,7 @@ import sys
 from typing import Any
 
 from torchdoctor.cli.errors import CliError
+from torchdoctor.cli.script import split_options
 
 NAME = "run"
 SUMMARY = "run a training script (or -m module) with the probe and telemetry on"
@@ -35,22 +36,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
     """torchdoctor's options, and the script with its arguments (never parsed by us)."""
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        key = arg.partition("=")[0]
-        if key in _VALUED:
-            step = 1 if "=" in arg else 2
-            if key == "-m":
-                return argv[: i + step], argv[i + step :]
-            i += step
-        elif arg in _SWITCHES:
-            i += 1
-        elif arg.startswith("-") and arg != "-":
-            raise CliError(f"run: unknown option {arg!r} (options go before the script)")
-        else:
-            break
-    return argv[:i], argv[i:]
+    return split_options(argv, _VALUED, _SWITCHES, NAME)
 
 
 def parse_argv(parser: argparse.ArgumentParser, argv: list[str]) -> Any:
