@@ -24,11 +24,13 @@ def interleave(
     blocks: int,
     steps_per_block: int,
     warmup: int = 20,
+    ratios: dict[str, list[float]] | None = None,
 ) -> dict[str, float]:
     """Median step time (seconds) per configuration: each config is a context manager factory
     under which `step` runs. The first configuration is the baseline: each other one is
     reported as the baseline's median times the median of its per-round ratios to the
-    baseline, so slow drift of the machine cancels out round by round."""
+    baseline, so slow drift of the machine cancels out round by round. `ratios`, if given,
+    receives each configuration's per-round ratios."""
     for make in configs.values():
         with make():
             per_step_times(step, warmup)
@@ -43,8 +45,10 @@ def interleave(
     out = {base_name: statistics.median(base)}
     for name, values in times.items():
         if name != base_name:
-            ratio = statistics.median(v / b for v, b in zip(values, base, strict=True))
-            out[name] = out[base_name] * ratio
+            per_round = [v / b for v, b in zip(values, base, strict=True)]
+            if ratios is not None:  # the caller wants the spread too
+                ratios[name] = per_round
+            out[name] = out[base_name] * statistics.median(per_round)
     return out
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
+import json
 import sys
 import threading
 import time
@@ -86,6 +87,14 @@ class GroupInfo:
     ranks: list[int]  # global rank of each group rank
     seq: Any  # itertools.count: next() is atomic, callers may be on several threads
     p2p: dict[tuple[str, int | None], Any] = dataclasses.field(default_factory=dict)
+    # the journal line's fixed parts, per op: '"<group>",' and ',"<op>",'
+    encoded: dict[str, tuple[str, str]] = dataclasses.field(default_factory=dict)
+
+    def encode(self, op: str) -> tuple[str, str]:
+        parts = self.encoded.get(op)
+        if parts is None:
+            parts = self.encoded[op] = (json.dumps(self.label), json.dumps(op))
+        return parts
 
     def global_rank(self, group_rank: int) -> int:
         return self.ranks[group_rank] if 0 <= group_rank < len(self.ranks) else group_rank
@@ -99,7 +108,8 @@ class Collectives:
         self.table = rec.tables["collectives"]
         self.switch = Switch("torchdoctor collective tracing")
         self._groups: weakref.WeakKeyDictionary[Any, GroupInfo] = weakref.WeakKeyDictionary()
-        self._polled: list[tuple[int, float, Any]] = []  # (id, t0, work) ended when seen done
+        # (id, t0, work) of calls ended when seen done; read by the step's end, which polls them
+        self.waiting: list[tuple[int, float, Any]] = []
         self._lock = threading.Lock()  # group creation only
         from torch._C._distributed_c10d import ProcessGroup, Work
 
@@ -111,12 +121,13 @@ class Collectives:
 
     # -- the kernel's two halves ---------------------------------------------------------------
     def issued(self, spec: OpSpec, args: tuple[Any, ...]) -> tuple[int, float]:
-        """Record the call (on disk before it goes on): its id and start."""
+        """Record the call (on disk before it goes on): its id and start. Every c10d call
+        pays for this, hence the caches and the journal line written by hand."""
         process_group.poll()  # the rank and job directory first: this may be the first call
-        if self._polled:
+        if self.waiting:
             self.poll()  # the calls seen completed since: their ends go out with this row
         info = self._group(args[spec.group])
-        tensors = _tensors(args[spec.inputs]) if spec.inputs is not None else []
+        facts = _facts(args[spec.inputs]) if spec.inputs is not None else _NO_TENSORS
         peer = None
         if spec.peer is not None:
             peer = info.global_rank(int(args[spec.peer]))
@@ -129,22 +140,15 @@ class Collectives:
         else:
             seq = next(info.seq)
         rec = self.rec
-        row = (
-            rec.step,
-            info.label,
-            seq,
-            spec.name,
-            _shapes(tensors) if tensors else None,
-            str(tensors[0].dtype)[6:] if tensors else None,  # 'torch.float32'[6:]
-            sum(t.numel() * t.element_size() for t in tensors),
-            peer,
-            time.time(),
-            None,
-            ISSUED,
-            self._site(),
-            rec.rank,
+        step, rank, where, start = rec.step, rec.rank, self._site(), time.time()
+        row = (step, info.label, seq, spec.name, facts[0], facts[1], facts[2], peer, start,
+               None, ISSUED, where, rank)  # fmt: skip
+        group, op = info.encode(spec.name)
+        encoded = (
+            f"{step},{group},{seq},{op},{facts[3]},{facts[2]},"
+            f'{"null" if peer is None else peer},{start!r},null,"{ISSUED}",{_quoted(where)},{rank}'
         )
-        return self.table.issue(row), _now()
+        return self.table.issue(row, encoded), _now()
 
     def returned(self, rid: int, t0: float, out: Any) -> None:
         """The backend took the call: end it when its work is seen completed (at the next
@@ -154,7 +158,7 @@ class Collectives:
         if work is None:  # synchronous (monitored_barrier): over already
             self.table.end(rid, _now() - t0, COMPLETED)
             return
-        self._polled.append((rid, t0, self._unbox_work(work)))
+        self.waiting.append((rid, t0, self._unbox_work(work)))
 
     def failed(self, rid: int, t0: float) -> None:
         self.table.end(rid, _now() - t0, FAILED)
@@ -162,7 +166,7 @@ class Collectives:
     def poll(self) -> None:
         """End the calls whose work is seen completed (their duration is not known: the
         moment they completed was not seen). Failures show where the call raised (`failed`)."""
-        polled, self._polled = self._polled, []
+        polled, self.waiting = self.waiting, []
         for item in polled:
             try:
                 done = item[2].is_completed()
@@ -171,7 +175,7 @@ class Collectives:
             if done:
                 self.table.end(item[0], None, COMPLETED)
             else:
-                self._polled.append(item)
+                self.waiting.append(item)
 
     # -- helpers ---------------------------------------------------------------------------------
     def _group(self, boxed: Any) -> GroupInfo:
@@ -216,6 +220,44 @@ def _describe(pg: Any) -> GroupInfo:
     except Exception:
         start = 0
     return GroupInfo(label, ranks, itertools.count(start))
+
+
+# (shapes, dtype, bytes, and the first two as JSON for the journal line) of a call's tensors
+Facts = tuple[str | None, str | None, int, str]
+_NO_TENSORS: Facts = (None, None, 0, "null,null")
+_FACTS: dict[Any, Facts] = {}  # by (dtype, shape) of each tensor: the same calls every step
+_QUOTED: dict[str | None, str] = {None: "null"}
+
+
+def _facts(value: Any) -> Facts:
+    if type(value) is list and len(value) == 1 and type(value[0]) is torch.Tensor:
+        t = value[0]
+        key: Any = (t.dtype, t.shape)  # the common case: one tensor (DDP's bucket, all_reduce)
+        tensors = value
+    else:
+        tensors = _tensors(value)
+        if not tensors:
+            return _NO_TENSORS
+        key = tuple((t.dtype, t.shape) for t in tensors)
+    facts = _FACTS.get(key)
+    if facts is None:
+        shapes = _shapes(tensors)
+        dtype = str(tensors[0].dtype)[6:]  # 'torch.float32'[6:]
+        nbytes = sum(t.numel() * t.element_size() for t in tensors)
+        facts = (shapes, dtype, nbytes, f'"{shapes}","{dtype}"')
+        if len(_FACTS) < 10_000:
+            _FACTS[key] = facts
+    return facts
+
+
+def _quoted(text: str | None) -> str:
+    """`text` as a JSON string, cached (call sites repeat every step)."""
+    out = _QUOTED.get(text)
+    if out is None:
+        out = json.dumps(text)
+        if len(_QUOTED) < 10_000:
+            _QUOTED[text] = out
+    return out
 
 
 def _shapes(tensors: list[Any]) -> str:
@@ -274,23 +316,24 @@ def _register() -> Any:
         packet = getattr(torch.ops.c10d, name, None)
         if packet is None:  # an op this torch does not have
             continue
-        kernel = functools.partial(_kernel, packet.default, spec, after)
+        # the handle's own redispatch: OpOverload.redispatch is one more Python frame per call
+        kernel = functools.partial(_kernel, packet.default._handle.redispatch_boxed, spec, after)
         library.impl(name, kernel, "BackendSelect", with_keyset=True)
     return library
 
 
-def _kernel(op: Any, spec: OpSpec, after: Any, keyset: Any, *args: Any) -> Any:
+def _kernel(redispatch: Any, spec: OpSpec, after: Any, keyset: Any, *args: Any) -> Any:
     keys = keyset & after
     collectives = _current[0] if _current else None
     if collectives is None or compiling() or not collectives.on():
-        return op.redispatch(keys, *args)
+        return redispatch(keys, *args)
     try:
         rid, t0 = collectives.issued(spec, args)
     except Exception as exc:
         collectives.switch.fail(exc)
-        return op.redispatch(keys, *args)
+        return redispatch(keys, *args)
     try:
-        out = op.redispatch(keys, *args)
+        out = redispatch(keys, *args)
     except BaseException:
         _guarded(collectives, collectives.failed, rid, t0)
         raise

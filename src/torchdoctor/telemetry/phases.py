@@ -58,6 +58,13 @@ class PhaseTimer:
         opened = self._open
         if opened and opened[-1][0] == "forward" and phase != "forward":
             self.end_forward(now, totals)
+        if opened and opened[-1][0] == phase:  # the usual case: it is the innermost
+            since = opened.pop()[1]
+            if since is not None:
+                totals[COLUMN[phase]] += now - since
+            if opened:
+                opened[-1][1] = now
+            return
         if not self.inside(phase):
             return  # opened before a reset (the telemetry was switched on mid-call)
         while opened:

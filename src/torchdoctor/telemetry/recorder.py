@@ -85,6 +85,7 @@ class Recorder:
         self.train_thread = threading.main_thread().ident
         self.mode = CYCLE
         self.step = 0  # the step in progress
+        self._next_rank_poll = 0.0  # perf_counter time of the next process_group.poll()
         self.steps_done = 0
         self.state = StepState(None)
         self._closing: StepState | None = None  # split off at a data fetch or model call
@@ -355,17 +356,19 @@ class Recorder:
 
     def on_optimizer(self, optimizer: Any, now: float) -> None:
         self._optimizer_calls += 1
-        if self.primary is None:
+        primary = self.primary
+        if primary is None:
             self._adopt(optimizer)
             self.train_thread = threading.get_ident()
-        if self.mode != OPTIMIZER and optimizer is self.primary:
+            primary = optimizer
+        if self.mode != OPTIMIZER and optimizer is primary:
             self._flush_closing(merge=True)
             self.mode = OPTIMIZER
         state = self.state
         if state.start is None:
             state.start = now
         self.timer.enter("optimizer", now, state.phases)
-        if optimizer is self.primary:
+        if optimizer is primary:
             self._closure_checked = False
             check = self._check_primary(optimizer)
         else:
@@ -628,9 +631,12 @@ class Recorder:
 
     def _finish(self, state: StepState, end: float, skipped: bool) -> None:
         """The row of a finished step; then get ready for the next one."""
-        process_group.poll()  # a rank whose init_process_group we did not see return
-        if self.collective_calls is not None:
-            self.collective_calls.poll()  # CUDA works seen completed
+        if end >= self._next_rank_poll:  # a rank whose init_process_group we did not see
+            self._next_rank_poll = end + 1.0  # return: two torch calls, not worth every step
+            process_group.poll()
+        calls = self.collective_calls
+        if calls is not None and calls.waiting:
+            calls.poll()  # works seen completed since the last call (CUDA)
         if self.tracing:
             self.tracer.end(self.clock.mark())
         if self.shaping:
@@ -667,8 +673,9 @@ class Recorder:
         self.step += 1
         self.steps_done += 1
         self._after_step()
-        for listener in self.step_listeners:
-            listener(state, self.step - 1)
+        if self.step_listeners:
+            for listener in self.step_listeners:
+                listener(state, self.step - 1)
         if self.safe_point.pending:
             self._run_safe_point(row.step)
 
@@ -676,7 +683,9 @@ class Recorder:
         """Append a row. On CUDA its loss and gradient norm are read back asynchronously and
         the row waits until they have landed: no sync per step."""
         if not self.clock.cuda:
-            self._append(table, row, steps)
+            if steps:
+                self._last_row = row
+            table.append(row)
             return
         torch = self.torch
         device = torch.device("cuda", torch.cuda.current_device())

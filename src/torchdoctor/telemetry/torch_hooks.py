@@ -46,15 +46,23 @@ def install(rec: Any, torch: Any, hooks: Hooks) -> None:
     # -- backward --------------------------------------------------------------------------
     original_backward = torch.autograd.backward
 
+    # backward() and next(loader) run every step: their guards are written inline (each
+    # helper call is a frame more on every step of a small model).
     def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
-        if compiling() or not on_train_thread():
+        if compiling() or not switch.on or _get_ident() != rec.train_thread:
             return original_backward(tensors, *args, **kwargs)
-        _guarded(rec, rec.on_backward, tensors, _now())
+        try:
+            rec.on_backward(tensors, _now())
+        except Exception as exc:
+            switch.fail(exc)
         try:
             return original_backward(tensors, *args, **kwargs)
         finally:
             if switch.on:
-                _guarded(rec, rec.on_backward_done, _now())
+                try:
+                    rec.on_backward_done(_now())
+                except Exception as exc:
+                    switch.fail(exc)
 
     backward.__wrapped__ = original_backward  # type: ignore[attr-defined]
     hooks.patch(torch.autograd, "backward", backward)
@@ -93,14 +101,20 @@ def install(rec: Any, torch: Any, hooks: Hooks) -> None:
     original_next = base.__dict__["__next__"]
 
     def __next__(it: Any) -> Any:
-        if compiling() or not on_train_thread():
+        if compiling() or not switch.on or _get_ident() != rec.train_thread:
             return original_next(it)
-        _guarded(rec, rec.on_data, _now())
+        try:
+            rec.on_data(_now())
+        except Exception as exc:
+            switch.fail(exc)
         try:
             return original_next(it)
         finally:
             if switch.on:
-                _guarded(rec, rec.on_data_done, _now())
+                try:
+                    rec.on_data_done(_now())
+                except Exception as exc:
+                    switch.fail(exc)
 
     hooks.patch(base, "__next__", __next__)
     seen: set[int] = set()
@@ -169,6 +183,11 @@ def install(rec: Any, torch: Any, hooks: Hooks) -> None:
     invisible.install(torch, hooks)
     invisible.skip_frames(
         _guarded,
+        # called inline (not through _guarded) by the wrappers below: plain Python too
+        rec.on_backward,
+        rec.on_backward_done,
+        rec.on_data,
+        rec.on_data_done,
         optimizer_pre,
         optimizer_post,
         model_call,
