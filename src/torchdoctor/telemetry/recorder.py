@@ -326,9 +326,13 @@ class Recorder:
         if state.start is None:
             state.start = now
         self.timer.enter("backward", now, state.phases)
-        loss = _single(tensors, self.torch)
-        if loss is not None:
+        loss = tensors  # the one scalar tensor backward() ran on, if that is what it got
+        if isinstance(loss, (tuple, list)):
+            loss = loss[0] if len(loss) == 1 else None
+        if isinstance(loss, self.torch.Tensor) and loss.numel() == 1:
             self._note_loss(loss)
+        else:
+            loss = None
         if self.mode == CYCLE and self._grad_probe is None:
             self._grad_probe = _leaf_of(loss)
 
@@ -507,7 +511,8 @@ class Recorder:
 
     def _check_primary(self, optimizer: Any) -> Check:
         state = self.state
-        check = self.gradients.of_optimizer(optimizer, state.clip_norm, self._read_now())
+        read_now = not self.clock.cuda or bool(self.host.config.guard) or self.sync_check
+        check = self.gradients.of_optimizer(optimizer, state.clip_norm, read_now)
         if self.tracing:
             self._module_grads(optimizer)
         self._judge(check, state, guard=bool(self.host.config.guard))
@@ -518,7 +523,7 @@ class Recorder:
         if check.value is None:
             return
         losses = state.step_losses()
-        if check.finite and _all_finite(losses):
+        if math.isfinite(check.value) and _all_finite(losses):
             return
         self._nonfinite(
             {
@@ -654,7 +659,7 @@ class Recorder:
             backward=phases["backward"],
             optimizer=phases["optimizer"],
             other=max(0.0, duration - sum(phases.values())),
-            loss=None if self.clock.cuda else _mean(losses),
+            loss=sum(losses) / len(losses) if losses and not self.clock.cuda else None,
             grad_norm=state.grad_norm_value,
             lr=self.lr(),
             allocated=allocated,
@@ -784,16 +789,6 @@ def _all_finite(values: list[Any]) -> bool:
 
 def _mean(values: list[Any]) -> float | None:
     return sum(values) / len(values) if values else None
-
-
-def _single(tensors: Any, torch: Any) -> Any:
-    """The one scalar tensor backward() ran on (the loss), or None."""
-    loss = tensors
-    if isinstance(loss, (tuple, list)):
-        loss = loss[0] if len(loss) == 1 else None
-    if loss is None or not isinstance(loss, torch.Tensor) or loss.numel() != 1:
-        return None
-    return loss
 
 
 def _leaf_of(loss: Any, limit: int = 256) -> Any:

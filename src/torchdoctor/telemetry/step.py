@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from torchdoctor.store.schema import OPTIMIZER_STEPS, STEPS
-from torchdoctor.telemetry.phases import zero
+from torchdoctor.telemetry.phases import PHASES
 
 TAPE_LIMIT = 8  # root-module calls kept per step for a NaN replay
 
@@ -37,7 +37,7 @@ class StepState:
 
     def __init__(self, start: float | None) -> None:
         self.start = start  # None until the first step's first activity
-        self.phases = zero()  # seconds per python.steps phase column
+        self.phases = dict.fromkeys(PHASES, 0.0)  # seconds per python.steps phase column
         self.losses: list[Any] = []  # losses backward() ran on outside optimizer.step()
         self.closure_losses: list[Any] = []  # ... inside it (an LBFGS closure)
         self.claimed = 0  # losses[:claimed] belong to another optimizer's step (a GAN)
