@@ -211,11 +211,6 @@ def test_the_job_with_every_fix_has_no_finding(jobs: Callable[..., Job]) -> None
     assert {"all_reduce"} <= {r["op"] for r in ops}
 
 
-@pytest.mark.xfail(
-    reason="intermittent: in some runs rank 0's missing_rank for the rank it reaches only over "
-    "TCP does not appear within 60 s (it does within 20 s in others); under investigation",
-    strict=False,
-)
 def test_two_nodes_reach_each_other_over_tcp(jobs: Callable[..., Job]) -> None:
     # Two torchrun agents (--nnodes=2, one rendezvous endpoint), each "node" with its own
     # socket directory: a rank finds the other only through the job's c10d store and TCP.

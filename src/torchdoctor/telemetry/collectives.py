@@ -11,10 +11,11 @@ compiled region's tracing never reaches it.
 
 What a call records, before it is passed on: the row, written through to the run directory
 (store/journal.py) so that a rank the backend aborts (gloo and NCCL end it with SIGABRT) has the
-fatal call on disk. When it ends: on CPU (gloo) a callback on the work's future gives the
-completion time, hence the duration; on CUDA (NCCL) the future completes when the kernel is
-queued, so the row ends when the work is seen completed (polled at step ends) without a
-duration; synchronous calls end when they return.
+fatal call on disk. When it ends: when its work is seen completed, without a duration (the
+moment it completed is not seen): polled at the rank's next call, at the step's end, and
+whenever the rank tells its state to the job (another thread), so that a rank stopped between
+two calls (a read that never returns) does not keep its last, long completed call pending;
+synchronous calls end when they return.
 
 `seq` counts the calls of each process group in issue order, from the group's own counter at
 the first call seen (so a probe started late still lines up with the other ranks); sends and
@@ -100,6 +101,7 @@ class Collectives:
         self.switch = Switch("torchdoctor collective tracing")
         self._groups: weakref.WeakKeyDictionary[Any, GroupInfo] = weakref.WeakKeyDictionary()
         self._polled: list[tuple[int, float, Any]] = []  # (id, t0, work) ended when seen done
+        self._polling = threading.Lock()  # _polled: the training thread and the job's state
         self._lock = threading.Lock()  # group creation only
         from torch._C._distributed_c10d import ProcessGroup, Work
 
@@ -154,24 +156,29 @@ class Collectives:
         if work is None:  # synchronous (monitored_barrier): over already
             self.table.end(rid, _now() - t0, COMPLETED)
             return
-        self._polled.append((rid, t0, self._unbox_work(work)))
+        work = self._unbox_work(work)
+        with self._polling:
+            self._polled.append((rid, t0, work))
 
     def failed(self, rid: int, t0: float) -> None:
         self.table.end(rid, _now() - t0, FAILED)
 
     def poll(self) -> None:
         """End the calls whose work is seen completed (their duration is not known: the
-        moment they completed was not seen). Failures show where the call raised (`failed`)."""
-        polled, self._polled = self._polled, []
-        for item in polled:
-            try:
-                done = item[2].is_completed()
-            except Exception:
-                done = True
-            if done:
-                self.table.end(item[0], None, COMPLETED)
-            else:
-                self._polled.append(item)
+        moment they completed was not seen). Failures show where the call raised (`failed`).
+        Any thread: is_completed() does not block."""
+        with self._polling:
+            pending = []
+            for item in self._polled:
+                try:
+                    done = item[2].is_completed()
+                except Exception:
+                    done = True
+                if done:
+                    self.table.end(item[0], None, COMPLETED)
+                else:
+                    pending.append(item)
+            self._polled = pending
 
     # -- helpers ---------------------------------------------------------------------------------
     def _group(self, boxed: Any) -> GroupInfo:
