@@ -165,7 +165,7 @@ class Collectives:
 
     def poll(self) -> None:
         """End the calls whose work is seen completed (their duration is not known: the
-        moment they completed was not seen). Failures show where the call raised (`failed`).
+        moment they completed was not seen); `failed` when the work ended in an error.
         Any thread: is_completed() does not block."""
         with self._polling:
             pending = []
@@ -175,7 +175,7 @@ class Collectives:
                 except Exception:
                     done = True
                 if done:
-                    self.table.end(item[0], None, COMPLETED)
+                    self.table.end(item[0], None, FAILED if _raised(item[2]) else COMPLETED)
                 else:
                     pending.append(item)
             self._polled = pending
@@ -199,6 +199,21 @@ class Collectives:
         state = getattr(self.rec, "state", None)
         where = getattr(state, "backward_site", None)
         return f"{where[0]}:{where[1]}" if where else None
+
+
+def _raised(work: Any) -> bool:
+    """Whether a completed work ended in an error (gloo: a peer went away while this rank
+    waited), read from its future: Work.exception() and is_success() print deprecation
+    warnings into the script's output."""
+    try:
+        future = work.get_future()
+    except Exception:  # a backend without futures: no way to tell
+        return False
+    try:
+        future.value()
+    except Exception:
+        return True
+    return False
 
 
 def _describe(pg: Any) -> GroupInfo:
