@@ -191,5 +191,20 @@ class Doctor:
             return None
         self._hang_since_step = step_count
         return HangCapture(
-            seconds=idle, timeout=timeout, steps=step_count, threads=stacks.capture_all()
+            seconds=idle,
+            timeout=timeout,
+            steps=step_count,
+            threads=stacks.capture_all(),
+            pending=self._pending_collectives(),
         )
+
+    def _pending_collectives(self) -> list[dict[str, Any]]:
+        """This rank's collectives not seen completed (a rank outside a job has none)."""
+        training = self.host.telemetry
+        if training is None:
+            return []
+        training.settle_collectives()
+        calls = self.host.tables["collectives"].snapshot()
+        if not calls.rows:
+            return []
+        return [r for r in calls.to_records() if r["state"] == "issued"]

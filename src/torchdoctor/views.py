@@ -73,3 +73,8 @@ class TrainingView(Protocol):
     def request_trace(self) -> None:
         """Trace the next step's module calls (a diagnosis wants per-module detail)."""
         ...
+
+    def settle_collectives(self) -> None:
+        """End the collectives whose work has completed since they were last looked at (any
+        thread): a rank stopped between two calls must not show its last one as pending."""
+        ...

@@ -1,13 +1,13 @@
 """A small DDP job (gloo) with one planted multi-rank problem: the job behind the cluster tests.
 
-    torchrun --nproc_per_node=N dist_cluster.py MODE [--fixed] [--linger | --linger0]
+    torchrun --nproc_per_node=N dist_cluster.py MODE[,MODE...] [--fixed] [--linger | --linger0]
 
 MODE:
-  stuck      rank 1's data read never returns at step 5 while the others wait in DDP's
+  stuck      the last rank's data read never returns at step 5 while the others wait in DDP's
              gradient all-reduce (--fixed: it returns)
-  uneven     each rank takes its own slice of 41 samples (batches of 4) without a
-             DistributedSampler: rank 1 has one batch fewer, leaves its loop and writes a
-             checkpoint while rank 0 waits (--fixed: DistributedSampler)
+  uneven     each rank takes its own slice of 4 * steps * ranks + 1 samples (batches of 4)
+             without a DistributedSampler: the last rank has one batch fewer, leaves its loop
+             and writes a checkpoint while rank 0 waits (--fixed: DistributedSampler)
   mismatch   only rank 0 all-reduces its loss for logging at step 3: gloo pairs it with rank
              1's gradient all-reduce and the job dies (--fixed: every rank does)
   straggler  the last rank's batches take 40 ms longer to load (--fixed: no delay)
@@ -29,10 +29,10 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
-MODE = sys.argv[1]
+MODES = sys.argv[1].split(",")
 FIXED = "--fixed" in sys.argv
-BUGS = {"stuck", "uneven", "mismatch", "straggler"} if MODE == "all" else {MODE}
-STEPS = {"stuck": 12, "mismatch": 8, "straggler": 30, "all": 12}.get(MODE, 0)
+BUGS = {"stuck", "uneven", "mismatch", "straggler"} if "all" in MODES else set(MODES)
+STEPS = max({"stuck": 12, "uneven": 5, "mismatch": 8, "straggler": 30, "all": 12}[m] for m in MODES)
 
 
 def bug(name: str) -> bool:
@@ -54,7 +54,7 @@ class Samples(Dataset):
 
 
 def load_batch(batches, step: int, rank: int) -> torch.Tensor:
-    if bug("stuck") and rank == 1 and step == 5:
+    if bug("stuck") and rank == dist.get_world_size() - 1 and step == 5:
         while not os.path.exists("stop"):  # the read that never returns
             time.sleep(0.05)
     return next(batches)
@@ -72,8 +72,9 @@ def main() -> None:
     torch.manual_seed(0)
     model = DistributedDataParallel(nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1)))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    delay = 0.01 if bug("straggler") and rank == world - 1 else 0.0
     if "uneven" in BUGS:
-        data = Samples(41 if MODE == "uneven" else 4 * STEPS * world + 1)
+        data = Samples(4 * STEPS * world + 1, delay)
         if FIXED:
             loader = DataLoader(data, batch_size=4, sampler=DistributedSampler(data, shuffle=False))
         else:
@@ -82,8 +83,7 @@ def main() -> None:
         batches = iter(loader)
         steps = len(loader)
     else:
-        slow = bug("straggler") and rank == world - 1
-        loader = DataLoader(Samples(4 * STEPS, delay=0.01 if slow else 0.0), batch_size=4)
+        loader = DataLoader(Samples(4 * STEPS, delay), batch_size=4)
         batches, steps = iter(loader), STEPS
     for step in range(steps):
         x = load_batch(batches, step, rank)

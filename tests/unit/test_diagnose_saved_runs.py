@@ -153,3 +153,38 @@ def test_hang_names_the_category_and_the_user_line(target: Any, category: str) -
         assert Path(file).name == Path(__file__).name, hang.location
         source = Path(__file__).read_text().splitlines()[int(line) - 1]
         assert "event.wait()" in source or "while not event.is_set()" in source, source
+
+
+def test_hang_in_a_pending_collective_names_it_and_the_other_ranks() -> None:
+    # The main thread stands at the line that issued a collective still pending (DDP's
+    # gradient all-reduce waits inside loss.backward(), which issued it): it waits for another
+    # rank, not in the user's own code. A collective pending elsewhere (async_op=True) does not
+    # count.
+    release.clear()
+    for threads in _stuck(load_batch, release):
+        main = next(t for t in threads if t["is_main"])
+        user = next(f for f in main["frames"] if f["func"] == "innermost")
+        site = f"{user['file']}:{user['lineno']}"
+        now = time.time()
+        pending = [
+            {"group": "default", "seq": 9, "op": "all_reduce", "site": "other.py:3", "step": 4,
+             "time": now - 60, "peer": None, "shapes": "[[65]]", "dtype": "float32"},
+            {"group": "default", "seq": 10, "op": "all_reduce", "site": site, "step": 5,
+             "time": now - 7, "peer": None, "shapes": "[[65]]", "dtype": "float32"},
+        ]  # fmt: skip
+        capture = HangCapture(seconds=8.0, timeout=3.0, steps=5, threads=threads, pending=pending)
+        run = open_run(RUNS / "healthy_frozen")
+        hang = _hang(Inputs.of(run.block, Config(), now=now, hang=capture))
+        assert hang.evidence["category"] == "collective", hang.summary
+        assert hang.evidence["collective"]["seq"] == 10
+        assert hang.location is not None and hang.location.endswith(f":{user['lineno']}")
+        assert "waits in collective all_reduce #10, issued at" in hang.summary
+        assert "at step 5, for 7 s" in hang.summary and "cluster diagnoses" in hang.summary
+        assert "your own code" not in hang.summary
+        elsewhere = dict(capture.__dict__, pending=pending[:1])
+        hang = _hang(Inputs.of(run.block, Config(), now=now, hang=HangCapture(**elsewhere)))
+        assert hang.evidence["category"] == "lock" and "collective" not in hang.evidence
+
+
+def _hang(inputs: Inputs) -> Diagnosis:
+    return next(d for d in diagnose(inputs) if d.kind == "hang")

@@ -148,6 +148,21 @@ def test_no_hold_up_before_the_hang_timeout_or_when_every_rank_arrived() -> None
     assert uneven_batches.diagnose(inputs(fixed)) == []
 
 
+def test_a_last_call_still_shown_pending_does_not_hide_the_holdup() -> None:
+    # Rank 1 stopped right after #4 (its read never returns): the completion of #4 was not
+    # seen, so #4 still reads `issued` on rank 1 (and on rank 2) although every rank issued it.
+    ranks = _stuck_job(IN_LOAD_BATCH)
+    ranks[1] = view(
+        1, [*_history(1, 4), call(1, 4, 4, NOW - 11, state="issued")], 5, stack=IN_LOAD_BATCH
+    )
+    calls = [c for c in ranks[2].collectives.to_records() if c["seq"] != 4]
+    stale = call(2, 4, 4, NOW - 11, state="issued")
+    ranks[2] = view(2, [*[tuple(c.values()) for c in calls], stale], 5, stack=ranks[2].stack)
+    found = missing_rank.diagnose(inputs(ranks))
+    assert [(d.rank, d.evidence["seq"]) for d in found] == [(1, 5)]
+    assert sorted(found[0].evidence["waiting"]) == ["0", "2", "3"]
+
+
 def test_uneven_batches_when_the_missing_rank_left_its_loop() -> None:
     found = uneven_batches.diagnose(inputs(_stuck_job(AFTER_LOOP)))
     assert len(found) == 1

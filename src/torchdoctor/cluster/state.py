@@ -39,6 +39,8 @@ def rank_state(
     rows: int = MAX_ROWS,
 ) -> dict[str, Any]:
     training = host.telemetry
+    if training is not None:
+        training.settle_collectives()  # the calls done since this rank's last call or step
     out: dict[str, Any] = {
         "rank": member.rank,
         "local_rank": member.local_rank,

@@ -123,6 +123,9 @@ class ClusterWatch:
     def _waiting_for(self, now: float) -> float:
         """How long the oldest pending collective here, or at any rank heard from, has waited."""
         state, when = COLLECTIVES.index("state"), COLLECTIVES.index("time")
+        training = self.host.telemetry
+        if training is not None:
+            training.settle_collectives()
         calls = current_calls(self.host.tables["collectives"])
         times = [float(r[when]) for r in calls if r[state] != "completed"]
         with self._lock:

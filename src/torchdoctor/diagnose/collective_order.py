@@ -159,47 +159,59 @@ class Holdup:
 
 def holdups(job: JobInputs) -> list[Holdup]:
     """For each group, the first collective that ranks have waited in for at least the hang
-    timeout while some members never issued it."""
+    timeout while some members never issued it. A pending call that every member issued is
+    passed over: it waits for the backend, not for a rank (or its completion was not seen yet,
+    as for a rank stopped right after it), and a later one may be the holdup."""
     table = job_calls(job)
     threshold = job.hang_timeout if job.live else min(job.hang_timeout, SAVED_MIN_WAIT)
     groups = sorted({g for groups in table.values() for g in groups}, key=lambda g: g != "default")
     out = []
     for group in groups:
-        first: dict[int, Call] = {}  # rank -> its earliest pending call in the group
+        pending: dict[int, dict[int, Call]] = {}  # seq -> rank -> its pending call there
         for rank, groups_of in table.items():
-            pending = [c for c in groups_of.get(group, {}).values() if c.pending]
-            if pending:
-                first[rank] = min(pending, key=lambda c: c.seq)
-        if not first:
-            continue
-        seq = min(c.seq for c in first.values())
-        # Every rank pending there waits, once one of them has waited for its threshold (the
-        # others' waits are counted up to their last report, which may be a moment old).
-        waiting = {rank: call for rank, call in first.items() if call.seq == seq}
-        waits = {r: max(0.0, _clock(job, job.ranks[r]) - c.time) for r, c in waiting.items()}
-        if not any(w >= _threshold(job, job.ranks[r], threshold) for r, w in waits.items()):
-            continue
-        waited = max(waits.values())
-        missing, unknown, last = [], [], {}
-        for rank in members(job, group, table):
-            if rank in waiting:
-                continue
-            peer = job.ranks.get(rank)
-            seqs = table.get(rank, {}).get(group, {})
-            if peer is None or (peer.status == "unreachable" and not seqs):
-                unknown.append(rank)
-                continue
-            if seq in seqs:
-                continue  # it issued this one too (and waits, or got through)
-            if seqs and max(seqs) > seq:
-                continue  # the window does not reach back this far
-            missing.append(rank)
-            last[rank] = max(seqs) if seqs else None
-        if not missing:
-            continue
-        call = waiting[min(waiting)]
-        out.append(Holdup(group, seq, call, waiting, missing, unknown, waited, last))
+            for call in groups_of.get(group, {}).values():
+                if call.pending:
+                    pending.setdefault(call.seq, {})[rank] = call
+        for seq in sorted(pending):
+            holdup = _holdup(job, table, group, seq, pending[seq], threshold)
+            if holdup is not None:
+                out.append(holdup)
+                break
     return out
+
+
+def _holdup(
+    job: JobInputs,
+    table: dict[int, dict[str, dict[int, Call]]],
+    group: str,
+    seq: int,
+    waiting: dict[int, Call],
+    threshold: float,
+) -> Holdup | None:
+    # Every rank pending there waits, once one of them has waited for its threshold (the
+    # others' waits are counted up to their last report, which may be a moment old).
+    waits = {r: max(0.0, _clock(job, job.ranks[r]) - c.time) for r, c in waiting.items()}
+    if not any(w >= _threshold(job, job.ranks[r], threshold) for r, w in waits.items()):
+        return None
+    missing, unknown, last = [], [], {}
+    for rank in members(job, group, table):
+        if rank in waiting:
+            continue
+        peer = job.ranks.get(rank)
+        seqs = table.get(rank, {}).get(group, {})
+        if peer is None or (peer.status == "unreachable" and not seqs):
+            unknown.append(rank)
+            continue
+        if seq in seqs:
+            continue  # it issued this one too (and waits, or got through)
+        if seqs and max(seqs) > seq:
+            continue  # the window does not reach back this far
+        missing.append(rank)
+        last[rank] = max(seqs) if seqs else None
+    if not missing:
+        return None
+    call = waiting[min(waiting)]
+    return Holdup(group, seq, call, waiting, missing, unknown, max(waits.values()), last)
 
 
 def _threshold(job: JobInputs, view: RankView, timeout: float) -> float:

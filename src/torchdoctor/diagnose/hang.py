@@ -1,6 +1,9 @@
 """`hang`: no step for the hang timeout while the main thread stands still. Where it is stuck
 (data loading, a collective, a CUDA synchronisation, a lock or event, user code) and the
-`file:line` of the blocking frame, from the watchdog's capture of every thread's stack."""
+`file:line` of the blocking frame, from the watchdog's capture of every thread's stack. When
+the main thread waits in one of this rank's pending collectives (DDP's gradient all-reduce
+inside `loss.backward()`, `dist.all_reduce`), that collective and the line that issued it: the
+rank waits for another one, which `cluster diagnoses` names."""
 
 from __future__ import annotations
 
@@ -27,14 +30,32 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
     where = user or blocking
     location = f"{_short(where['file'])}:{where['lineno']}" if where else None
     seconds = float(capture.seconds)
-    summary = (
-        f"No training step for {seconds:.0f} s (timeout {capture.timeout:.0f} s): the "
-        f"main thread is stuck {_WHAT[category]} in {blocking['func']}() "
-        f"({_short(blocking['file'])}:{blocking['lineno']})"
-    )
-    if user and user is not blocking:
-        summary += f", called from {location}"
-    summary += "."
+    head = f"No training step for {seconds:.0f} s (timeout {capture.timeout:.0f} s): the main"
+    head += " thread"
+    call = waited_call(capture.pending, category, user)
+    evidence: dict[str, Any] = {}
+    if call is not None:
+        category = "collective"
+        location = _short_site(call.get("site")) or location
+        waited = max(0.0, inputs.now - float(call["time"]))
+        summary = (
+            f"{head} waits in collective {_label(call)}, issued at {location or 'an unknown line'}"
+            f" at step {call['step']}, for {waited:.0f} s: the other ranks have not all issued "
+            "it. Look at them: `torchdoctor cluster diagnoses` names the rank that holds the "
+            "job up, `torchdoctor cluster backtrace` shows where each rank is."
+        )
+        evidence["collective"] = {
+            k: call.get(k) for k in ("group", "seq", "op", "shapes", "dtype", "site", "step")
+        }
+        evidence["collective"]["waited"] = waited
+    else:
+        summary = (
+            f"{head} is stuck {_WHAT[category]} in {blocking['func']}() "
+            f"({_short(blocking['file'])}:{blocking['lineno']})"
+        )
+        if user and user is not blocking:
+            summary += f", called from {location}"
+        summary += "."
     return [
         Diagnosis(
             kind="hang",
@@ -48,12 +69,50 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
                 "timeout": capture.timeout,
                 "blocking_frame": blocking,
                 "user_frame": user,
+                **evidence,
                 "threads": _trim(threads),
             },
             fix=_FIXES[category],
             key=f"hang:{capture.steps}",
         )
     ]
+
+
+def waited_call(
+    pending: list[dict[str, Any]], category: str, user: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """The pending collective the main thread waits in: the oldest one issued at the user's
+    line it stands at (DDP's gradient all-reduce is issued and awaited inside
+    `loss.backward()`; `dist.all_reduce` at its own line), else, when the thread is inside
+    torch.distributed, the oldest pending one. None when it waits for something else (a
+    collective issued with async_op=True may be pending while the rank reads its data)."""
+    if not pending:
+        return None
+    if user is not None:
+        here = f"{user['file']}:{user['lineno']}"
+        mine = [c for c in pending if c.get("site") == here]
+        if mine:
+            return mine[0]
+    return pending[0] if category == "collective" else None
+
+
+def _label(call: dict[str, Any]) -> str:
+    """`all_reduce #10`, `all_gather #3 of group tp [0,1]`, `recv #2 from rank 1`."""
+    text = f"{call['op']} #{call['seq']}"
+    group = str(call.get("group") or "default")
+    if group != "default":
+        text += f" of group {group}"
+    peer = call.get("peer")
+    if peer is not None:
+        text += f" {'from' if call['op'].startswith(('recv', 'irecv')) else 'with'} rank {peer}"
+    return text
+
+
+def _short_site(site: str | None) -> str | None:
+    if not site:
+        return None
+    path, sep, line = site.rpartition(":")
+    return f"{_short(path)}:{line}" if sep else site
 
 
 def classify(frames: list[dict[str, Any]]) -> tuple[str, dict[str, Any], dict[str, Any] | None]:

@@ -25,6 +25,9 @@ class HangCapture:
     timeout: float  # the timeout in force
     steps: int  # steps done so far
     threads: list[dict[str, Any]]  # every thread's stack (telemetry.stacks.capture_all)
+    # this rank's collectives issued and not seen completed (python.collectives rows as dicts,
+    # oldest first): the one its main thread waits in, when it waits for another rank
+    pending: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass

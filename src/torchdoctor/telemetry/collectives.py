@@ -11,10 +11,11 @@ compiled region's tracing never reaches it.
 
 What a call records, before it is passed on: the row, written through to the run directory
 (store/journal.py) so that a rank the backend aborts (gloo and NCCL end it with SIGABRT) has the
-fatal call on disk. When it ends: on CPU (gloo) a callback on the work's future gives the
-completion time, hence the duration; on CUDA (NCCL) the future completes when the kernel is
-queued, so the row ends when the work is seen completed (polled at step ends) without a
-duration; synchronous calls end when they return.
+fatal call on disk. When it ends: when its work is seen completed, without a duration (the
+moment it completed is not seen): polled at the rank's next call, at the step's end, and
+whenever the rank tells its state to the job (another thread), so that a rank stopped between
+two calls (a read that never returns) does not keep its last, long completed call pending;
+synchronous calls end when they return.
 
 `seq` counts the calls of each process group in issue order, from the group's own counter at
 the first call seen (so a probe started late still lines up with the other ranks); sends and
@@ -108,8 +109,9 @@ class Collectives:
         self.table = rec.tables["collectives"]
         self.switch = Switch("torchdoctor collective tracing")
         self._groups: weakref.WeakKeyDictionary[Any, GroupInfo] = weakref.WeakKeyDictionary()
-        # (id, t0, work) of calls ended when seen done; read by the step's end, which polls them
+        # (id, t0, work) of calls ended when seen done; the step's end polls them when any
         self.waiting: list[tuple[int, float, Any]] = []
+        self._polling = threading.Lock()  # waiting: the training thread and the job's state
         self._lock = threading.Lock()  # group creation only
         from torch._C._distributed_c10d import ProcessGroup, Work
 
@@ -158,24 +160,29 @@ class Collectives:
         if work is None:  # synchronous (monitored_barrier): over already
             self.table.end(rid, _now() - t0, COMPLETED)
             return
-        self.waiting.append((rid, t0, self._unbox_work(work)))
+        work = self._unbox_work(work)
+        with self._polling:
+            self.waiting.append((rid, t0, work))
 
     def failed(self, rid: int, t0: float) -> None:
         self.table.end(rid, _now() - t0, FAILED)
 
     def poll(self) -> None:
         """End the calls whose work is seen completed (their duration is not known: the
-        moment they completed was not seen). Failures show where the call raised (`failed`)."""
-        polled, self.waiting = self.waiting, []
-        for item in polled:
-            try:
-                done = item[2].is_completed()
-            except Exception:
-                done = True
-            if done:
-                self.table.end(item[0], None, COMPLETED)
-            else:
-                self.waiting.append(item)
+        moment they completed was not seen); `failed` when the work ended in an error.
+        Any thread: is_completed() does not block."""
+        with self._polling:
+            pending = []
+            for item in self.waiting:
+                try:
+                    done = item[2].is_completed()
+                except Exception:
+                    done = True
+                if done:
+                    self.table.end(item[0], None, FAILED if _raised(item[2]) else COMPLETED)
+                else:
+                    pending.append(item)
+            self.waiting = pending
 
     # -- helpers ---------------------------------------------------------------------------------
     def _group(self, boxed: Any) -> GroupInfo:
@@ -196,6 +203,21 @@ class Collectives:
         state = getattr(self.rec, "state", None)
         where = getattr(state, "backward_site", None)
         return f"{where[0]}:{where[1]}" if where else None
+
+
+def _raised(work: Any) -> bool:
+    """Whether a completed work ended in an error (gloo: a peer went away while this rank
+    waited), read from its future: Work.exception() and is_success() print deprecation
+    warnings into the script's output."""
+    try:
+        future = work.get_future()
+    except Exception:  # a backend without futures: no way to tell
+        return False
+    try:
+        future.value()
+    except Exception:
+        return True
+    return False
 
 
 def _describe(pg: Any) -> GroupInfo:

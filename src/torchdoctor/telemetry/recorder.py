@@ -226,6 +226,10 @@ class Recorder:
         """Trace the next step (a diagnosis wants per-module detail now)."""
         self._trace_requested = True
 
+    def settle_collectives(self) -> None:
+        if self.collective_calls is not None:
+            self.collective_calls.poll()  # thread-safe
+
     def model_inputs(self) -> list[tuple[Any, tuple[Any, ...], dict[str, Any]]]:
         return list(self.state.tape)
 
