@@ -2,16 +2,19 @@
 training scripts in subprocesses (killed at the end of the test); `shared_launch`, the same
 for one module (a live run that several tests question).
 
-Scheduling under xdist (`-n 2`, with `--dist loadgroup` from pyproject.toml): tests run
-longest first, by the seconds recorded in tests/durations.json, so that no long test starts
-last and makes the tail of the run; the tests of a module that share a module-scoped fixture
-go to one worker together (an xdist_group), so that the fixture's job runs once.
+Scheduling under xdist (`-n 2`, `--dist loadgroup` from pyproject.toml): tests run longest
+first, by the seconds recorded in tests/durations.json, so that no long test starts last and
+makes the tail of the run; the tests of a module that share a module-scoped fixture, and those
+marked with one xdist_group, go to one worker together, so that the shared job runs once.
+(xdist 3.8's own loadgroup names a group by editing the node id, which pytest 9 no longer
+allows; the workers write the groups to a file that the scheduler below reads.)
 `pytest --record-durations tests/durations.json` rewrites the file from a full run.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
@@ -86,6 +89,7 @@ def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
         elif _shares_a_module_fixture(item):
             groups[item.nodeid] = item.module.__name__
             item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+    _share_groups(config, groups)
     weight: dict[str, float] = {}
     for item in items:
         key = groups.get(item.nodeid, item.nodeid)
@@ -98,6 +102,52 @@ def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
             order[id(item)],
         )
     )
+
+
+GROUPS_FILE = "TD_TEST_GROUPS"  # environment: where the workers leave {node id: group}
+
+
+def pytest_configure(config: Any) -> None:
+    if config.getoption("numprocesses", None) and not hasattr(config, "workerinput"):
+        fd, path = tempfile.mkstemp(prefix="td-groups-", suffix=".json")
+        os.close(fd)
+        os.environ[GROUPS_FILE] = path  # the workers start after this and inherit it
+
+
+def pytest_unconfigure(config: Any) -> None:
+    if not hasattr(config, "workerinput") and GROUPS_FILE in os.environ:
+        Path(os.environ.pop(GROUPS_FILE)).unlink(missing_ok=True)
+
+
+def _share_groups(config: Any, groups: dict[str, str]) -> None:
+    path = os.environ.get(GROUPS_FILE)
+    if not path or not hasattr(config, "workerinput"):
+        return
+    # every worker collects the same tests and writes the same map; a rename is atomic
+    part = f"{path}.{config.workerinput['workerid']}"
+    Path(part).write_text(json.dumps(groups))
+    os.replace(part, path)
+
+
+def pytest_xdist_make_scheduler(config: Any, log: Any) -> Any:
+    if config.getoption("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        """Whole groups to one worker, every other test on its own, in collection order."""
+
+        groups: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self.groups is None:
+                try:
+                    self.groups = json.loads(Path(os.environ[GROUPS_FILE]).read_text())
+                except (KeyError, OSError, ValueError):
+                    self.groups = {}
+            return self.groups.get(_base_id(nodeid), nodeid)
+
+    return GroupScheduling(config, log)
 
 
 _seconds: dict[str, float] = {}
