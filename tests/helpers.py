@@ -92,22 +92,22 @@ class Run:
 
         return dict(wait_for(up, timeout, "the probe to come up"))
 
-    def steps(self) -> int:
-        """Steps recorded so far, asked over the probe's Unix socket from this process: polling
-        through the CLI would start a Python per poll, on cores the training needs (the
+    def ask(self, sql: str) -> list[dict[str, Any]]:
+        """The rows of a query, asked over the probe's Unix socket from this process: for
+        polling, where the CLI would start a Python per poll on cores the training needs (the
         CLI's `query` has tests of its own)."""
         from torchdoctor.cli.client import Address, ProbeClient
 
         entry = self.entry()
         if not entry or not entry.get("socket"):
-            rows = self.query("SELECT count(*) AS n FROM python.steps")
-            return int(rows[0]["n"])
+            return self.query(sql)
         client = ProbeClient(Address(f"pid {self.pid}", socket_path=entry["socket"]))
-        status, payload = client.request(
-            "POST", "/v1/query", {"sql": "SELECT count(*) AS n FROM python.steps"}
-        )
+        status, payload = client.request("POST", "/v1/query", {"sql": sql})
         assert status == 200, payload
-        return int(payload["rows"][0][0])
+        return [dict(zip(payload["columns"], row, strict=True)) for row in payload["rows"]]
+
+    def steps(self) -> int:
+        return int(self.ask("SELECT count(*) AS n FROM python.steps")[0]["n"])
 
     def wait_steps(self, n: int, timeout: float = 60) -> int:
         def reached() -> int:

@@ -187,12 +187,10 @@ def test_hang_is_found_live_while_stuck(launch, tmp_path, name, category, line) 
     run.wait_probe()
 
     def hang() -> Any:
-        rows = run.query(
-            "SELECT kind, location, evidence FROM python.diagnoses WHERE kind = 'hang'"
-        )
+        rows = run.ask("SELECT kind, location, evidence FROM python.diagnoses WHERE kind = 'hang'")
         return rows[0] if rows else None
 
-    found = wait_for(hang, timeout=90, what="the hang diagnosis")
+    found = wait_for(hang, timeout=90, what="the hang diagnosis", interval=0.1)
     evidence = json.loads(found["evidence"])
     assert evidence["category"] == category
     assert found["location"].endswith(f"{name}:{line}")
@@ -221,12 +219,12 @@ def test_collective_hang_across_ranks(launch, tmp_path, env) -> None:  # type: i
     rank0.wait_probe()
 
     def hang() -> Any:
-        rows = rank0.query(
+        rows = rank0.ask(
             "SELECT location, evidence, rank FROM python.diagnoses WHERE kind = 'hang'"
         )
         return rows[0] if rows else None
 
-    found = wait_for(hang, timeout=90, what="rank 0's hang")
+    found = wait_for(hang, timeout=90, what="rank 0's hang", interval=0.1)
     assert json.loads(found["evidence"])["category"] == "collective"
     assert found["location"].endswith("dist_uneven.py:25")  # the all_reduce line
     assert found["rank"] == 0
