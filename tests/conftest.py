@@ -163,7 +163,8 @@ def pytest_sessionfinish(session: Any) -> None:
     path = session.config.getoption("--record-durations", None)
     if not path or hasattr(session.config, "workerinput"):  # the controller writes it
         return
-    rounded = {k: round(v, 1) for k, v in sorted(_seconds.items())}
+    # tests under a second are left to DEFAULT_SECONDS: their order hardly matters
+    rounded = {k: round(v, 1) for k, v in sorted(_seconds.items()) if v >= 1.0}
     Path(path).write_text(json.dumps(rounded, indent=0) + "\n")
 
 
