@@ -15,6 +15,17 @@ ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 
 
+def clean_env(sockets: Path) -> dict[str, str]:
+    """This environment without TORCHDOCTOR_* settings, probes' sockets under `sockets`."""
+    import os
+
+    out = {k: v for k, v in os.environ.items() if not k.startswith("TORCHDOCTOR")}
+    out["TORCHDOCTOR_SOCKET_DIR"] = str(sockets)
+    out["PYTHONUNBUFFERED"] = "1"
+    out["OMP_NUM_THREADS"] = "1"  # two test workers share two cores
+    return out
+
+
 def free_port() -> int:
     """A TCP port nobody listens on right now (for --listen and torch.distributed)."""
     import socket
@@ -24,7 +35,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_for(condition: Callable[[], Any], timeout: float = 60.0, what: str = "condition") -> Any:
+def wait_for(
+    condition: Callable[[], Any],
+    timeout: float = 60.0,
+    what: str = "condition",
+    interval: float = 0.02,
+) -> Any:
     """Poll an external condition (another process's state) until it holds."""
     deadline = time.monotonic() + timeout
     while True:
@@ -33,7 +49,7 @@ def wait_for(condition: Callable[[], Any], timeout: float = 60.0, what: str = "c
             return value
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(0.02)
+        time.sleep(interval)
 
 
 class Run:
@@ -76,12 +92,30 @@ class Run:
 
         return dict(wait_for(up, timeout, "the probe to come up"))
 
+    def ask(self, sql: str) -> list[dict[str, Any]]:
+        """The rows of a query, asked over the probe's Unix socket from this process: for
+        polling, where the CLI would start a Python per poll on cores the training needs (the
+        CLI's `query` has tests of its own)."""
+        from torchdoctor.cli.client import Address, ProbeClient
+
+        entry = self.entry()
+        if not entry or not entry.get("socket"):
+            return self.query(sql)
+        client = ProbeClient(Address(f"pid {self.pid}", socket_path=entry["socket"]))
+        status, payload = client.request("POST", "/v1/query", {"sql": sql})
+        assert status == 200, payload
+        return [dict(zip(payload["columns"], row, strict=True)) for row in payload["rows"]]
+
     def steps(self) -> int:
-        rows = self.query("SELECT count(*) AS n FROM python.steps")
-        return int(rows[0]["n"])
+        return int(self.ask("SELECT count(*) AS n FROM python.steps")[0]["n"])
 
     def wait_steps(self, n: int, timeout: float = 60) -> int:
-        return int(wait_for(lambda: self.steps() >= n and self.steps(), timeout, f"{n} steps"))
+        def reached() -> int:
+            now = self.steps()
+            return now if now >= n else 0
+
+        # a query costs the training process a little: a few a second, not fifty
+        return int(wait_for(reached, timeout, f"{n} steps", interval=0.1))
 
     def stop_file(self) -> Path:
         return self.cwd / "stop"

@@ -4,11 +4,15 @@ location and step; the same script fixed raises nothing above info."""
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import free_port, script, td_run, wait_for
+from helpers import clean_env, free_port, script, td_run, wait_for
 
 
 def _diagnoses(run_dir: Path) -> list[dict[str, Any]]:
@@ -18,13 +22,42 @@ def _diagnoses(run_dir: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+@pytest.fixture(scope="session")
+def finished(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Path]]:
+    """finished(name, *args, options=()) -> the run directory of `torchdoctor run --quiet
+    OPTIONS SCRIPT ARGS`, run to its end once per worker: tests that judge the same run share
+    it (they share an xdist_group, so that they meet on one worker)."""
+    base = tmp_path_factory.mktemp("finished")
+    sockets = Path(tempfile.mkdtemp(prefix="td-"))  # short: Unix socket paths are limited
+    done: dict[tuple[Any, ...], Path] = {}
+
+    def run(name: str, *args: str, options: tuple[str, ...] = ()) -> Path:
+        key = (name, args, options)
+        if key not in done:
+            cwd = base / str(len(done))
+            cwd.mkdir()
+            d = cwd / "run"
+            argv = td_run("--quiet", "--run-dir", str(d), *options, script(name), *args)
+            out = subprocess.run(
+                argv,
+                cwd=cwd,
+                env=clean_env(sockets / "s"),
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert out.returncode == 0, f"{out.stdout}\n{out.stderr}"
+            done[key] = d
+        return done[key]
+
+    yield run
+    shutil.rmtree(sockets, ignore_errors=True)
+
+
 def _run(
-    launch, tmp_path, name: str, *args: str, options: tuple[str, ...] = ()
-) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]
-    d = tmp_path / "run"
-    run = launch(td_run("--quiet", "--run-dir", str(d), *options, script(name), *args))
-    assert run.wait(120) == 0, run.output()
-    return _diagnoses(d)
+    finished: Callable[..., Path], name: str, *args: str, options: tuple[str, ...] = ()
+) -> list[dict[str, Any]]:
+    return _diagnoses(finished(name, *args, options=options))
 
 
 def _one(found: list[dict[str, Any]], kind: str) -> dict[str, Any]:
@@ -32,6 +65,12 @@ def _one(found: list[dict[str, Any]], kind: str) -> dict[str, Any]:
     assert mine, f"no {kind} among {[(d['kind'], d['summary']) for d in found]}"
     return mine[-1]  # the latest report: a rise in severity or a location found is re-reported
 
+
+# Tests that judge one run meet on one worker, where it runs once.
+SHARED = {
+    name: pytest.mark.xdist_group(name)
+    for name in ("diag_log_softmax.py", "diag_pair_distance.py", "diag_lr_schedule.py")
+}
 
 # script, kind, location, step (exact for nan; the earliest acceptable otherwise), evidence
 CASES = [
@@ -57,9 +96,12 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize(("name", "kind", "location", "step", "evidence"), CASES)
-def test_buggy_script_is_diagnosed(launch, tmp_path, name, kind, location, step, evidence) -> None:  # type: ignore[no-untyped-def]
-    found = _run(launch, tmp_path, name)
+@pytest.mark.parametrize(
+    ("name", "kind", "location", "step", "evidence"),
+    [pytest.param(*case, marks=[SHARED[case[0]]] if case[0] in SHARED else []) for case in CASES],
+)
+def test_buggy_script_is_diagnosed(finished, name, kind, location, step, evidence) -> None:  # type: ignore[no-untyped-def]
+    found = _run(finished, name)
     d = _one(found, kind)
     if location == "*":
         assert d["location"], d
@@ -87,14 +129,15 @@ JUDGED_SAVED = {
 
 
 @pytest.mark.parametrize("name", sorted({c[0] for c in CASES} - JUDGED_SAVED))
-def test_fixed_script_raises_nothing(launch, tmp_path, name) -> None:  # type: ignore[no-untyped-def]
-    found = _run(launch, tmp_path, name, "--fixed")
+def test_fixed_script_raises_nothing(finished, name) -> None:  # type: ignore[no-untyped-def]
+    found = _run(finished, name, "--fixed")
     loud = [(d["kind"], d["summary"]) for d in found if d["severity"] != "info"]
     assert not loud
 
 
-def test_backward_nan_is_reported_in_the_backward_pass_once(launch, tmp_path) -> None:
-    found = _run(launch, tmp_path, "diag_pair_distance.py")
+@SHARED["diag_pair_distance.py"]
+def test_backward_nan_is_reported_in_the_backward_pass_once(finished) -> None:  # type: ignore[no-untyped-def]
+    found = _run(finished, "diag_pair_distance.py")
     nans = [d for d in found if d["kind"] == "nan"]
     assert len(nans) == 1
     e = nans[0]["evidence"]
@@ -103,7 +146,8 @@ def test_backward_nan_is_reported_in_the_backward_pass_once(launch, tmp_path) ->
     assert e["causes"][0]["cause"].startswith("square root")
 
 
-def test_guard_keeps_the_weights_finite(launch, tmp_path) -> None:
+@SHARED["diag_pair_distance.py"]
+def test_guard_keeps_the_weights_finite(launch, tmp_path, finished) -> None:  # type: ignore[no-untyped-def]
     d = tmp_path / "run"
     run = launch(td_run("--guard", "--run-dir", str(d), script("diag_pair_distance.py")))
     assert run.wait() == 0, run.output()
@@ -123,13 +167,10 @@ def test_guard_keeps_the_weights_finite(launch, tmp_path) -> None:
     assert "--guard" in nan["summary"]
     assert "updates skipped" in run.stderr()
     # Without --guard the same run goes NaN for good.
-    unguarded = launch(
-        td_run("--quiet", "--run-dir", str(tmp_path / "plain"), script("diag_pair_distance.py"))
-    )
-    assert unguarded.wait() == 0
+    unguarded = finished("diag_pair_distance.py")
     out = cli(
         "query",
-        str(tmp_path / "plain"),
+        str(unguarded),
         "SELECT count(*) AS n FROM python.steps WHERE isnan(loss)",
         "--format",
         "json",
@@ -146,12 +187,10 @@ def test_hang_is_found_live_while_stuck(launch, tmp_path, name, category, line) 
     run.wait_probe()
 
     def hang() -> Any:
-        rows = run.query(
-            "SELECT kind, location, evidence FROM python.diagnoses WHERE kind = 'hang'"
-        )
+        rows = run.ask("SELECT kind, location, evidence FROM python.diagnoses WHERE kind = 'hang'")
         return rows[0] if rows else None
 
-    found = wait_for(hang, timeout=90, what="the hang diagnosis")
+    found = wait_for(hang, timeout=90, what="the hang diagnosis", interval=0.1)
     evidence = json.loads(found["evidence"])
     assert evidence["category"] == category
     assert found["location"].endswith(f"{name}:{line}")
@@ -159,9 +198,9 @@ def test_hang_is_found_live_while_stuck(launch, tmp_path, name, category, line) 
     run.kill()
 
 
-def test_fixed_hang_scripts_finish_without_a_hang(launch, tmp_path) -> None:
+def test_fixed_hang_scripts_finish_without_a_hang(finished) -> None:  # type: ignore[no-untyped-def]
     for name in ("diag_stuck_worker.py", "diag_wait_upload.py"):
-        found = _run(launch, tmp_path / name, name, "--fixed", options=("--hang-timeout", "2"))
+        found = _run(finished, name, "--fixed", options=("--hang-timeout", "2"))
         assert not [d for d in found if d["kind"] == "hang"]
 
 
@@ -180,12 +219,12 @@ def test_collective_hang_across_ranks(launch, tmp_path, env) -> None:  # type: i
     rank0.wait_probe()
 
     def hang() -> Any:
-        rows = rank0.query(
+        rows = rank0.ask(
             "SELECT location, evidence, rank FROM python.diagnoses WHERE kind = 'hang'"
         )
         return rows[0] if rows else None
 
-    found = wait_for(hang, timeout=90, what="rank 0's hang")
+    found = wait_for(hang, timeout=90, what="rank 0's hang", interval=0.1)
     assert json.loads(found["evidence"])["category"] == "collective"
     assert found["location"].endswith("dist_uneven.py:25")  # the all_reduce line
     assert found["rank"] == 0
@@ -207,12 +246,13 @@ def test_demo_lists_and_runs(env, tmp_path) -> None:  # type: ignore[no-untyped-
     assert cli("demo", "nope", env=env).returncode == 2
 
 
-def test_diagnoses_verb_on_a_saved_run(launch, tmp_path) -> None:
+@SHARED["diag_log_softmax.py"]
+def test_diagnoses_verb_on_a_saved_run(finished) -> None:  # type: ignore[no-untyped-def]
     from helpers import cli
 
-    _run(launch, tmp_path, "diag_log_softmax.py")
-    out = cli("diagnoses", str(tmp_path / "run"))
+    run_dir = finished("diag_log_softmax.py")
+    out = cli("diagnoses", str(run_dir))
     assert out.returncode == 0
     assert "[error] nan at step 9 in head" in out.stdout and "1. " in out.stdout
-    records = json.loads(cli("diagnoses", str(tmp_path / "run"), "--format", "json").stdout)
+    records = json.loads(cli("diagnoses", str(run_dir), "--format", "json").stdout)
     assert records[0]["evidence"]["op"] == "torch.log"

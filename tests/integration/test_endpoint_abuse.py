@@ -150,10 +150,11 @@ def _step_times(run: Any) -> list[float]:
     return [float(line.split()[1]) for line in run.stdout().splitlines() if line.startswith("t ")]
 
 
-@pytest.fixture
-def target(launch):  # type: ignore[no-untyped-def]
+@pytest.fixture(scope="module")
+def target(shared_launch):  # type: ignore[no-untyped-def]
+    """One paced training run that both tests abuse (each checks that it serves on)."""
     port = free_port()
-    run = launch(
+    run = shared_launch(
         td_run(
             "--listen",
             f"127.0.0.1:{port}",

@@ -205,6 +205,7 @@ def _cap_rlimit(limit: int) -> Any:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(400)  # a dozen Pythons that import torch, one after the other
 def test_batch_size_cli_answer_runs_and_the_next_size_does_not(env, tmp_path) -> None:
     train = [script("memory_train.py"), "--optimizer", "manual", "--steps", "2", "--stop-file", ""]
     out = cli(

@@ -9,9 +9,10 @@ import pytest
 from helpers import script, td_run
 
 
-@pytest.fixture
-def live(launch):
-    run = launch(td_run(script("trainer.py")))
+@pytest.fixture(scope="module")
+def live(shared_launch):
+    """One training run that every test here questions (each leaves it training)."""
+    run = shared_launch(td_run(script("trainer.py")))
     run.wait_probe()
     run.wait_steps(1)
     yield run

@@ -43,11 +43,18 @@ def test_torchrun_ranks_know_who_they_are(job: Job, env: dict[str, str], tmp_pat
     argv = torchrun_argv(2, script("dist_job.py"), "--steps", "2", "--until-stop")
     job.start(argv, {"TORCHDOCTOR": "1", "TORCHDOCTOR_QUIET": "1"})
 
+    def two_entries() -> bool:
+        # cheap, in this process, while the ranks start: their probes' entries in the socket
+        # directory (the CLI is asked once they are there)
+        assert job.procs[0].poll() is None, job.output()
+        return len(list(Path(env["TORCHDOCTOR_SOCKET_DIR"]).glob("*.json"))) >= 2
+
     def two_ranks() -> Any:
         assert job.procs[0].poll() is None, job.output()
         listed = _json("list", "--no-step", env=env)
         return listed if len(listed) == 2 else None
 
+    wait_for(two_entries, 120, "two probes", interval=0.1)
     listed = sorted(wait_for(two_ranks, 120, "two probed ranks"), key=lambda e: e["rank"])
     assert [e["rank"] for e in listed] == [0, 1]
     assert [e["local_rank"] for e in listed] == [0, 1]

@@ -6,8 +6,6 @@ weights loaded from a file (only the dropout masks differ), and its seeded versi
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -52,13 +50,14 @@ def test_unseeded_script_names_every_source_with_its_call_site(env, tmp_path) ->
 
 @pytest.mark.slow
 def test_dropout_alone_is_found_in_its_module(env, tmp_path) -> None:
+    import torch
+    from torch import nn
+
     init = tmp_path / "init.pt"
-    setup = (
-        "import torch; from torch import nn; torch.manual_seed(1); torch.save(nn.Sequential("
-        "nn.Linear(2, 16), nn.ReLU(), nn.Dropout(0.2), nn.Linear(16, 2)).state_dict(), "
-        f"{str(init)!r})"
-    )
-    subprocess.run([sys.executable, "-c", setup], check=True, env=env)
+    with torch.random.fork_rng():  # made here, not in a Python of its own: torch is imported
+        torch.manual_seed(1)
+        model = nn.Sequential(nn.Linear(2, 16), nn.ReLU(), nn.Dropout(0.2), nn.Linear(16, 2))
+        torch.save(model.state_dict(), init)
     code, r, err = _repro(env, tmp_path, "--init", str(init))
     assert code == 1, err
     first = r["first_difference"]

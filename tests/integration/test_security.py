@@ -35,10 +35,14 @@ def _request(port: int, method: str, path: str, token: str | None, body: bytes |
     return response.status, data
 
 
-@pytest.fixture
-def tcp(launch):
+@pytest.fixture(scope="module")
+def tcp(shared_launch):
+    """One training run on TCP with a token, that every test here abuses in turn (each checks
+    that it trains on)."""
     port = free_port()
-    run = launch(td_run("--listen", f"127.0.0.1:{port}", "--token", "s3cret", script("trainer.py")))
+    run = shared_launch(
+        td_run("--listen", f"127.0.0.1:{port}", "--token", "s3cret", script("trainer.py"))
+    )
     run.wait_probe()
     run.wait_steps(1)
     run.port = port
