@@ -39,6 +39,8 @@ bench: install
 	$(BIN)/python benchmarks/roundtrip.py
 	$(BIN)/python benchmarks/nan_guard.py
 	$(BIN)/python benchmarks/report.py
+	$(BIN)/python benchmarks/ddp_overhead.py
+	$(BIN)/python benchmarks/doctor_share.py
 
 # Headless Chromium (Debian's package) for the test that renders the HTML report; without it
 # that test skips and says why.

@@ -26,6 +26,11 @@ from torchdoctor.telemetry import stacks
 from torchdoctor.views import TrainingView
 
 TICK = 1.0
+# The doctor's share of one core, at most: a pass that took `c` seconds of CPU waits `c / SHARE`
+# before the next one. Its passes read whole tables, so they grow with the run; the thread
+# holds the GIL while it works, so each of its seconds is one the training thread may lose.
+SHARE = 0.01
+LONGEST_WAIT = 30.0
 _NEEDS_MODULES = ("exploding_gradients", "vanishing_gradients")
 STARTUP_GRACE = 300.0  # before the first step: imports, data set loading, compilation
 
@@ -79,11 +84,14 @@ class Doctor:
             warn_once("doctor-final", f"the last diagnosis pass failed: {exc}")
 
     def _loop(self) -> None:
-        while not self._stop.wait(TICK):
+        wait = TICK
+        while not self._stop.wait(wait):
+            began = time.thread_time()
             try:
                 self.examine()
             except Exception as exc:  # a bug in a diagnosis must not stop the others next time
                 warn_once("doctor", f"a diagnosis pass failed: {type(exc).__name__}: {exc}")
+            wait = min(LONGEST_WAIT, max(TICK, (time.thread_time() - began) / SHARE))
 
     # -- one pass ----------------------------------------------------------------------------
     def examine(self, final: bool = False) -> list[Diagnosis]:
