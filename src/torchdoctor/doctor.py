@@ -26,11 +26,13 @@ from torchdoctor.telemetry import stacks
 from torchdoctor.views import TrainingView
 
 TICK = 1.0
-# The doctor's share of one core, at most: a pass that took `c` seconds of CPU waits `c / SHARE`
-# before the next one. Its passes read whole tables, so they grow with the run; the thread
-# holds the GIL while it works, so each of its seconds is one the training thread may lose.
+# The doctor's share of one core while the training steps, at most: passes that took `c`
+# seconds of CPU (the least of the last few: a first pass's imports are no guide) wait
+# `c / SHARE` before the next one. Its passes read whole tables, so they grow with the run; the
+# thread holds the GIL while it works, so each of its seconds is one the training may lose.
+# When no step has ended since the last pass (stuck, or a long step) it looks every TICK.
 SHARE = 0.01
-LONGEST_WAIT = 30.0
+LONGEST_WAIT = 10.0
 _NEEDS_MODULES = ("exploding_gradients", "vanishing_gradients")
 STARTUP_GRACE = 300.0  # before the first step: imports, data set loading, compilation
 
@@ -69,6 +71,8 @@ class Doctor:
         self._stop = threading.Event()
         self._samples: list[tuple[int, float]] = []  # (main thread's stack signature, time)
         self._hang_since_step: int | None = None
+        self._costs: list[float] = []  # CPU seconds of the latest passes
+        self._steps_seen: int | None = None  # steps done at the latest pass
         self._thread = threading.Thread(target=self._loop, name="torchdoctor-doctor", daemon=True)
 
     def start(self) -> None:
@@ -91,7 +95,16 @@ class Doctor:
                 self.examine()
             except Exception as exc:  # a bug in a diagnosis must not stop the others next time
                 warn_once("doctor", f"a diagnosis pass failed: {type(exc).__name__}: {exc}")
-            wait = min(LONGEST_WAIT, max(TICK, (time.thread_time() - began) / SHARE))
+            wait = self._next_wait(time.thread_time() - began)
+
+    def _next_wait(self, cost: float) -> float:
+        self._costs = [*self._costs[-2:], cost]
+        training = self.host.telemetry
+        done = training.steps_done if training is not None else None
+        stepping, self._steps_seen = done != self._steps_seen, done
+        if not stepping:
+            return TICK
+        return min(LONGEST_WAIT, max(TICK, min(self._costs) / SHARE))
 
     # -- one pass ----------------------------------------------------------------------------
     def examine(self, final: bool = False) -> list[Diagnosis]:
