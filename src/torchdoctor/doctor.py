@@ -1,6 +1,7 @@
-"""The doctor thread: about once a second it snapshots the tables, runs every diagnosis
-module, and reports what is new. It also keeps the hang watchdog: while no step comes it
-samples the main thread's stack, so a hang is told from a long but busy phase.
+"""The doctor thread: about once a second (less often on a long, fast run: see SHARE) it
+snapshots the tables, runs every diagnosis module, and reports what is new. It also keeps
+the hang watchdog: while no step comes it samples the main thread's stack, so a hang is told
+from a long but busy phase.
 
 Reporting a diagnosis = a python.diagnoses row, a line in diagnoses.jsonl (written at once,
 so it survives a crash) and, unless quiet, an alert on stderr.
