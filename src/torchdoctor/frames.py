@@ -83,3 +83,20 @@ def user_frame(frame: Any) -> Any:
 
 def site(frame: Any) -> str | None:
     return f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else None
+
+
+def short_path(path: str) -> str:
+    """`path` relative to the current directory when it lies under it, else as it is."""
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:  # another drive (Windows)
+        return path
+    return path if rel.startswith("..") else rel
+
+
+def short_site(site: str | None) -> str | None:
+    """`file:line` with the file shortened as short_path does."""
+    if not site:
+        return site
+    path, sep, line = site.rpartition(":")
+    return f"{short_path(path)}:{line}" if sep else site

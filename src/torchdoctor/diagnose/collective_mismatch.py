@@ -9,6 +9,7 @@ from typing import Any
 from torchdoctor.diagnose import collective_order as co
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
+from torchdoctor.frames import short_site
 
 JOB = True  # compares ranks: runs on a job's tables
 
@@ -55,7 +56,7 @@ def _diagnosis(group: str, seq: int, calls: dict[int, co.Call]) -> Diagnosis:
     parts = []
     for (op, shapes, dtype, site), ranks in order:
         what = op + (f" {shapes}" if shapes else "") + (f" {dtype}" if dtype else "")
-        where = f" at {co.short(site)}" if site else ""
+        where = f" at {short_site(site)}" if site else ""
         verb = "calls" if len(ranks) == 1 else "call"
         parts.append(f"{co.ranks_text(ranks)} {verb} {what}{where}")
     odd_site = order[0][0][3]
@@ -65,7 +66,7 @@ def _diagnosis(group: str, seq: int, calls: dict[int, co.Call]) -> Diagnosis:
         kind="collective_mismatch",
         severity="error",
         step=step,
-        location=co.short(odd_site),
+        location=short_site(odd_site),
         summary=(
             f"Collective #{seq}{name} does not line up across ranks: " + "; ".join(parts) + "."
         ),

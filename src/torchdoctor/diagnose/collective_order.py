@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
 from typing import Any
 
 from torchdoctor.diagnose.hang import classify
 from torchdoctor.diagnose.inputs import DEAD, JobInputs, RankView
-from torchdoctor.frames import is_user_file
+from torchdoctor.frames import is_user_file, short_path
 from torchdoctor.store.columns import Block
 
 STARTUP_WAIT = 300.0  # the doctor's startup grace: before the first step
@@ -282,24 +281,6 @@ def user_line(stack: list[dict[str, Any]] | None) -> dict[str, Any] | None:
     if not stack:
         return None
     return next((f for f in stack if is_user_file(f["file"])), None)
-
-
-def short(path_line: str | None) -> str | None:
-    """`file:line` with the file relative to the current directory where that is shorter."""
-    if not path_line:
-        return path_line
-    path, sep, line = path_line.rpartition(":")
-    if not sep:
-        return path_line
-    return f"{short_path(path)}:{line}"
-
-
-def short_path(path: str) -> str:
-    try:
-        rel = os.path.relpath(path)
-    except ValueError:
-        return path
-    return rel if not rel.startswith("..") else path
 
 
 def frame_at(frame: dict[str, Any]) -> str:

@@ -7,12 +7,11 @@ rank waits for another one, which `cluster diagnoses` names."""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
-from torchdoctor.frames import is_stdlib, is_user_file
+from torchdoctor.frames import is_stdlib, is_user_file, short_path, short_site
 
 # (category, test on a frame, what it means, fixes)
 _SYNC_CALLS = (".item()", ".cpu()", ".tolist()", ".numpy()", "synchronize(")
@@ -28,7 +27,7 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
         return []
     category, blocking, user = classify(main["frames"])
     where = user or blocking
-    location = f"{_short(where['file'])}:{where['lineno']}" if where else None
+    location = f"{short_path(where['file'])}:{where['lineno']}" if where else None
     seconds = float(capture.seconds)
     head = f"No training step for {seconds:.0f} s (timeout {capture.timeout:.0f} s): the main"
     head += " thread"
@@ -36,7 +35,7 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
     evidence: dict[str, Any] = {}
     if call is not None:
         category = "collective"
-        location = _short_site(call.get("site")) or location
+        location = short_site(call.get("site")) or location
         waited = max(0.0, inputs.now - float(call["time"]))
         summary = (
             f"{head} waits in collective {_label(call)}, issued at {location or 'an unknown line'}"
@@ -51,7 +50,7 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
     else:
         summary = (
             f"{head} is stuck {_WHAT[category]} in {blocking['func']}() "
-            f"({_short(blocking['file'])}:{blocking['lineno']})"
+            f"({short_path(blocking['file'])}:{blocking['lineno']})"
         )
         if user and user is not blocking:
             summary += f", called from {location}"
@@ -108,13 +107,6 @@ def _label(call: dict[str, Any]) -> str:
     return text
 
 
-def _short_site(site: str | None) -> str | None:
-    if not site:
-        return None
-    path, sep, line = site.rpartition(":")
-    return f"{_short(path)}:{line}" if sep else site
-
-
 def classify(frames: list[dict[str, Any]]) -> tuple[str, dict[str, Any], dict[str, Any] | None]:
     """(category, the frame it blocks in, the innermost frame of the user's own code)."""
     user = next((f for f in frames if is_user_file(f["file"])), None)
@@ -144,14 +136,6 @@ def classify(frames: list[dict[str, Any]]) -> tuple[str, dict[str, Any], dict[st
 def what(category: str) -> str:
     """Where a thread of this category is stuck, in words ("waiting for a DataLoader batch")."""
     return _WHAT[category]
-
-
-def _short(path: str) -> str:
-    try:
-        rel = os.path.relpath(path)
-    except ValueError:
-        return path
-    return rel if not rel.startswith("..") else path
 
 
 def _trim(threads: list[dict[str, Any]], frames: int = 12) -> list[dict[str, Any]]:

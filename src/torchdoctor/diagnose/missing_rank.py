@@ -11,6 +11,7 @@ from torchdoctor.diagnose import collective_order as co
 from torchdoctor.diagnose.hang import what
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
+from torchdoctor.frames import short_site
 
 JOB = True  # compares ranks: runs on a job's tables
 
@@ -50,11 +51,11 @@ def _diagnosis(job: co.JobInputs, holdup: co.Holdup, culprits: list[int]) -> Dia
             place = where["user"] or where["blocking"]
             entry["line"] = f"{place['file']}:{place['lineno']}"
             entry["code"] = place.get("code")
-            location = location or co.short(entry["line"])
+            location = location or short_site(entry["line"])
             stuck = what(where["category"])
             text = f"rank {rank} is stuck {stuck} in {co.frame_at(where['blocking'])}"
             if where["user"] is not None and where["user"] is not where["blocking"]:
-                text += f", called from {co.short(entry['line'])}"
+                text += f", called from {short_site(entry['line'])}"
         elif view.status == "unreachable":
             text = f"rank {rank} cannot be reached ({view.reason})"
         else:
@@ -67,7 +68,7 @@ def _diagnosis(job: co.JobInputs, holdup: co.Holdup, culprits: list[int]) -> Dia
     summary = (
         f"{co.ranks_text(waiting).capitalize()} {'waits' if len(waiting) == 1 else 'wait'} "
         f"in {holdup.label} "
-        f"(step {call.step}, {co.short(call.site) or 'site unknown'}) for {holdup.waited:.0f} s; "
+        f"(step {call.step}, {short_site(call.site) or 'site unknown'}) for {holdup.waited:.0f} s; "
         f"{co.ranks_text(culprits)} never called it: " + "; ".join(parts) + "."
     )
     return Diagnosis(

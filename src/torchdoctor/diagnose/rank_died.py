@@ -9,6 +9,7 @@ from typing import Any
 from torchdoctor.diagnose import collective_order as co
 from torchdoctor.diagnose.inputs import DEAD, Inputs, JobInputs, RankView
 from torchdoctor.diagnose.record import Diagnosis
+from torchdoctor.frames import short_site
 
 JOB = True  # compares ranks: runs on a job's tables
 
@@ -50,7 +51,7 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
     step = max([first.steps_done, *(c.step for c in calls)])
     summary = f"Rank {first.rank} died first ({how}) at step {step}"
     if where:
-        summary += f", last seen at {co.short(where)}"
+        summary += f", last seen at {short_site(where)}"
     if later and min(later) > 0.05:
         summary += f", {min(later):.1f} s before the next rank stopped"
     if parts:
@@ -61,7 +62,7 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
             kind="rank_died",
             severity="error",
             step=step,
-            location=co.short(where),
+            location=short_site(where),
             summary=summary,
             evidence={
                 "rank": first.rank,
@@ -130,7 +131,7 @@ def _doing(job: JobInputs, view: RankView, groups: dict[str, dict[int, co.Call]]
     if pending:
         call = min(pending, key=lambda c: c.time)
         out["collective"] = call.describe() | {"group": call.group, "seq": call.seq}
-        at = f" at {co.short(call.site)}" if call.site else ""
+        at = f" at {short_site(call.site)}" if call.site else ""
         name = "" if call.group == "default" else f" of group {call.group}"
         out["text"] = f"was waiting in {call.op} #{call.seq}{name}{at}{state}"
         return out

@@ -7,6 +7,7 @@ from __future__ import annotations
 from torchdoctor.diagnose import collective_order as co
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
+from torchdoctor.frames import short_site
 
 JOB = True  # compares ranks: runs on a job's tables
 
@@ -51,14 +52,14 @@ def _diagnosis(job: co.JobInputs, holdup: co.Holdup, left: list[int]) -> Diagnos
     summary = (
         text[:1].upper() + text[1:] + f", while {co.ranks_text(waiting)} (at {others} steps) "
         f"{'waits' if len(waiting) == 1 else 'wait'} in {holdup.label} of "
-        f"step {call.step} ({co.short(call.site) or 'site unknown'}) for {holdup.waited:.0f} s: "
+        f"step {call.step} ({short_site(call.site) or 'site unknown'}) for {holdup.waited:.0f} s: "
         "the ranks do not have the same number of batches."
     )
     return Diagnosis(
         kind="uneven_batches",
         severity="error",
         step=call.step,
-        location=co.short(call.site),
+        location=short_site(call.site),
         summary=summary,
         evidence={
             "group": holdup.group,

@@ -10,10 +10,10 @@ Pure: plain data in, a new Explanation out.
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import Any
 
 from torchdoctor.errors.api import Explanation
+from torchdoctor.frames import short_path
 
 # The layer kinds whose constructor we can write back with a corrected number.
 _BUILDERS = ("Linear", "Conv1d", "Conv2d", "Conv3d")
@@ -37,7 +37,7 @@ def locate_explanation(explanation: Explanation, place: dict[str, Any]) -> Expla
     e.fields["module_type"] = kind
     definition = place.get("definition") or {}
     if definition.get("file"):
-        e.fields["defined_at"] = f"{_short(definition['file'])}:{definition['line']}"
+        e.fields["defined_at"] = f"{short_path(definition['file'])}:{definition['line']}"
     built = _rebuilt(e, place)
     where = f"{module} ({kind}"
     where += f", defined at {e.fields['defined_at']})" if "defined_at" in e.fields else ")"
@@ -118,7 +118,7 @@ def _was(place: dict[str, Any]) -> list[str]:
     definition = place.get("definition") or {}
     if not definition.get("code"):
         return []
-    return [f"# {_short(definition['file'])}:{definition['line']} now: {definition['code']}"]
+    return [f"# {short_path(definition['file'])}:{definition['line']} now: {definition['code']}"]
 
 
 def _last_dim(place: dict[str, Any]) -> int | None:
@@ -127,11 +127,3 @@ def _last_dim(place: dict[str, Any]) -> int | None:
         if shape:
             return int(shape[-1])
     return None
-
-
-def _short(path: str) -> str:
-    try:
-        rel = os.path.relpath(path)
-    except ValueError:
-        return path
-    return rel if not rel.startswith("..") else path

@@ -8,6 +8,8 @@ import os
 import random
 import types
 
+from torchdoctor.frames import short_path
+
 _OWN = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the torchdoctor package
 _SKIP = [os.path.abspath(random.__file__)]
 # torchdoctor's wrappers around the script's own calls (telemetry/torch_hooks.py, the overfit
@@ -34,15 +36,7 @@ def user_site(frame: types.FrameType | None, depth: int = 40) -> str | None:
             if frame.f_code.co_name not in PASS_THROUGH:
                 return ""
         elif not path.startswith("<") and not any(path.startswith(p) for p in _SKIP):
-            return f"{_short(path)}:{frame.f_lineno}"
+            return f"{short_path(path)}:{frame.f_lineno}"
         frame = frame.f_back
         depth -= 1
     return None
-
-
-def _short(path: str) -> str:
-    try:
-        rel = os.path.relpath(path)
-    except ValueError:
-        return path
-    return path if rel.startswith("..") else rel
