@@ -45,11 +45,18 @@ def parse() -> argparse.Namespace:
     return p.parse_args()
 
 
+def say(line: str) -> None:
+    # One write per line: the ranks share one stdout, and under PYTHONUNBUFFERED print()
+    # writes the text and its newline separately, so two ranks' lines could interleave.
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
 def train(rank: int, args: argparse.Namespace) -> None:
     if args.handler:
 
         def on_term(signum: int, frame: object) -> None:
-            print(f"rank {rank} caught {signal.Signals(signum).name}", flush=True)
+            say(f"rank {rank} caught {signal.Signals(signum).name}")
             sys.exit(3)
 
         signal.signal(signal.SIGTERM, on_term)
@@ -77,7 +84,7 @@ def train(rank: int, args: argparse.Namespace) -> None:
         step += 1
         if args.until_stop and step >= args.steps:
             time.sleep(0.05)
-    print(f"rank {rank} done after {step} steps", flush=True)
+    say(f"rank {rank} done after {step} steps")
 
 
 def spawned(rank: int, args: argparse.Namespace) -> None:
