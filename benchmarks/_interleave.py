@@ -3,6 +3,7 @@ machine noise hits every configuration alike. Ratios of medians are what we repo
 
 from __future__ import annotations
 
+import random
 import statistics
 import time
 from collections.abc import Callable
@@ -50,6 +51,18 @@ def interleave(
                 ratios[name] = per_round
             out[name] = out[base_name] * statistics.median(per_round)
     return out
+
+
+def median_interval(
+    values: list[float], level: float = 0.95, draws: int = 2000
+) -> tuple[float, float]:
+    """Bootstrap interval of the median of `values` (per-round ratios): how far the reported
+    median may be from the machine's true one, given the rounds' spread."""
+    rng = random.Random(0)
+    n = len(values)
+    medians = sorted(statistics.median(rng.choices(values, k=n)) for _ in range(draws))
+    cut = int(draws * (1 - level) / 2)
+    return medians[cut], medians[draws - 1 - cut]
 
 
 class _Plain:

@@ -3,7 +3,8 @@
 Each rank runs the full probe; blocks of steps alternate between the c10d kernels registered
 (every all-reduce recorded and written through to the run directory) and dropped, in the same
 order on both ranks. Reported: rank 0's median step time untraced and the median of the
-per-round ratios traced/untraced (with their quartiles: the machine's noise). Budget
+per-round ratios traced/untraced (with their quartiles: the machine's noise, and a bootstrap
+95% interval of that median: how far the machine's noise may have moved it). Budget
 (docs/benchmarks.md): <= 1.01. Then, as a figure that noise barely moves, the cost per call on
 a 1-rank group (best of 5), and what it comes to for the job's calls per step.
 
@@ -27,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from _interleave import interleave
+from _interleave import interleave, median_interval
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
@@ -77,7 +78,8 @@ def rank_main(rank: int, args: argparse.Namespace, port: int, out: str) -> None:
     calls = len(probe.tables["collectives"])
     if rank == 0:
         q1, _, q3 = statistics.quantiles(ratios["traced"], n=4)
-        Path(out).write_text(f"{t['untraced']} {t['traced']} {calls} {q1} {q3}\n")
+        lo, hi = median_interval(ratios["traced"])
+        Path(out).write_text(f"{t['untraced']} {t['traced']} {calls} {q1} {q3} {lo} {hi}\n")
     dist.destroy_process_group()
     probe.stop()
 
@@ -115,8 +117,9 @@ def per_call(_rank: int, port: int, out: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    # many short rounds: the median of their ratios settles where a few long ones do not
-    parser.add_argument("--blocks", type=int, default=80)
+    # many short rounds: the median of their ratios settles where a few long ones do not;
+    # on a noisy 2-core machine 200 rounds put it within about +-0.7%
+    parser.add_argument("--blocks", type=int, default=200)
     parser.add_argument("--steps", type=int, default=10, help="steps per block")
     parser.add_argument("--width", type=int, default=768)
     parser.add_argument("--batch", type=int, default=64)
@@ -125,13 +128,14 @@ def main() -> None:
     os.environ.setdefault("TORCHDOCTOR_SOCKET_DIR", tempfile.mkdtemp(prefix="td-"))
     with socket_port() as port, tempfile.NamedTemporaryFile() as out:
         mp.spawn(rank_main, args=(args, port, out.name), nprocs=2, join=True)
-        untraced, traced, calls, q1, q3 = Path(out.name).read_text().split()
+        untraced, traced, calls, q1, q3, lo, hi = Path(out.name).read_text().split()
     base, ratio = float(untraced), float(traced) / float(untraced)
     steps = args.blocks * args.steps + 20  # the traced blocks and the warm-up
     print(f"torch {torch.__version__}, gloo, 2 ranks, {args.blocks} blocks x {args.steps} steps")
     print(f"untraced step (rank 0, median): {base * 1e3:.2f} ms")
     print(f"collective tracing, traced/untraced (paired): {ratio:.4f}   budget <= 1.01")
     print(f"  per-round ratios, quartiles: {float(q1):.3f} .. {float(q3):.3f} (the noise)")
+    print(f"  95% interval of the median ratio (bootstrap): {float(lo):.4f} .. {float(hi):.4f}")
     print(f"collectives recorded on rank 0: {calls} ({int(calls) / steps:.1f} per step)")
     with socket_port() as port, tempfile.NamedTemporaryFile() as out:
         mp.spawn(per_call, args=(port, out.name), nprocs=1, join=True)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,6 +24,13 @@ from typing import Any
 
 import pytest
 from helpers import Run, clean_env
+
+# A test run started in the background of a shell without job control (`make test &` in a
+# script, some CI runners) inherits SIGINT ignored, and so would every training script it
+# starts: the tests of Ctrl-C would see scripts that cannot be interrupted. A handled signal
+# is reset to its default across exec, so handling it here gives the children the default.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 DURATIONS = Path(__file__).with_name("durations.json")
 # seconds assumed for a test missing from durations.json

@@ -181,6 +181,15 @@ def script(name: str) -> str:
     return str(SCRIPTS / name)
 
 
+def site_of(name: str, code: str) -> str:
+    """'path:line' of the first line of test script `name` that reads `code` (stripped): tests
+    name lines by their text, so editing the script does not shift them."""
+    path = script(name)
+    with open(path) as f:
+        line = next(i for i, text in enumerate(f, 1) if text.strip() == code)
+    return f"{path}:{line}"
+
+
 def series_inputs(loss: Any, grad_norm: Any = None, lr: Any = None, steps: Any = None) -> Any:
     """A diagnosis module's Inputs over a python.steps table holding these series (None, NaN
     or a missing series: NULL), for unit tests of the thresholds in milliseconds."""

@@ -15,15 +15,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import cli, script, wait_for
+from helpers import cli, script, site_of, wait_for
 from launchers import Job, torchrun_argv
 
 from torchdoctor.store import rundir
 
 pytestmark = pytest.mark.slow
 
-BACKWARD = script("dist_job.py") + ":65"  # loss.backward(): DDP's Reducer all-reduces
-OWN = script("dist_job.py") + ":76"  # the script's dist.all_reduce(report)
+BACKWARD = site_of("dist_job.py", "loss.backward()")  # DDP's Reducer all-reduces here
+OWN = site_of("dist_job.py", "dist.all_reduce(report)")  # the script's own
 SQL = "SELECT rank, step, seq, op, shapes, dtype, bytes, state, site FROM python.collectives"
 
 

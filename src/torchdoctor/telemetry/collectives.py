@@ -12,10 +12,10 @@ compiled region's tracing never reaches it.
 What a call records, before it is passed on: the row, written through to the run directory
 (store/journal.py) so that a rank the backend aborts (gloo and NCCL end it with SIGABRT) has the
 fatal call on disk. When it ends: when its work is seen completed, without a duration (the
-moment it completed is not seen): polled at the rank's next call, at the step's end, and
-whenever the rank tells its state to the job (another thread), so that a rank stopped between
-two calls (a read that never returns) does not keep its last, long completed call pending;
-synchronous calls end when they return.
+moment it completed is not seen): polled at the step's end and whenever the rank tells its
+state to the job (another thread), so that a rank stopped between two calls (a read that never
+returns) does not keep its last, long completed call pending; synchronous calls end when they
+return.
 
 `seq` counts the calls of each process group in issue order, from the group's own counter at
 the first call seen (so a probe started late still lines up with the other ranks); sends and
@@ -80,6 +80,10 @@ OPS: dict[str, OpSpec] = {
 }
 
 ISSUED, COMPLETED, FAILED = "issued", "completed", "failed"
+# Works are polled at the step's end and when the rank tells the job its state, not at every
+# call (DDP issues its calls mid-backward, where each microsecond shows); a call polls only
+# once this many works wait.
+POLL_AT = 64
 
 
 @dataclasses.dataclass
@@ -126,8 +130,8 @@ class Collectives:
         """Record the call (on disk before it goes on): its id and start. Every c10d call
         pays for this, hence the caches and the journal line written by hand."""
         process_group.poll()  # the rank and job directory first: this may be the first call
-        if self.waiting:
-            self.poll()  # the calls seen completed since: their ends go out with this row
+        if len(self.waiting) >= POLL_AT:
+            self.poll()  # a script without steps: the works held stay few
         info = self._group(args[spec.group])
         facts = _facts(args[spec.inputs]) if spec.inputs is not None else _NO_TENSORS
         peer = None
@@ -153,8 +157,8 @@ class Collectives:
         return self.table.issue(row, encoded), _now()
 
     def returned(self, rid: int, t0: float, out: Any) -> None:
-        """The backend took the call: end it when its work is seen completed (at the next
-        call or the step's end; a Python callback on the backend's thread would cost a GIL
+        """The backend took the call: end it when its work is seen completed (at the step's
+        end or the job's next look; a Python callback on the backend's thread would cost a GIL
         hand-over per call)."""
         work = out[1] if isinstance(out, tuple) else out
         if work is None:  # synchronous (monitored_barrier): over already

@@ -645,7 +645,7 @@ class Recorder:
             process_group.poll()
         calls = self.collective_calls
         if calls is not None and calls.waiting:
-            calls.poll()  # works seen completed since the last call (CUDA)
+            calls.poll()  # the step's works, ended when seen completed
         if self.tracing:
             self.tracer.end(self.clock.mark())
         if self.shaping:
