@@ -261,8 +261,11 @@ class Session:
         def hook(kind: Any, value: BaseException, tb: Any) -> None:
             if isinstance(value, KeyboardInterrupt):
                 self.note_signal(signal.SIGINT)
-            elif not self._stopped:
-                self.report_crash(value)
+            else:
+                if self.exit_code is None:
+                    self.exit_code = 1  # what Python exits with after an uncaught exception
+                if not self._stopped:
+                    self.report_crash(value)
             previous(kind, value, tb)
 
         sys.excepthook = hook
@@ -314,6 +317,9 @@ class Session:
             self._stopped = True
         if exit_code is not None:
             self.exit_code = exit_code
+        # The ending first: from here on a SIGTERM (torchrun stopping the other ranks after one
+        # failed) finds the default disposition, and the teardown below may take a while.
+        self._write_meta(self._ending())
         self.endings.remove()
         self._cancel_torch_wait()
         if self.telemetry is not None:
@@ -333,7 +339,7 @@ class Session:
             self.spiller.stop()
         except Exception as exc:
             warn_once("spill", f"could not save the last rows: {exc}")
-        self._write_meta(self._ending())
+        self._write_meta(self._ending())  # again: the steps counted up to the end
         global _current
         if _current is self:
             _current = None

@@ -1,6 +1,7 @@
 """A run that a signal ends says so in meta.json (terminated / interrupted / crashed, and the
 signal), its tables are saved first, and the process ends as it would without torchdoctor:
-the same exit status, the script's own handler called with its own exit code."""
+the same exit status, the script's own handler called with its own exit code. (An uncaught
+exception, for comparison: `failed`, under TORCHDOCTOR=1 too.)"""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ CASES = {
     "int": (-signal.SIGINT, "interrupted", "SIGINT"),  # KeyboardInterrupt, then SIGINT again
     "handler": (7, "terminated", "SIGTERM"),
     "abrt": (-signal.SIGABRT, "crashed", "SIGABRT"),  # the reader's verdict, from fatal.log
+    "raise": (1, "failed", None),  # no signal: an uncaught exception, for comparison
 }
 
 

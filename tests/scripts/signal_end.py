@@ -3,6 +3,7 @@
 python signal_end.py term|hup|int|abrt      the signal, its disposition left as it is
 python signal_end.py handler                SIGTERM to a handler of the script's own,
                                              which checks getsignal and exits 7
+python signal_end.py raise                  no signal: an uncaught exception (exit status 1)
 """
 
 import os
@@ -28,6 +29,8 @@ for _ in range(3):
     optimizer.zero_grad()
     loss.backward()
     optimizer.step()
+if how == "raise":
+    raise RuntimeError("planted failure after 3 steps")
 signum = {"handler": signal.SIGTERM, "term": signal.SIGTERM, "hup": signal.SIGHUP}.get(how)
 signum = signum or {"int": signal.SIGINT, "abrt": signal.SIGABRT}[how]
 os.kill(os.getpid(), signum)
