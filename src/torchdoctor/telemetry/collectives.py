@@ -164,9 +164,8 @@ class Collectives:
         if work is None:  # synchronous (monitored_barrier): over already
             self.table.end(rid, _now() - t0, COMPLETED)
             return
-        work = self._unbox_work(work)
         with self._polling:
-            self.waiting.append((rid, t0, work))
+            self.waiting.append((rid, t0, work))  # unboxed when polled, off the call's path
 
     def failed(self, rid: int, t0: float) -> None:
         self.table.end(rid, _now() - t0, FAILED)
@@ -177,15 +176,17 @@ class Collectives:
         Any thread: is_completed() does not block."""
         with self._polling:
             pending = []
-            for item in self.waiting:
+            for rid, t0, work in self.waiting:
                 try:
-                    done = item[2].is_completed()
+                    if type(work) is torch.ScriptObject:  # as the kernel got it
+                        work = self._unbox_work(work)
+                    done = work.is_completed()
                 except Exception:
                     done = True
                 if done:
-                    self.table.end(item[0], None, FAILED if _raised(item[2]) else COMPLETED)
+                    self.table.end(rid, None, FAILED if _raised(work) else COMPLETED)
                 else:
-                    pending.append(item)
+                    pending.append((rid, t0, work))
             self.waiting = pending
 
     # -- helpers ---------------------------------------------------------------------------------
@@ -363,7 +364,10 @@ def _kernel(redispatch: Any, spec: OpSpec, after: Any, keyset: Any, *args: Any) 
     except BaseException:
         _guarded(collectives, collectives.failed, rid, t0)
         raise
-    _guarded(collectives, collectives.returned, rid, t0, out)
+    try:
+        collectives.returned(rid, t0, out)
+    except Exception as exc:
+        collectives.switch.fail(exc)
     return out
 
 
