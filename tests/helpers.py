@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -62,7 +63,11 @@ class Run:
         self.stderr_path = cwd / "stderr.txt"
         self._out = open(self.stdout_path, "w")  # noqa: SIM115
         self._err = open(self.stderr_path, "w")  # noqa: SIM115
-        self.proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=self._out, stderr=self._err)
+        # Its own process group, so that kill() ends what it started too: a DataLoader worker
+        # stuck in __getitem__ outlives a parent killed alone.
+        self.proc = subprocess.Popen(
+            argv, env=env, cwd=cwd, stdout=self._out, stderr=self._err, start_new_session=True
+        )
         self.pid = self.proc.pid
 
     # -- the CLI -------------------------------------------------------------------------------
@@ -149,8 +154,12 @@ class Run:
         return sorted((self.cwd / "torchdoctor-runs").glob("*"))
 
     def kill(self) -> None:
+        """The script and every process of its group (workers, ranks), even once it exited."""
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass  # nothing of the group is left
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(10)
 
 
