@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # Integration tests run real training subprocesses; two workers suit a 2-core machine.
 PYTEST_ARGS ?= -n 2 --durations=30
 
-.PHONY: install demo test lint typecheck unit integration bench clean chromium
+.PHONY: install demo test lint typecheck bytecode unit integration bench clean chromium
 
 install: $(STAMP)
 
@@ -25,17 +25,18 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
-# Bytecode first: with PYTHONDONTWRITEBYTECODE set (CI sets it) every training subprocess of
-# the suite would compile torchdoctor's sources again (~0.3 s of CPU each, hundreds of them).
-test: lint typecheck
-	$(BIN)/python -m compileall -q src tests
+test: lint typecheck bytecode
 	$(BIN)/python -m pytest $(PYTEST_ARGS) tests
+
+# With PYTHONDONTWRITEBYTECODE set (CI sets it) every training subprocess of the suite would
+# compile torchdoctor's sources again (~0.3 s of CPU each, hundreds of them): compiled once here.
+bytecode: install
+	$(BIN)/python -m compileall -q src tests
 
 unit: install
 	$(BIN)/python -m pytest tests/unit
 
-integration: install
-	$(BIN)/python -m compileall -q src tests
+integration: bytecode
 	$(BIN)/python -m pytest $(PYTEST_ARGS) tests/integration
 
 bench: install

@@ -190,13 +190,21 @@ def script(name: str) -> str:
     return str(SCRIPTS / name)
 
 
-def site_of(name: str, code: str) -> str:
-    """'path:line' of the first line of test script `name` that reads `code` (stripped): tests
-    name lines by their text, so editing the script does not shift them."""
-    path = script(name)
-    with open(path) as f:
-        line = next(i for i, text in enumerate(f, 1) if text.strip() == code)
-    return f"{path}:{line}"
+def line_of(name: str, text: str, after: str = "") -> int:
+    """Number of the first line of test script `name` that contains `text` (at or after the
+    first line containing `after`): tests name lines by their text, so editing a script does
+    not shift them."""
+    lines = Path(script(name)).read_text().splitlines()
+    start = next((i for i, line in enumerate(lines) if after in line), len(lines))
+    for number, line in enumerate(lines[start:], start + 1):
+        if text in line:
+            return number
+    raise AssertionError(f"no line of {name} holds {text!r} (after {after!r})")
+
+
+def site_of(name: str, text: str) -> str:
+    """'path:line' of that line, as the tables write a call site."""
+    return f"{script(name)}:{line_of(name, text)}"
 
 
 def series_inputs(loss: Any, grad_norm: Any = None, lr: Any = None, steps: Any = None) -> Any:

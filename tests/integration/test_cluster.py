@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import helpers
 import pytest
 from helpers import script, wait_for
 from jobs import Job
@@ -30,10 +31,7 @@ SCRIPT = script("dist_cluster.py")
 
 def line_of(text: str, after: str = "") -> str:
     """`dist_cluster.py:N` of the first line that contains `text` (after the line with `after`)."""
-    lines = Path(SCRIPT).read_text().splitlines()
-    start = next(i for i, line in enumerate(lines) if after in line)
-    n = next(i for i, line in enumerate(lines[start:], start + 1) if text in line)
-    return f"dist_cluster.py:{n}"
+    return f"dist_cluster.py:{helpers.line_of('dist_cluster.py', text, after)}"
 
 
 READ = line_of("time.sleep(0.05)", after="def load_batch")

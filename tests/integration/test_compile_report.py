@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import helpers
 import pytest
 from helpers import cli, script
 
@@ -19,10 +20,7 @@ SCRIPT = Path(script("compile_step.py"))
 
 
 def line_of(marker: str) -> int:
-    for number, text in enumerate(SCRIPT.read_text().splitlines(), 1):
-        if marker in text:
-            return number
-    raise AssertionError(marker)
+    return helpers.line_of("compile_step.py", marker)
 
 
 def run(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:

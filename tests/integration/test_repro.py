@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import cli, script
+from helpers import cli, line_of, script
 
 TRAIN = script("repro_train.py")
 
@@ -23,8 +23,7 @@ def _repro(env: dict[str, str], cwd: Path, *target: str) -> tuple[int, Any, str]
 
 def _line(text: str) -> int:
     """The line of repro_train.py that holds `text`."""
-    lines = Path(TRAIN).read_text().splitlines()
-    return next(i for i, x in enumerate(lines, 1) if text in x)
+    return line_of("repro_train.py", text)
 
 
 def test_unseeded_script_names_every_source_with_its_call_site(env, tmp_path) -> None:

@@ -113,8 +113,8 @@ class Collectives:
         self.table = rec.tables["collectives"]
         self.switch = Switch("torchdoctor collective tracing")
         self._groups: weakref.WeakKeyDictionary[Any, GroupInfo] = weakref.WeakKeyDictionary()
-        # (id, t0, work) of calls ended when seen done; the step's end polls them when any
-        self.waiting: list[tuple[int, float, Any]] = []
+        # (id, work) of calls ended when seen done; the step's end polls them when any
+        self.waiting: list[tuple[int, Any]] = []
         self._polling = threading.Lock()  # waiting: the training thread and the job's state
         self._lock = threading.Lock()  # group creation only
         from torch._C._distributed_c10d import ProcessGroup, Work
@@ -165,7 +165,7 @@ class Collectives:
             self.table.end(rid, _now() - t0, COMPLETED)
             return
         with self._polling:
-            self.waiting.append((rid, t0, work))  # unboxed when polled, off the call's path
+            self.waiting.append((rid, work))  # unboxed when polled, off the call's path
 
     def failed(self, rid: int, t0: float) -> None:
         self.table.end(rid, _now() - t0, FAILED)
@@ -176,7 +176,7 @@ class Collectives:
         Any thread: is_completed() does not block."""
         with self._polling:
             pending = []
-            for rid, t0, work in self.waiting:
+            for rid, work in self.waiting:
                 try:
                     if type(work) is torch.ScriptObject:  # as the kernel got it
                         work = self._unbox_work(work)
@@ -186,7 +186,7 @@ class Collectives:
                 if done:
                     self.table.end(rid, None, FAILED if _raised(work) else COMPLETED)
                 else:
-                    pending.append((rid, t0, work))
+                    pending.append((rid, work))
             self.waiting = pending
 
     # -- helpers ---------------------------------------------------------------------------------
@@ -364,7 +364,7 @@ def _kernel(redispatch: Any, spec: OpSpec, after: Any, keyset: Any, *args: Any) 
     except BaseException:
         _guarded(collectives, collectives.failed, rid, t0)
         raise
-    try:
+    try:  # _guarded's work, inline: this path runs on every call
         collectives.returned(rid, t0, out)
     except Exception as exc:
         collectives.switch.fail(exc)
