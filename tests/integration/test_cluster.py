@@ -210,7 +210,9 @@ def test_only_rank_0_calls_all_reduce(jobs: Callable[..., Job]) -> None:
 def test_the_job_with_every_fix_has_no_finding(jobs: Callable[..., Job]) -> None:
     # Every fix at once (a read that returns, DistributedSampler, the logged all_reduce on
     # every rank, no slow rank); ranks 1.. exit while rank 0 still writes its checkpoint.
-    job = jobs("all", "--fixed", "--linger0")
+    # The hang timeout long enough that ranks meeting late at start-up on a loaded machine
+    # (DDP's first all_gather waits for a rank still importing torch) are no finding.
+    job = jobs("all", "--fixed", "--linger0", env={"TORCHDOCTOR_HANG_TIMEOUT": "30"})
     listed = job.wait_ranks(2)
     pid = int(pid_of(listed, 1))
 
@@ -225,7 +227,8 @@ def test_the_job_with_every_fix_has_no_finding(jobs: Callable[..., Job]) -> None
     (job.root / "stop").touch()
     assert job.wait() == [0], job.log()
     records = saved(job)
-    # Rank 0's own hang in its planted slow checkpoint is the only one: nothing across ranks.
+    # Rank 0's own hang in its planted slow checkpoint (if it lasted the timeout) is the only
+    # one; a rank late on a loaded machine, with no phase of its own longer, is information.
     planted = [r for r in records if r["kind"] == "hang" and "save_checkpoint()" in r["summary"]]
     assert {r["rank"] for r in planted} <= {0}
     assert above_info([r for r in records if r not in planted]) == []

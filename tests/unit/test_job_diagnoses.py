@@ -204,7 +204,9 @@ def test_collective_mismatch_at_the_first_sequence_number_that_differs() -> None
     assert collective_mismatch.diagnose(inputs(same)) == []
 
 
-def _straggler_job(slow: int | None, world: int = 4, steps: int = 40) -> dict[int, RankView]:
+def _straggler_job(
+    slow: int | None, world: int = 4, steps: int = 40, explained: bool = True
+) -> dict[int, RankView]:
     rng = np.random.default_rng(0)
     ranks = {}
     for r in range(world):
@@ -213,8 +215,10 @@ def _straggler_job(slow: int | None, world: int = 4, steps: int = 40) -> dict[in
             start = NOW - 100 + s * 0.05
             late = 0.03 if r == slow else float(rng.uniform(0, 0.003))
             calls.append(call(r, s, s, start + 0.01 + late))
-            data = 0.035 if r == slow else 0.005
+            data = 0.035 if r == slow and explained else 0.005
             backward = 0.02 - (late if r == slow else 0.0) + (0.03 if slow is not None else 0.0)
+            if not explained:  # the same work everywhere, one rank's clock 30 ms ahead
+                backward = 0.02
             rows.append(step_row(r, s, start + 0.05, 0.05, data_wait=data, backward=backward))
         ranks[r] = RankView(
             rank=r,
@@ -234,6 +238,15 @@ def test_straggler_names_the_rank_its_phase_and_the_time_to_gain() -> None:
     assert 0.45 < d.evidence["faster"] < 0.65
     assert "Rank 2 is a straggler" in d.summary and "waiting for data" in d.summary
     assert straggler.diagnose(inputs(_straggler_job(slow=None))) == []
+
+
+def test_a_rank_late_with_no_longer_phase_is_information_only() -> None:
+    """Last every step, yet none of its phases longer (here: one node's clock ahead; a node
+    starved of CPU looks alike), so the finding names it without claiming a cause."""
+    [d] = straggler.diagnose(inputs(_straggler_job(slow=2, explained=False)))
+    assert d.rank == 2 and d.severity == "info" and d.evidence["phase"] is None
+    assert "Rank 2 arrives last" in d.summary and "none of its phases" in d.summary
+    assert "straggler:" not in d.summary and "goes to" not in d.summary
 
 
 def test_rank_died_names_the_first_to_die_and_what_the_others_were_doing() -> None:

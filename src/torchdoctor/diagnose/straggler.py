@@ -1,6 +1,8 @@
 """`straggler`: a rank that arrives last at the collectives of step after step, so that every
 other rank waits for it; the phase its extra time goes to (data, forward, backward, optimizer,
-other) and how much faster the job would run without the wait.
+other) and how much faster the job would run without the wait. When no phase of its own is
+longer (the wait lies outside its work: a busy node, or the clocks of two nodes apart) the
+finding is only information: it names the rank and says so.
 
 In a synchronised job every rank's step takes as long as the slowest one's, so step times do
 not show the straggler: the issue times of the same collective on each rank do. Per step,
@@ -26,6 +28,10 @@ MIN_STEPS = 10
 MIN_SHARE = 0.7  # last in this share of the steps
 MIN_LEAD = 0.005  # seconds per step ahead of the second last, at least ...
 MIN_LEAD_SHARE = 0.1  # ... and this share of the step time
+# A phase of the rank's own step explains the wait when it is longer than on the others by at
+# least this share of the wait; when none does, the time went outside its work (a starved or
+# throttled node, or the clocks of two nodes apart) and the finding is only information.
+MIN_EXPLAINED = 0.25
 PHASES = ("data_wait", "forward", "backward", "optimizer", "other")
 _PHASE_WORDS = {
     "data_wait": "waiting for data",
@@ -91,22 +97,31 @@ def find(job: JobInputs) -> Diagnosis | None:
         return None
     phases = _phase_excess(job, rank, steps)
     phase = max(phases, key=lambda p: phases[p]["excess"]) if phases else None
+    if phase is not None and phases[phase]["excess"] < MIN_EXPLAINED * per_step:
+        phase = None
     faster = saved / total
-    summary = (
-        f"Rank {rank} is a straggler: the other ranks wait for it at the collectives of "
-        f"{count} of the last {len(steps)} steps, {per_step * 1e3:.0f} ms per step "
-        f"(step time {float(np.median(duration)) * 1e3:.0f} ms)"
+    waits = (
+        f"the other ranks wait for it at the collectives of {count} of the last {len(steps)} "
+        f"steps, {per_step * 1e3:.0f} ms per step (step time "
+        f"{float(np.median(duration)) * 1e3:.0f} ms)"
     )
-    if phase is not None and phases[phase]["excess"] > 0:
+    if phase is not None:
         p = phases[phase]
-        summary += (
-            f"; its extra time goes to {_PHASE_WORDS[phase]} ({phase} {p['rank'] * 1e3:.0f} ms "
-            f"per step against {p['others'] * 1e3:.0f} ms on the others)"
+        summary = (
+            f"Rank {rank} is a straggler: {waits}; its extra time goes to "
+            f"{_PHASE_WORDS[phase]} ({phase} {p['rank'] * 1e3:.0f} ms per step against "
+            f"{p['others'] * 1e3:.0f} ms on the others). Without the wait the job would run "
+            f"about {faster:.0%} faster."
         )
-    summary += f". Without the wait the job would run about {faster:.0%} faster."
+    else:
+        summary = (
+            f"Rank {rank} arrives last: {waits}, but none of its phases takes longer than on "
+            "the others, so its own work is not the cause: its node was busy or throttled "
+            "(other processes, CPU frequency), or the clocks of the nodes differ."
+        )
     return Diagnosis(
         kind="straggler",
-        severity="warning",
+        severity="warning" if phase is not None else "info",
         step=steps[-1],
         location=None,
         summary=summary,
