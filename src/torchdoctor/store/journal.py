@@ -1,9 +1,11 @@
-"""Write-through tables: each record reaches the run directory as it happens, with one os.write.
+"""Write-through tables: each record reaches the run directory as it happens (store/appender.py:
+a store into the file's shared map, or one os.write where there is none).
 
 python.collectives is one. The record of a collective must be on disk before the call that may
 end the process: gloo and NCCL abort a rank with SIGABRT, after which no Python code runs, so
 the spill thread's next second never comes. The table file is `tables/<name>.log`, one line per
-event, appended (O_APPEND) in a single write, so it survives any end of the process:
+event, each appended whole before the call that made it goes on, so it survives any end of the
+process:
 
     I [id, value, value, ...]     issued: the row's values in column order
     E [id, duration, state]       ended: completed or failed, with its duration
@@ -11,7 +13,8 @@ event, appended (O_APPEND) in a single write, so it survives any end of the proc
 An issued row is written at once; ends wait for the next issued row (one write per call) or
 the spill thread's next second, whichever comes first.
 
-A line cut short by a kill is skipped by the reader; an `I` without its `E` is a call still in
+A line cut short by a kill is skipped by the reader, and so is the NUL padding of a mapped file
+that was not closed; an `I` without its `E` is a call still in
 flight when the process ended (state `issued`): for a rank that died in a collective, the last
 one. JSON keeps it readable by anything, and nothing in it is ever evaluated.
 """
@@ -20,13 +23,13 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from torchdoctor.store import rundir
+from torchdoctor.store.appender import MappedAppender, PlainAppender, open_appender, records
 from torchdoctor.store.columns import Block
 from torchdoctor.store.schema import TableSpec
 from torchdoctor.store.table import RingTable
@@ -50,8 +53,8 @@ class JournalTable(RingTable):
         self._state = spec.index("state")
         self._duration = spec.index("duration")
         self._directory: Callable[[], Path] | None = None
-        self._fd: int | None = None
-        self._fd_lock = threading.Lock()  # only the first open takes it
+        self._file: MappedAppender | PlainAppender | None = None
+        self._file_lock = threading.Lock()  # only the first open takes it
         self._ends: list[bytes] = []  # E lines not yet written
         self.write_errors = 0
 
@@ -84,34 +87,36 @@ class JournalTable(RingTable):
         return list(self._open.values())
 
     def _write(self, data: bytes) -> None:
-        fd = self._fd if self._fd is not None else self._open_fd()
-        if fd is None:
+        file = self._file if self._file is not None else self._open_file()
+        if file is None:
             return
         try:
-            os.write(fd, data)
+            file.write(data)
         except OSError:
             self.write_errors += 1
 
-    def _open_fd(self) -> int | None:
-        with self._fd_lock:
-            if self._fd is None and self._directory is not None:
+    def _open_file(self) -> MappedAppender | PlainAppender | None:
+        with self._file_lock:
+            if self._file is None and self._directory is not None:
                 path = path_of(self._directory(), self.spec)
                 try:
                     path.parent.mkdir(parents=True, exist_ok=True)
-                    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
-                    self._fd = os.open(path, flags, 0o644)
+                    self._file = open_appender(path)
                 except OSError:
                     self.write_errors += 1
                     self._directory = None  # do not try again on every record
-            return self._fd
+            return self._file
 
     def close(self) -> None:
         """The run is over: later records (a completion arriving late) are not written."""
         self.write_ends()
-        with self._fd_lock:
-            fd, self._fd, self._directory = self._fd, None, None
-        if fd is not None:
-            os.close(fd)
+        with self._file_lock:
+            file, self._file, self._directory = self._file, None, None
+        if file is not None:
+            try:
+                file.close()
+            except OSError:
+                self.write_errors += 1
 
     # -- readers -----------------------------------------------------------------------------
     def snapshot(self) -> Block:
@@ -159,17 +164,16 @@ def read(path: Path, spec: TableSpec) -> tuple[Block, bool]:
     truncated = False
     width = len(spec.columns)
     state, duration = spec.index("state"), spec.index("duration")
-    with open(path, "rb") as f:
-        for raw in f:
-            try:
-                values = json.loads(raw[2:])
-                if raw.startswith(ISSUED) and len(values) == width + 1:
-                    rows[int(values[0])] = list(values[1:])
-                elif raw.startswith(ENDED) and int(values[0]) in rows:
-                    row = rows[int(values[0])]
-                    row[duration], row[state] = values[1], values[2]
-                else:
-                    truncated = True
-            except (ValueError, TypeError, IndexError):
+    for raw in records(path.read_bytes()).splitlines():
+        try:
+            values = json.loads(raw[2:])
+            if raw.startswith(ISSUED) and len(values) == width + 1:
+                rows[int(values[0])] = list(values[1:])
+            elif raw.startswith(ENDED) and int(values[0]) in rows:
+                row = rows[int(values[0])]
+                row[duration], row[state] = values[1], values[2]
+            else:
                 truncated = True
+        except (ValueError, TypeError, IndexError):
+            truncated = True
     return Block.from_rows(spec, [tuple(r) for r in rows.values()]), truncated

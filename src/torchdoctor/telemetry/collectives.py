@@ -117,6 +117,7 @@ class Collectives:
         self.waiting: list[tuple[int, Any]] = []
         self._polling = threading.Lock()  # waiting: the training thread and the job's state
         self._lock = threading.Lock()  # group creation only
+        self._last: tuple[Any, Any] = (_nobody, None)  # (weak ref to a group, its GroupInfo)
         from torch._C._distributed_c10d import ProcessGroup, Work
 
         self._unbox_group = ProcessGroup.unbox
@@ -131,7 +132,7 @@ class Collectives:
         pays for this, hence the caches and the journal line written by hand."""
         process_group.poll()  # the rank and job directory first: this may be the first call
         if len(self.waiting) >= POLL_AT:
-            self.poll()  # a script without steps: the works held stay few
+            self.poll(errors=False)  # a script without steps: the works held stay few
         info = self._group(args[spec.group])
         facts = _facts(args[spec.inputs]) if spec.inputs is not None else _NO_TENSORS
         peer = None
@@ -146,13 +147,14 @@ class Collectives:
         else:
             seq = next(info.seq)
         rec = self.rec
-        step, rank, where, start = rec.step, rec.rank, self._site(), time.time()
-        row = (step, info.label, seq, spec.name, facts[0], facts[1], facts[2], peer, start,
+        step, rank, where, ns = rec.step, rec.rank, self._site(), time.time_ns()
+        row = (step, info.label, seq, spec.name, facts[0], facts[1], facts[2], peer, ns / 1e9,
                None, ISSUED, where, rank)  # fmt: skip
         group, op = info.encode(spec.name)
+        # the start as JSON's "<integer>e-9": formatting an int costs a third of a float's
         encoded = (
             f"{step},{group},{seq},{op},{facts[3]},{facts[2]},"
-            f'{"null" if peer is None else peer},{start!r},null,"{ISSUED}",{_quoted(where)},{rank}'
+            f'{"null" if peer is None else peer},{ns}e-9,null,"{ISSUED}",{_quoted(where)},{rank}'
         )
         return self.table.issue(row, encoded), _now()
 
@@ -170,10 +172,16 @@ class Collectives:
     def failed(self, rid: int, t0: float) -> None:
         self.table.end(rid, _now() - t0, FAILED)
 
-    def poll(self) -> None:
+    def poll(self, errors: bool = True) -> None:
         """End the calls whose work is seen completed (their duration is not known: the
-        moment they completed was not seen); `failed` when the work ended in an error.
-        Any thread: is_completed() does not block."""
+        moment they completed was not seen); with `errors`, `failed` when the work ended in an
+        error. Any thread: is_completed() does not block.
+
+        The training thread polls without `errors`: reading a work's error lets the GIL go
+        (Future.value()), and the training thread may then wait for another thread to give it
+        back (12-30 us a call inside a DDP job). What it loses is small: a script that waits on
+        a work (DDP's backward, a synchronous call) raises its error before the step can end,
+        so an error is nearly always seen by the job's thread or the run's end, which check."""
         with self._polling:
             pending = []
             for rid, work in self.waiting:
@@ -184,7 +192,8 @@ class Collectives:
                 except Exception:
                     done = True
                 if done:
-                    self.table.end(rid, None, FAILED if _raised(work) else COMPLETED)
+                    failed = errors and _raised(work)
+                    self.table.end(rid, None, FAILED if failed else COMPLETED)
                 else:
                     pending.append((rid, work))
             self.waiting = pending
@@ -192,12 +201,16 @@ class Collectives:
     # -- helpers ---------------------------------------------------------------------------------
     def _group(self, boxed: Any) -> GroupInfo:
         pg = self._unbox_group(boxed)
+        last_ref, info = self._last  # most calls are on the group of the call before
+        if last_ref() is pg:
+            return info
         info = self._groups.get(pg)
         if info is None:
             with self._lock:
                 info = self._groups.get(pg)
                 if info is None:
                     info = self._groups[pg] = _describe(pg)
+        self._last = (weakref.ref(pg), info)  # weak: a destroyed group is not kept alive
         return info
 
     def _site(self) -> str | None:
@@ -208,6 +221,10 @@ class Collectives:
         state = getattr(self.rec, "state", None)
         where = getattr(state, "backward_site", None)
         return f"{where[0]}:{where[1]}" if where else None
+
+
+def _nobody() -> None:
+    return None
 
 
 def _raised(work: Any) -> bool:

@@ -148,6 +148,7 @@ class Recorder:
             if self.mode == CYCLE and self.state.micro:  # the last step has no next one
                 self._end_step(self._backward_end, skipped=False)
             self.readback.poll(force=True)
+            self.settle_collectives()  # the last works, their errors read (the hot path does not)
             self.tracer.flush(force=True)
             self.shapes.end()  # a step cut short (a crash): its calls so far
             for module, label in self.models.models():  # found in a first step that never ended
@@ -645,7 +646,7 @@ class Recorder:
             process_group.poll()
         calls = self.collective_calls
         if calls is not None and calls.waiting:
-            calls.poll()  # the step's works, ended when seen completed
+            calls.poll(errors=False)  # the step's works, ended when seen completed
         if self.tracing:
             self.tracer.end(self.clock.mark())
         if self.shaping:
