@@ -89,7 +89,10 @@ class MappedAppender:
         if self._fd is None:
             raise OSError("the appender is closed")
         size = max(self._size, (need // CHUNK + 1) * CHUNK)
-        os.posix_fallocate(self._fd, 0, size)  # every block reserved: no SIGBUS on a store
+        # every block reserved, so that no store can meet a full disk (a SIGBUS); the part
+        # mapped before is reserved already, the whole file the first time (it may be sparse)
+        start = self._size if self._map is not None else 0
+        os.posix_fallocate(self._fd, start, size - start)
         new = mmap.mmap(self._fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         old, self._map, self._size = self._map, new, size
         if old is not None:
