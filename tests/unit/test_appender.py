@@ -34,8 +34,12 @@ def test_records_cross_chunks_and_the_padding_goes_at_close(tmp_path: Path) -> N
     data = path.read_bytes()
     assert len(data) == 2 * appender.CHUNK and data.endswith(b"\0")
     assert appender.records(data) == line * count
+    big = bytes(range(256)) * (5 * appender.CHUNK // 512)  # one write over two chunks
+    out.write(big)
+    assert len(out._map) == appender.CHUNK  # only the last chunk is mapped (resident)
     out.close()
-    assert path.read_bytes() == line * count  # trimmed
+    out.write(b"late")  # after close: dropped
+    assert path.read_bytes() == line * count + big  # trimmed
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
 
 
