@@ -25,16 +25,16 @@ import os
 import threading
 from pathlib import Path
 
+from torchdoctor.store.rundir import open_private
+
 CHUNK = 1 << 20  # a collective's record is ~200 bytes: one growth per ~5000 calls
-_FLAGS = getattr(os, "O_CLOEXEC", 0)
-_MODE = 0o600  # run directories hold the training's data: see store/rundir.py
 
 
 class PlainAppender:
     """One O_APPEND write per record (the fallback)."""
 
     def __init__(self, path: Path) -> None:
-        self._fd: int | None = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | _FLAGS, _MODE)
+        self._fd: int | None = open_private(path, append=True)
 
     def write(self, data: bytes) -> None:
         if self._fd is not None:
@@ -52,7 +52,7 @@ class MappedAppender:
     Any thread; `write` raises OSError when the file cannot grow (a full disk)."""
 
     def __init__(self, path: Path) -> None:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | _FLAGS, _MODE)
+        fd = open_private(path, update=True)
         try:
             self._fd: int | None = fd
             self._end = _content_end(fd, os.fstat(fd).st_size)  # a run ended untrimmed

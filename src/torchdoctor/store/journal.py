@@ -100,7 +100,7 @@ class JournalTable(RingTable):
             if self._file is None and self._directory is not None:
                 path = path_of(self._directory(), self.spec)
                 try:
-                    path.parent.mkdir(parents=True, exist_ok=True)
+                    rundir.make_private_dir(path.parent)
                     self._file = open_appender(path)
                 except OSError:
                     self.write_errors += 1

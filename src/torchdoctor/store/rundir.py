@@ -67,9 +67,14 @@ def make_private_dir(path: Path) -> None:
         os.chmod(directory, PRIVATE_DIR)  # mkdir's mode is filtered by the umask
 
 
-def open_private(path: Path, append: bool = False) -> int:
-    """A file descriptor for writing `path`, created 0600."""
-    flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
+def open_private(path: Path, append: bool = False, update: bool = False) -> int:
+    """A file descriptor for writing `path`, created 0600: the file emptied first; with
+    `append`, written at its end; with `update`, open to read and write as it is (a file
+    mapped into memory, store/appender.py)."""
+    if update:
+        flags = os.O_RDWR | os.O_CREAT
+    else:
+        flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
     fd = os.open(path, flags | getattr(os, "O_CLOEXEC", 0), PRIVATE_FILE)
     try:
         os.fchmod(fd, PRIVATE_FILE)  # an existing file keeps its mode through O_CREAT
