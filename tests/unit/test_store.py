@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 import threading
 
+import pytest
+
 from torchdoctor.store.columns import Block
 from torchdoctor.store.rotation import MAX_BATCHES, TableFiles, read_table
 from torchdoctor.store.saved import SavedRun
@@ -82,6 +84,23 @@ def test_segment_round_trip_and_truncated_tail(tmp_path) -> None:
     path.write_bytes(raw[:-5])
     block, truncated = read(path, SPEC)
     assert truncated and block.column("i") == [1, 2]
+
+
+def test_a_file_the_writer_just_created_reads_as_no_rows(tmp_path) -> None:
+    # The spill thread creates the active file and writes its first batch in one flush; a
+    # query between the two saw an empty file and failed (a CI run of the soak test).
+    writer = SegmentWriter(tmp_path / "t.seg")
+    assert (tmp_path / "t.seg").stat().st_size == 0  # MAGIC still in the writer's buffer
+    block, truncated = read_table(tmp_path, SPEC)
+    assert block.rows == 0 and not truncated
+    writer.close()
+    for start in (b"", b"TDS"):
+        (tmp_path / "t.seg").write_bytes(start)
+        block, truncated = read(tmp_path / "t.seg", SPEC)
+        assert block.rows == 0 and not truncated
+    (tmp_path / "t.seg").write_bytes(b"TDX")
+    with pytest.raises(ValueError, match="not a torchdoctor table file"):
+        read(tmp_path / "t.seg", SPEC)
 
 
 def test_spiller_writes_what_a_saved_run_reads(tmp_path) -> None:

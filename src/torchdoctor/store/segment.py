@@ -68,6 +68,9 @@ class SegmentWriter:
 def read(path: Path, spec: TableSpec) -> tuple[Block, bool]:
     """All complete batches of a saved table, and whether a cut-short tail was ignored."""
     raw = path.read_bytes()
+    if len(raw) < len(MAGIC) and MAGIC.startswith(raw):
+        # Created by the writer a moment ago, its first flush not yet done: no rows yet.
+        return Block.empty(spec), False
     if not raw.startswith(MAGIC):
         raise ValueError(f"{path} is not a torchdoctor table file")
     pos = len(MAGIC)
