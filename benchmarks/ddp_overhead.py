@@ -6,7 +6,9 @@ order on both ranks. Reported: rank 0's median step time untraced and the median
 per-round ratios traced/untraced (with their quartiles: the machine's noise, and a bootstrap
 95% interval of that median: how far the machine's noise may have moved it). Budget
 (docs/benchmarks.md): <= 1.01. Then, as a figure that noise barely moves, the cost per call on
-a 1-rank group (best of 5), and what it comes to for the job's calls per step.
+a 1-rank group, twice: in a tight loop (best of 5), and with the caches cold as in the job
+(each call after streaming 32 MB through them, as a backward pass does; median), and what each
+comes to for the job's calls per step.
 
     .venv/bin/python benchmarks/ddp_overhead.py [--blocks N] [--width W]
 """
@@ -46,6 +48,8 @@ def kernels(on: bool) -> Iterator[None]:
 
 
 def rank_main(rank: int, args: argparse.Namespace, port: int, out: str) -> None:
+    if args.pin:
+        pin_to_core(rank)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     probe = torchdoctor.start(run_dir=tempfile.mkdtemp(prefix="td-ddp-bench-"), quiet=True)
@@ -84,16 +88,27 @@ def rank_main(rank: int, args: argparse.Namespace, port: int, out: str) -> None:
     probe.stop()
 
 
+def pin_to_core(rank: int) -> None:
+    """This rank and every thread it has or will start (they inherit it) on core `rank`."""
+    cores = sorted(os.sched_getaffinity(0))
+    core = {cores[rank % len(cores)]}
+    for tid in os.listdir("/proc/self/task"):
+        os.sched_setaffinity(int(tid), core)
+
+
 def per_call(_rank: int, port: int, out: str) -> None:
-    """Microseconds per `all_reduce` of 1000 floats on a 1-rank gloo group (best of 5 runs of
-    2000): the kernels dropped, registered but passing through, and recording."""
+    """Microseconds per `all_reduce` of 1000 floats on a 1-rank gloo group, the kernels dropped,
+    registered but passing through, and recording: in a tight loop (best of 5 runs of 2000),
+    then with the caches cold (best of 3 medians of 300 calls, each after a pass over 32 MB)."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     probe = torchdoctor.start(run_dir=tempfile.mkdtemp(prefix="td-ddp-bench-"), quiet=True)
     dist.init_process_group("gloo", rank=0, world_size=1)
     x = torch.randn(1000)
 
-    def best() -> float:
+    big = torch.zeros(8 << 20)  # 32 MB: more than this machine's caches
+
+    def hot() -> float:
         runs = []
         for _ in range(5):
             t0 = time.perf_counter()
@@ -102,15 +117,26 @@ def per_call(_rank: int, port: int, out: str) -> None:
             runs.append((time.perf_counter() - t0) / 2000 * 1e6)
         return min(runs)
 
+    def cold() -> float:
+        def one() -> float:
+            big.add_(1.0)
+            t0 = time.perf_counter()
+            dist.all_reduce(x)
+            return time.perf_counter() - t0
+
+        return min(statistics.median(one() for _ in range(300)) for _ in range(3)) * 1e6
+
     current = collectives._current[0]
-    collectives.set_kernels(False)
-    dropped = best()
-    collectives.set_kernels(True)
-    current.switch.on = False
-    passing = best()
-    current.switch.on = True
-    recording = best()
-    Path(out).write_text(f"{dropped} {passing} {recording}\n")
+    figures = []
+    for measure in (hot, cold):
+        collectives.set_kernels(False)
+        figures.append(measure())  # dropped
+        collectives.set_kernels(True)
+        current.switch.on = False
+        figures.append(measure())  # passing through
+        current.switch.on = True
+        figures.append(measure())  # recording
+    Path(out).write_text(" ".join(map(str, figures)) + "\n")
     dist.destroy_process_group()
     probe.stop()
 
@@ -124,6 +150,9 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=768)
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--bucket-mb", type=float, default=25.0, help="DDP's bucket_cap_mb")
+    parser.add_argument(
+        "--pin", action="store_true", help="each rank and its threads on a core of its own"
+    )
     args = parser.parse_args()
     os.environ.setdefault("TORCHDOCTOR_SOCKET_DIR", tempfile.mkdtemp(prefix="td-"))
     with socket_port() as port, tempfile.NamedTemporaryFile() as out:
@@ -139,14 +168,18 @@ def main() -> None:
     print(f"collectives recorded on rank 0: {calls} ({int(calls) / steps:.1f} per step)")
     with socket_port() as port, tempfile.NamedTemporaryFile() as out:
         mp.spawn(per_call, args=(port, out.name), nprocs=1, join=True)
-        dropped, passing, recording = map(float, Path(out.name).read_text().split())
-    cost = (recording - dropped) * int(calls) / steps / (base * 1e6)
-    print(
-        f"per call (1 rank, 1000 floats): kernels dropped {dropped:.0f} us, passing through "
-        f"{passing:.0f} us, recording {recording:.0f} us"
-    )
-    extra = recording - dropped
-    print(f"  hence for this job: {extra:.0f} us x calls per step / step time = {cost:.2%}")
+        figures = list(map(float, Path(out.name).read_text().split()))
+    for label, (dropped, passing, recording) in (
+        ("tight loop", figures[:3]),
+        ("caches cold", figures[3:]),
+    ):
+        extra = recording - dropped
+        cost = extra * int(calls) / steps / (base * 1e6)
+        print(
+            f"per call, {label} (1 rank, 1000 floats): kernels dropped {dropped:.0f} us, "
+            f"passing through {passing:.0f} us, recording {recording:.0f} us"
+        )
+        print(f"  hence for this job: {extra:.0f} us x calls per step / step time = {cost:.2%}")
 
 
 @contextlib.contextmanager

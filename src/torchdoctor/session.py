@@ -35,7 +35,7 @@ from torchdoctor.redact import redact_argv
 from torchdoctor.sql.engine import SqlEngine
 from torchdoctor.store import rundir
 from torchdoctor.store.columns import Block
-from torchdoctor.store.schema import ALL_TABLES, BY_NAME
+from torchdoctor.store.schema import ALL_TABLES, BY_NAME, COLLECTIVES
 from torchdoctor.store.tables import Spiller, Tables
 from torchdoctor.telemetry import endings, stacks
 from torchdoctor.telemetry.on_import import when_imported
@@ -93,6 +93,9 @@ class LiveSource:
     def block(self, name: str) -> Block:
         spec = BY_NAME[name]
         if not spec.live:
+            training = self.session.telemetry
+            if name == COLLECTIVES.name and training is not None:
+                training.settle_collectives()  # the calls completed since the last poll
             return self.session.tables[name].snapshot()
         if name == "backtrace":
             return Block.from_rows(spec, stacks.backtrace_rows())

@@ -11,7 +11,9 @@ process:
     E [id, duration, state]       ended: completed or failed, with its duration
 
 An issued row is written at once; ends wait for the next issued row (one write per call) or
-the spill thread's next second, whichever comes first.
+the spill thread's next second, whichever comes first. Before it writes them, the spill thread
+runs the table's `settle` (collectives: end the calls whose work has completed), so what the
+file says is at most a second old whatever the training thread does.
 
 A line cut short by a kill is skipped by the reader, and so is the NUL padding of a mapped file
 that was not closed; an `I` without its `E` is a call still in
@@ -21,6 +23,7 @@ one. JSON keeps it readable by anything, and nothing in it is ever evaluated.
 
 from __future__ import annotations
 
+import collections
 import itertools
 import json
 import threading
@@ -55,8 +58,11 @@ class JournalTable(RingTable):
         self._directory: Callable[[], Path] | None = None
         self._file: MappedAppender | PlainAppender | None = None
         self._file_lock = threading.Lock()  # only the first open takes it
-        self._ends: list[bytes] = []  # E lines not yet written
+        # E lines not yet written: a deque, so that ends added on one thread while another
+        # writes them are never lost (append and popleft are atomic)
+        self._ends: collections.deque[bytes] = collections.deque()
         self.write_errors = 0
+        self.settle: Callable[[], None] | None = None  # run before the spill writes the ends
 
     def attach(self, directory: Callable[[], Path]) -> None:
         """Where the journal goes (the run directory, read when the first record comes)."""
@@ -69,9 +75,8 @@ class JournalTable(RingTable):
         has a faster way to write them than the general encoder (collectives: every call)."""
         rid = next(self._ids)
         self._open[rid] = row
-        ends, self._ends = self._ends, []
         line = _line([rid, *row]) if encoded is None else f"I [{rid},{encoded}]\n".encode()
-        self._write(b"".join(ends) + line if ends else line)
+        self._write(self._take_ends() + line if self._ends else line)
         return rid
 
     def end(self, rid: int, duration: float | None, state: str) -> None:
@@ -132,12 +137,21 @@ class JournalTable(RingTable):
         return super().blocks() + extra
 
     def write_ends(self) -> None:
-        ends, self._ends = self._ends, []
-        if ends:
-            self._write(b"".join(ends))
+        if self._ends:
+            self._write(self._take_ends())
+
+    def _take_ends(self) -> bytes:
+        ends, out = self._ends, []
+        try:
+            while True:
+                out.append(ends.popleft())
+        except IndexError:
+            return b"".join(out)
 
     def take_unspilled(self) -> list[Block]:
         super().take_unspilled()  # on disk line by line, but for the latest ends
+        if self.settle is not None:
+            self.settle()
         self.write_ends()
         return []
 

@@ -12,10 +12,12 @@ compiled region's tracing never reaches it.
 What a call records, before it is passed on: the row, written through to the run directory
 (store/journal.py) so that a rank the backend aborts (gloo and NCCL end it with SIGABRT) has the
 fatal call on disk. When it ends: when its work is seen completed, without a duration (the
-moment it completed is not seen): polled at the step's end and whenever the rank tells its
-state to the job (another thread), so that a rank stopped between two calls (a read that never
-returns) does not keep its last, long completed call pending; synchronous calls end when they
-return.
+moment it completed is not seen). Works are polled off the training thread: by the spill thread
+every second (before it writes the ends), whenever the rank tells its state to the job, and
+before a live query reads the table; so a rank stopped between two calls (a read that never
+returns) does not keep its last, long completed call pending. The training thread polls only
+when the works held pass a bound (their count, or the bytes of their tensors: a work keeps its
+tensors alive). Synchronous calls end when they return.
 
 `seq` counts the calls of each process group in issue order, from the group's own counter at
 the first call seen (so a probe started late still lines up with the other ranks); sends and
@@ -53,6 +55,7 @@ class OpSpec:
     group: int  # argument holding the process group
     peer: int | None = None  # send/recv: the other rank; broadcast, reduce...: the root
     p2p: bool = False
+    gathers: bool = False  # its output is the group's size times its input
 
 
 # c10d op -> how to read its arguments (schemas: torch.ops.c10d.<op>.default._schema)
@@ -61,14 +64,16 @@ OPS: dict[str, OpSpec] = {
     "allreduce_coalesced_": OpSpec("all_reduce_coalesced", 0, 1),
     "broadcast_": OpSpec("broadcast", 0, 1, peer=2),
     "reduce_": OpSpec("reduce", 0, 1, peer=3),
-    "allgather_": OpSpec("all_gather", 1, 2),
-    "_allgather_base_": OpSpec("all_gather_into_tensor", 1, 2),
-    "allgather_coalesced_": OpSpec("all_gather_coalesced", 1, 2),
-    "allgather_into_tensor_coalesced_": OpSpec("all_gather_into_tensor_coalesced", 1, 2),
+    "allgather_": OpSpec("all_gather", 1, 2, gathers=True),
+    "_allgather_base_": OpSpec("all_gather_into_tensor", 1, 2, gathers=True),
+    "allgather_coalesced_": OpSpec("all_gather_coalesced", 1, 2, gathers=True),
+    "allgather_into_tensor_coalesced_": OpSpec(
+        "all_gather_into_tensor_coalesced", 1, 2, gathers=True
+    ),
     "reduce_scatter_": OpSpec("reduce_scatter", 1, 2),
     "_reduce_scatter_base_": OpSpec("reduce_scatter_tensor", 1, 2),
     "reduce_scatter_tensor_coalesced_": OpSpec("reduce_scatter_tensor_coalesced", 1, 2),
-    "gather_": OpSpec("gather", 1, 2, peer=3),
+    "gather_": OpSpec("gather", 1, 2, peer=3, gathers=True),
     "scatter_": OpSpec("scatter", 1, 2, peer=3),
     "alltoall_": OpSpec("all_to_all", 1, 2),
     "alltoall_base_": OpSpec("all_to_all_single", 1, 2),
@@ -80,10 +85,13 @@ OPS: dict[str, OpSpec] = {
 }
 
 ISSUED, COMPLETED, FAILED = "issued", "completed", "failed"
-# Works are polled at the step's end and when the rank tells the job its state, not at every
-# call (DDP issues its calls mid-backward, where each microsecond shows); a call polls only
-# once this many works wait.
+# The training thread polls only past these bounds (DDP issues its calls mid-backward and a
+# step's end follows the optimizer: there a poll costs ~50 us per work, the caches cold; the
+# spill thread polls a second's works in one go): works held, and bytes of their tensors times
+# the group's size for a gather (its output), since a work keeps its tensors alive: a script
+# that frees each gathered output at once (ZeRO-3) keeps at most this much more.
 POLL_AT = 64
+HELD_BYTES = 256 << 20
 
 
 @dataclasses.dataclass
@@ -113,8 +121,9 @@ class Collectives:
         self.table = rec.tables["collectives"]
         self.switch = Switch("torchdoctor collective tracing")
         self._groups: weakref.WeakKeyDictionary[Any, GroupInfo] = weakref.WeakKeyDictionary()
-        # (id, work) of calls ended when seen done; the step's end polls them when any
-        self.waiting: list[tuple[int, Any]] = []
+        # (id, work, bytes) of calls ended when seen done, and the sum of their bytes
+        self.waiting: list[tuple[int, Any, int]] = []
+        self.held = 0
         self._polling = threading.Lock()  # waiting: the training thread and the job's state
         self._lock = threading.Lock()  # group creation only
         self._last: tuple[Any, Any] = (_nobody, None)  # (weak ref to a group, its GroupInfo)
@@ -127,12 +136,13 @@ class Collectives:
         return self.switch.on and self.rec.switch.on
 
     # -- the kernel's two halves ---------------------------------------------------------------
-    def issued(self, spec: OpSpec, args: tuple[Any, ...]) -> tuple[int, float]:
-        """Record the call (on disk before it goes on): its id and start. Every c10d call
-        pays for this, hence the caches and the journal line written by hand."""
+    def issued(self, spec: OpSpec, args: tuple[Any, ...]) -> tuple[int, float, int]:
+        """Record the call (on disk before it goes on): its id, start and the bytes its work
+        will hold. Every c10d call pays for this, hence the caches and the journal line written
+        by hand."""
         process_group.poll()  # the rank and job directory first: this may be the first call
-        if len(self.waiting) >= POLL_AT:
-            self.poll(errors=False)  # a script without steps: the works held stay few
+        if len(self.waiting) >= POLL_AT or self.held >= HELD_BYTES:
+            self.poll(errors=False)  # the works held stay few and small
         info = self._group(args[spec.group])
         facts = _facts(args[spec.inputs]) if spec.inputs is not None else _NO_TENSORS
         peer = None
@@ -156,18 +166,19 @@ class Collectives:
             f"{step},{group},{seq},{op},{facts[3]},{facts[2]},"
             f'{"null" if peer is None else peer},{ns}e-9,null,"{ISSUED}",{_quoted(where)},{rank}'
         )
-        return self.table.issue(row, encoded), _now()
+        held = facts[2] * len(info.ranks) if spec.gathers else facts[2]
+        return self.table.issue(row, encoded), _now(), held
 
-    def returned(self, rid: int, t0: float, out: Any) -> None:
-        """The backend took the call: end it when its work is seen completed (at the step's
-        end or the job's next look; a Python callback on the backend's thread would cost a GIL
-        hand-over per call)."""
+    def returned(self, rid: int, t0: float, nbytes: int, out: Any) -> None:
+        """The backend took the call: end it when its work is seen completed (at the next
+        poll; a Python callback on the backend's thread would cost a GIL hand-over per call)."""
         work = out[1] if isinstance(out, tuple) else out
         if work is None:  # synchronous (monitored_barrier): over already
             self.table.end(rid, _now() - t0, COMPLETED)
             return
         with self._polling:
-            self.waiting.append((rid, work))  # unboxed when polled, off the call's path
+            self.waiting.append((rid, work, nbytes))  # unboxed when polled, off the call's path
+            self.held += nbytes
 
     def failed(self, rid: int, t0: float) -> None:
         self.table.end(rid, _now() - t0, FAILED)
@@ -179,24 +190,34 @@ class Collectives:
 
         The training thread polls without `errors`: reading a work's error lets the GIL go
         (Future.value()), and the training thread may then wait for another thread to give it
-        back (12-30 us a call inside a DDP job). What it loses is small: a script that waits on
-        a work (DDP's backward, a synchronous call) raises its error before the step can end,
-        so an error is nearly always seen by the job's thread or the run's end, which check."""
-        with self._polling:
-            pending = []
-            for rid, work in self.waiting:
-                try:
-                    if type(work) is torch.ScriptObject:  # as the kernel got it
-                        work = self._unbox_work(work)
-                    done = work.is_completed()
-                except Exception:
-                    done = True
-                if done:
-                    failed = errors and _raised(work)
-                    self.table.end(rid, None, FAILED if failed else COMPLETED)
-                else:
-                    pending.append((rid, work))
-            self.waiting = pending
+        back (12-30 us a call inside a DDP job). What it loses is small: it polls only past the
+        bounds, and the other polls (the spill thread's, the job's, the run's end) check."""
+        with self._polling:  # the list taken whole: `returned` never waits for a poll
+            works, self.waiting, self.held = self.waiting, [], 0
+        pending = []
+        for rid, work, nbytes in works:
+            try:
+                if type(work) is torch.ScriptObject:  # as the kernel got it
+                    work = self._unbox_work(work)
+                done = work.is_completed()
+            except Exception:
+                done = True
+            if done:
+                failed = errors and _raised(work)
+                self.table.end(rid, None, FAILED if failed else COMPLETED)
+            else:
+                pending.append((rid, work, nbytes))
+        if pending:
+            with self._polling:
+                self.waiting[:0] = pending  # oldest first, before those issued meanwhile
+                self.held += sum(n for _r, _w, n in pending)
+
+    def settle(self) -> None:
+        """poll() for the other threads (the spill thread's second): never raises."""
+        try:
+            self.poll()
+        except Exception as exc:
+            self.switch.fail(exc)
 
     # -- helpers ---------------------------------------------------------------------------------
     def _group(self, boxed: Any) -> GroupInfo:
@@ -330,6 +351,7 @@ def install(rec: Any, hooks: Hooks) -> Collectives | None:
     if dist is None or not dist.is_available():
         return None
     collectives = Collectives(rec)
+    collectives.table.settle = collectives.settle  # the spill thread's second polls the works
     _current[:] = [collectives]
     if not _library:
         _library.append(_register())
@@ -347,6 +369,8 @@ def set_kernels(on: bool) -> None:
 
 
 def _uninstall(collectives: Collectives) -> None:
+    if collectives.table.settle == collectives.settle:
+        collectives.table.settle = None
     if _current and _current[0] is collectives:
         _current.clear()
         if _library:
@@ -372,7 +396,7 @@ def _kernel(redispatch: Any, spec: OpSpec, after: Any, keyset: Any, *args: Any) 
     if collectives is None or compiling() or not collectives.on():
         return redispatch(keys, *args)
     try:
-        rid, t0 = collectives.issued(spec, args)
+        rid, t0, nbytes = collectives.issued(spec, args)
     except Exception as exc:
         collectives.switch.fail(exc)
         return redispatch(keys, *args)
@@ -382,7 +406,7 @@ def _kernel(redispatch: Any, spec: OpSpec, after: Any, keyset: Any, *args: Any) 
         _guarded(collectives, collectives.failed, rid, t0)
         raise
     try:  # _guarded's work, inline: this path runs on every call
-        collectives.returned(rid, t0, out)
+        collectives.returned(rid, t0, nbytes, out)
     except Exception as exc:
         collectives.switch.fail(exc)
     return out

@@ -644,9 +644,6 @@ class Recorder:
         if end >= self._next_rank_poll:  # a rank whose init_process_group we did not see
             self._next_rank_poll = end + 1.0  # return: two torch calls, not worth every step
             process_group.poll()
-        calls = self.collective_calls
-        if calls is not None and calls.waiting:
-            calls.poll(errors=False)  # the step's works, ended when seen completed
         if self.tracing:
             self.tracer.end(self.clock.mark())
         if self.shaping:
