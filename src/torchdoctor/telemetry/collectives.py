@@ -125,7 +125,11 @@ class Collectives:
         # (id, work, bytes) of calls ended when seen done, and the sum of their bytes
         self.waiting: list[tuple[int, Any, int]] = []
         self.held = 0
-        self._polling = threading.Lock()  # waiting: the training thread and the job's state
+        self._polling = threading.Lock()  # the list `waiting`: taken only for a moment
+        # one poll at a time, so that a poll that returns (the run's end) has ended every work
+        # seen completed, none of them still in another thread's hands; reentrant, since a
+        # signal's handler may flush the tables (and poll) in the middle of a poll
+        self._one_poll = threading.RLock()
         self._lock = threading.Lock()  # group creation only
         self._last: tuple[Any, Any] = (_nobody, None)  # (weak ref to a group, its GroupInfo)
         from torch._C._distributed_c10d import ProcessGroup, Work
@@ -144,7 +148,7 @@ class Collectives:
         if not _TOLD[0]:  # the rank and job directory first: this may be the first call
             process_group.poll()
         if len(self.waiting) >= POLL_AT or self.held >= HELD_BYTES:
-            self.poll(errors=False)  # the works held stay few and small
+            self.poll(errors=False, wait=False)  # the works held stay few and small
         info = self._group(args[spec.group])
         facts = _facts(args[spec.inputs]) if spec.inputs is not None else _NO_TENSORS
         peer = None
@@ -185,7 +189,7 @@ class Collectives:
     def failed(self, rid: int, t0: float) -> None:
         self.table.end(rid, _now() - t0, FAILED)
 
-    def poll(self, errors: bool = True) -> None:
+    def poll(self, errors: bool = True, wait: bool = True) -> None:
         """End the calls whose work is seen completed (their duration is not known: the
         moment they completed was not seen); with `errors`, `failed` when the work ended in an
         error. Any thread: is_completed() does not block.
@@ -193,26 +197,32 @@ class Collectives:
         The training thread polls without `errors`: reading a work's error lets the GIL go
         (Future.value()), and the training thread may then wait for another thread to give it
         back (12-30 us a call inside a DDP job). What it loses is small: it polls only past the
-        bounds, and the other polls (the spill thread's, the job's, the run's end) check."""
-        with self._polling:  # the list taken whole: `returned` never waits for a poll
-            works, self.waiting, self.held = self.waiting, [], 0
-        pending = []
-        for rid, work, nbytes in works:
-            try:
-                if type(work) is torch.ScriptObject:  # as the kernel got it
-                    work = self._unbox_work(work)
-                done = work.is_completed()
-            except Exception:
-                done = True
-            if done:
-                failed = errors and _raised(work)
-                self.table.end(rid, None, FAILED if failed else COMPLETED)
-            else:
-                pending.append((rid, work, nbytes))
-        if pending:
-            with self._polling:
-                self.waiting[:0] = pending  # oldest first, before those issued meanwhile
-                self.held += sum(n for _r, _w, n in pending)
+        bounds, and the other polls (the spill thread's, the job's, the run's end) check.
+        Without `wait`, a poll already under way on another thread is left to do the work."""
+        if not self._one_poll.acquire(blocking=wait):
+            return
+        try:
+            with self._polling:  # the list taken whole: `returned` never waits for a poll
+                works, self.waiting, self.held = self.waiting, [], 0
+            pending = []
+            for rid, work, nbytes in works:
+                try:
+                    if type(work) is torch.ScriptObject:  # as the kernel got it
+                        work = self._unbox_work(work)
+                    done = work.is_completed()
+                except Exception:
+                    done = True
+                if done:
+                    failed = errors and _raised(work)
+                    self.table.end(rid, None, FAILED if failed else COMPLETED)
+                else:
+                    pending.append((rid, work, nbytes))
+            if pending:
+                with self._polling:
+                    self.waiting[:0] = pending  # oldest first, before those issued meanwhile
+                    self.held += sum(n for _r, _w, n in pending)
+        finally:
+            self._one_poll.release()
 
     def settle(self) -> None:
         """poll() for the other threads (the spill thread's second): never raises."""
