@@ -76,17 +76,7 @@ class JournalTable(RingTable):
         rid = next(self._ids)
         self._open[rid] = row
         line = _line([rid, *row]) if encoded is None else f"I [{rid},{encoded}]\n".encode()
-        if self._ends:
-            line = self._take_ends() + line
-        file = self._file  # _write's work, inline: every collective call comes here
-        if file is None:
-            file = self._open_file()
-            if file is None:
-                return rid
-        try:
-            file.write(line)
-        except OSError:
-            self.write_errors += 1
+        self._write(self._take_ends() + line if self._ends else line)
         return rid
 
     def end(self, rid: int, duration: float | None, state: str) -> None:

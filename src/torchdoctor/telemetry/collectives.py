@@ -46,7 +46,6 @@ from torchdoctor.telemetry.invisible import compiling
 from torchdoctor.telemetry.patches import Hooks
 
 _now = time.perf_counter
-_TOLD = process_group.told
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,8 +144,7 @@ class Collectives:
         """Record the call (on disk before it goes on): its id, start and the bytes its work
         will hold. Every c10d call pays for this, hence the caches and the journal line written
         by hand."""
-        if not _TOLD[0]:  # the rank and job directory first: this may be the first call
-            process_group.poll()
+        process_group.poll()  # the rank and job directory first: this may be the first call
         if len(self.waiting) >= POLL_AT or self.held >= HELD_BYTES:
             self.poll(errors=False, wait=False)  # the works held stay few and small
         info = self._group(args[spec.group])
@@ -405,10 +403,7 @@ def _register() -> Any:
 def _kernel(redispatch: Any, spec: OpSpec, after: Any, keyset: Any, *args: Any) -> Any:
     keys = keyset & after
     collectives = _current[0] if _current else None
-    # collectives.on(), inline: this path runs on every call
-    if collectives is None or not (collectives.switch.on and collectives.rec.switch.on):
-        return redispatch(keys, *args)
-    if compiling():
+    if collectives is None or compiling() or not collectives.on():
         return redispatch(keys, *args)
     try:
         rid, t0, nbytes = collectives.issued(spec, args)

@@ -33,7 +33,7 @@ _OWNERS = (
 _hooks = Hooks()
 _lock = threading.Lock()
 _callback: list[OnRank] = []
-told = [False]  # the callback has heard of the current default group (read on hot paths)
+_told = [False]  # the callback has heard of the current default group
 
 
 def install(on_rank: OnRank) -> None:
@@ -68,7 +68,7 @@ def poll() -> None:
     """Tell the callback now if the default group came up unseen: the probe may have been put
     in place while the script was already inside init_process_group (TORCHDOCTOR=1 installs
     the telemetry on a side thread right after `import torch`)."""
-    if told[0] or not _callback:
+    if _told[0] or not _callback:
         return
     dist = torch.distributed
     if dist.is_available() and dist.is_initialized():
@@ -79,7 +79,7 @@ def remove() -> None:
     with _lock:
         _hooks.remove()
         _callback.clear()
-        told[0] = False
+        _told[0] = False
 
 
 def current_identity() -> RankIdentity | None:
@@ -97,7 +97,7 @@ def _tell() -> None:
         identity = current_identity()
         callbacks = list(_callback)
         if identity is not None:
-            told[0] = True
+            _told[0] = True
             for callback in callbacks:
                 callback(identity)
     except Exception as exc:  # never fail the user's init_process_group
