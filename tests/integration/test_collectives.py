@@ -19,6 +19,7 @@ from helpers import cli, script, site_of, td_run, wait_for
 from launchers import Job, torchrun_argv
 
 from torchdoctor.store import rundir
+from torchdoctor.store.appender import records
 
 pytestmark = pytest.mark.slow
 
@@ -86,7 +87,7 @@ def terminated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         ended = base / "job" / "rank1" / "tables" / "collectives.log"
 
         def all_ended() -> bool:
-            lines = ended.read_bytes().rstrip(b"\0").decode().splitlines()
+            lines = records(ended.read_bytes()).decode().splitlines()
             return sum(x.startswith("I ") for x in lines) == sum(x.startswith("E ") for x in lines)
 
         wait_for(all_ended, 30, "rank 1's calls ended on disk")
@@ -150,7 +151,8 @@ def test_a_terminated_rank_leaves_its_record(terminated: Path) -> None:
 def test_works_held_stay_within_their_bytes(launch) -> None:  # type: ignore[no-untyped-def]
     # A work keeps its tensors alive until it is polled; the training thread polls once the
     # works held pass 256 MiB, so a script that drops each 16 MiB tensor at once keeps at
-    # most 16 more (the spill thread's second may poll sooner; unbounded, all 40 would stay).
+    # most 16 more (the spill thread's second may poll sooner; with the bound lifted, 26 and
+    # 27 of the 40 stayed alive in two tries).
     run = launch(td_run("--quiet", script("dist_held.py"), "40"))
     assert run.wait(120) == 0, run.output()
     most = int(run.stdout().split("most alive ")[1].split()[0])
