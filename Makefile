@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # Integration tests run real training subprocesses; two workers suit a 2-core machine.
 PYTEST_ARGS ?= -n 2 --durations=30
 
-.PHONY: install demo test lint typecheck bytecode unit integration bench clean chromium
+.PHONY: install demo test lint typecheck bytecode native unit integration bench clean chromium
 
 install: $(STAMP)
 
@@ -25,8 +25,13 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
-test: lint typecheck bytecode
+test: lint typecheck bytecode native
 	$(BIN)/python -m pytest $(PYTEST_ARGS) tests
+
+# The C++ kernel that records python.collectives (a few seconds, once per torch version; see
+# docs/distributed.md). The tests run collective tracing with it and with the Python kernel.
+native: install
+	$(BIN)/python -m torchdoctor.native
 
 # With PYTHONDONTWRITEBYTECODE set (CI sets it) every training subprocess of the suite would
 # compile torchdoctor's sources again (~0.3 s of CPU each, hundreds of them): compiled once here.
@@ -36,7 +41,7 @@ bytecode: install
 unit: install
 	$(BIN)/python -m pytest tests/unit
 
-integration: bytecode
+integration: bytecode native
 	$(BIN)/python -m pytest $(PYTEST_ARGS) tests/integration
 
 bench: install

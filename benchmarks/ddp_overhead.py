@@ -8,9 +8,10 @@ per-round ratios traced/untraced (with their quartiles: the machine's noise, and
 (docs/benchmarks.md): <= 1.01. Then, as a figure that noise barely moves, the cost per call on
 a 1-rank group, twice: in a tight loop (best of 5), and with the caches cold as in the job
 (each call after streaming 32 MB through them, as a backward pass does; median), and what each
-comes to for the job's calls per step.
+comes to for the job's calls per step. The kernel is the C++ one where it is built
+(`python -m torchdoctor.native`), else the Python one; `--kernel` chooses.
 
-    .venv/bin/python benchmarks/ddp_overhead.py [--blocks N] [--width W]
+    .venv/bin/python benchmarks/ddp_overhead.py [--blocks N] [--width W] [--kernel native|python]
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 import torchdoctor
+from torchdoctor import native
 from torchdoctor.telemetry import collectives
 
 
@@ -153,14 +155,27 @@ def main() -> None:
     parser.add_argument(
         "--pin", action="store_true", help="each rank and its threads on a core of its own"
     )
+    parser.add_argument(
+        "--kernel", choices=("native", "python"), help="default: the C++ one where it is built"
+    )
     args = parser.parse_args()
+    if args.kernel:
+        os.environ["TORCHDOCTOR_NATIVE"] = "1" if args.kernel == "native" else "0"
+        if args.kernel == "native" and native.built() is None:
+            parser.error("the C++ kernel is not built: python -m torchdoctor.native")
+    kernel = (
+        "python" if os.environ.get("TORCHDOCTOR_NATIVE") == "0" or not native.built() else "C++"
+    )
     os.environ.setdefault("TORCHDOCTOR_SOCKET_DIR", tempfile.mkdtemp(prefix="td-"))
     with socket_port() as port, tempfile.NamedTemporaryFile() as out:
         mp.spawn(rank_main, args=(args, port, out.name), nprocs=2, join=True)
         untraced, traced, calls, q1, q3, lo, hi = Path(out.name).read_text().split()
     base, ratio = float(untraced), float(traced) / float(untraced)
     steps = args.blocks * args.steps + 20  # the traced blocks and the warm-up
-    print(f"torch {torch.__version__}, gloo, 2 ranks, {args.blocks} blocks x {args.steps} steps")
+    print(
+        f"torch {torch.__version__}, gloo, 2 ranks, {args.blocks} blocks x {args.steps} steps,"
+        f" {kernel} kernel"
+    )
     print(f"untraced step (rank 0, median): {base * 1e3:.2f} ms")
     print(f"collective tracing, traced/untraced (paired): {ratio:.4f}   budget <= 1.01")
     print(f"  per-round ratios, quartiles: {float(q1):.3f} .. {float(q3):.3f} (the noise)")

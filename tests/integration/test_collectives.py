@@ -1,7 +1,8 @@
 """python.collectives on real 2-rank gloo DDP jobs under torchrun: DDP's own gradient
 all-reduces and the script's are recorded on every rank, and they are on disk when a rank dies
 of the collective it was in: gloo's SIGABRT on a mismatched all_reduce, the launcher's or a
-user's SIGTERM. One job per way of dying, shared by its assertions."""
+user's SIGTERM. One job per way of dying and per kernel (the C++ one that `make test` builds,
+and the Python one it stands in for), shared by its assertions."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import pytest
 from helpers import cli, script, site_of, td_run, wait_for
 from launchers import Job, torchrun_argv
 
+from torchdoctor import native
 from torchdoctor.store import rundir
 from torchdoctor.store.appender import records
 
@@ -25,14 +27,30 @@ pytestmark = pytest.mark.slow
 
 BACKWARD = site_of("dist_job.py", "loss.backward()")  # DDP's Reducer all-reduces here
 OWN = site_of("dist_job.py", "dist.all_reduce(report)")  # the script's own
-SQL = "SELECT rank, step, seq, op, shapes, dtype, bytes, state, site FROM python.collectives"
+SQL = (
+    "SELECT rank, step, seq, op, shapes, dtype, bytes, state, site, duration"
+    " FROM python.collectives"
+)
 
 
-def _env(base: Path, sockets: Path) -> dict[str, str]:
+KERNELS = ["native", "python"]
+
+
+def _env(base: Path, sockets: Path, kernel: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHDOCTOR")}
     env.update(TORCHDOCTOR="1", TORCHDOCTOR_QUIET="1", OMP_NUM_THREADS="1")
+    env.update(TORCHDOCTOR_NATIVE="1" if kernel == "native" else "0")
     env.update(TORCHDOCTOR_SOCKET_DIR=str(sockets / "s"), TORCHDOCTOR_RUN_DIR=str(base / "job"))
     return env
+
+
+def _kernel(request: pytest.FixtureRequest) -> str:
+    kernel: str = request.param
+    if kernel == "native":  # `make test` builds it: a missing one is a failure there
+        assert native.built() is not None, (
+            "the C++ kernel is not built: python -m torchdoctor.native"
+        )
+    return kernel
 
 
 def _rows(job_dir: Path) -> dict[int, list[dict[str, Any]]]:
@@ -44,28 +62,34 @@ def _rows(job_dir: Path) -> dict[int, list[dict[str, Any]]]:
     return by_rank
 
 
-@pytest.fixture(scope="module")
-def mismatch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+@pytest.fixture(scope="module", params=KERNELS)
+def mismatch(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Path, str]]:
     """At step 2 rank 1 all-reduces 64 values, rank 0 one: gloo aborts a rank (SIGABRT) and
     torchrun ends the other (SIGTERM)."""
+    kernel = _kernel(request)
     base = tmp_path_factory.mktemp("mismatch")
     sockets = Path(tempfile.mkdtemp(prefix="td-"))  # short: Unix socket paths are limited
-    job = Job(base, _env(base, sockets))
+    job = Job(base, _env(base, sockets, kernel))
     try:
         job.start(torchrun_argv(2, script("dist_job.py"), "--mismatch", "1"))
         assert job.wait(180) != [0], job.output()
-        yield base / "job"
+        yield base / "job", kernel
     finally:
         job.end()
         shutil.rmtree(sockets, ignore_errors=True)
 
 
-@pytest.fixture(scope="module")
-def terminated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+@pytest.fixture(scope="module", params=KERNELS)
+def terminated(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Path]:
     """At step 2 rank 1 stops before its all_reduce; the test sends it SIGTERM."""
+    kernel = _kernel(request)
     base = tmp_path_factory.mktemp("sigterm")
     sockets = Path(tempfile.mkdtemp(prefix="td-"))  # short: Unix socket paths are limited
-    job = Job(base, _env(base, sockets))
+    job = Job(base, _env(base, sockets, kernel))
     try:
         job.start(torchrun_argv(2, script("dist_job.py"), "--wait", "1"))
         marker = base / "waiting1"
@@ -81,7 +105,7 @@ def terminated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         # and on disk by the spill thread's next second, with no call or step of its own.
         pid = marker.read_text()
         sql = "SELECT state FROM python.collectives"
-        live = cli(pid, "query", sql, "--format", "json", env=_env(base, sockets))
+        live = cli(pid, "query", sql, "--format", "json", env=_env(base, sockets, kernel))
         assert live.returncode == 0, live.stderr
         assert {r["state"] for r in json.loads(live.stdout)} == {"completed"}, live.stdout
         ended = base / "job" / "rank1" / "tables" / "collectives.log"
@@ -99,8 +123,9 @@ def terminated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         shutil.rmtree(sockets, ignore_errors=True)
 
 
-def test_ddp_and_script_collectives_on_every_rank(mismatch: Path) -> None:
-    rows = _rows(mismatch)
+def test_ddp_and_script_collectives_on_every_rank(mismatch: tuple[Path, str]) -> None:
+    job_dir, kernel = mismatch
+    rows = _rows(job_dir)
     for rank in (0, 1):
         mine = rows[rank]
         assert [r["seq"] for r in mine] == list(range(len(mine)))  # none missing
@@ -110,10 +135,18 @@ def test_ddp_and_script_collectives_on_every_rank(mismatch: Path) -> None:
         assert [(r["step"], r["shapes"], r["dtype"], r["bytes"]) for r in ddp] == [
             (s, "[[65]]", "float32", 260) for s in range(3)
         ]
-        # A call's completion is seen by polling its work (the spill thread's second, mostly):
-        # in a job that aborts within its first second, the calls before the fatal one may
-        # not be marked done on disk yet. The terminated job below checks that they are.
-        assert {r["state"] for r in ddp} <= {"completed", "issued"}
+        if kernel == "native":
+            # gloo completes a call's future when it is done: its end is on disk at once,
+            # with how long it took
+            assert {r["state"] for r in ddp} == {"completed"}
+            assert all(0 < r["duration"] < 60 for r in ddp), ddp
+        else:
+            # The Python kernel sees a completion by polling the work (the spill thread's
+            # second, mostly): in a job that aborts within its first second, the calls before
+            # the fatal one may not be marked done on disk yet, and their duration is not
+            # known. The terminated job below checks that they end.
+            assert {r["state"] for r in ddp} <= {"completed", "issued"}
+            assert {r["duration"] for r in ddp} == {None}
         assert [r["step"] for r in own] == [1, 2, 3]
     # Up to the fatal call the ranks line up: the same op and shapes at each seq.
     fatal = len(rows[0]) - 1
@@ -122,17 +155,18 @@ def test_ddp_and_script_collectives_on_every_rank(mismatch: Path) -> None:
         assert (a["op"], a["shapes"]) == (b["op"], b["shapes"])
 
 
-def test_the_fatal_collective_is_on_disk(mismatch: Path) -> None:
-    rows = _rows(mismatch)
+def test_the_fatal_collective_is_on_disk(mismatch: tuple[Path, str]) -> None:
+    job_dir, _kernel = mismatch
+    rows = _rows(job_dir)
     last = {rank: rows[rank][-1] for rank in (0, 1)}
     assert {r["site"] for r in last.values()} == {OWN}
     assert (last[0]["shapes"], last[1]["shapes"]) == ("[[]]", "[[64]]")
-    metas = {rank: rundir.read_meta(mismatch / f"rank{rank}") for rank in (0, 1)}
+    metas = {rank: rundir.read_meta(job_dir / f"rank{rank}") for rank in (0, 1)}
     aborted = [r for r, m in metas.items() if m["status"] == "crashed"]
     assert len(aborted) == 1, metas
     (rank,) = aborted
     assert metas[rank]["signal"] == "SIGABRT" and metas[rank]["inferred"] is True
-    assert "Aborted" in (mismatch / f"rank{rank}" / rundir.FATAL_FILE).read_text()
+    assert "Aborted" in (job_dir / f"rank{rank}" / rundir.FATAL_FILE).read_text()
     assert last[rank]["state"] == "issued"  # the call it died in
     other = metas[1 - rank]
     assert (other["status"], other.get("signal")) in {("terminated", "SIGTERM"), ("failed", None)}
@@ -149,11 +183,39 @@ def test_a_terminated_rank_leaves_its_record(terminated: Path) -> None:
 
 
 def test_works_held_stay_within_their_bytes(launch) -> None:  # type: ignore[no-untyped-def]
-    # A work keeps its tensors alive until it is polled; the training thread polls once the
-    # works held pass 256 MiB, so a script that drops each 16 MiB tensor at once keeps at
-    # most 16 more (the spill thread's second may poll sooner; with the bound lifted, 26 and
-    # 27 of the 40 stayed alive in two tries).
-    run = launch(td_run("--quiet", script("dist_held.py"), "40"))
+    # The Python kernel's bound. A work keeps its tensors alive until it is polled; the
+    # training thread polls once the works held pass 256 MiB, so a script that drops each
+    # 16 MiB tensor at once keeps at most 16 more (the spill thread's second may poll sooner;
+    # with the bound lifted, 26 and 27 of the 40 stayed alive in two tries). The C++ kernel
+    # holds no work of a gloo call on CPU tensors: it ends when its future completes.
+    run = launch(td_run("--quiet", script("dist_held.py"), "40"), {"TORCHDOCTOR_NATIVE": "0"})
     assert run.wait(120) == 0, run.output()
     most = int(run.stdout().split("most alive ")[1].split()[0])
     assert most <= 17, run.output()
+
+
+def test_both_kernels_record_the_same_rows(launch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    # Most of torch.distributed's ops, on the default group and a subgroup, point-to-point
+    # both ways: the C++ kernel's rows are the Python kernel's, and it knows the durations of
+    # the calls whose future gloo completes (all but send and recv, which are polled).
+    sql = (
+        'SELECT rank, step, "group", seq, op, shapes, dtype, bytes, peer, state, site, duration'
+        ' FROM python.collectives ORDER BY rank, "group", op, seq'
+    )
+    rows = {}
+    for kernel in KERNELS:
+        run_dir = tmp_path / kernel
+        argv = td_run("--quiet", "--run-dir", str(run_dir), script("dist_ops.py"))
+        run = launch(argv, {"TORCHDOCTOR_NATIVE": "1" if kernel == "native" else "0"})
+        assert run.wait(120) == 0, run.output()
+        out = cli("query", str(run_dir), sql, "--format", "json")
+        assert out.returncode == 0, out.stderr
+        rows[kernel] = json.loads(out.stdout)
+    timed = {r["op"] for r in rows["native"] if r.pop("duration") is not None}
+    assert {r.pop("duration") for r in rows["python"]} == {None}
+    assert rows["native"] == rows["python"]
+    ops = {r["op"] for r in rows["native"]}
+    assert timed == ops - {"send", "recv"}
+    assert {"all_reduce", "broadcast", "reduce", "all_gather", "gather", "scatter"} <= ops
+    assert {r["state"] for r in rows["native"]} == {"completed"}
+    assert len({r["group"] for r in rows["native"]}) == 2

@@ -15,6 +15,10 @@ the spill thread's next second, whichever comes first. Before it writes them, th
 runs the table's `settle` (collectives: end the calls whose work has completed), so what the
 file says is at most a second old whatever the training thread does.
 
+Where the C++ kernel records collectives (torchdoctor/native), it writes this same file itself
+(`follow`), ends included, and the table reads the file back for live queries (`catch_up`, on
+the spill thread's second and before a live query).
+
 A line cut short by a kill is skipped by the reader, and so is the NUL padding of a mapped file
 that was not closed; an `I` without its `E` is a call still in
 flight when the process ended (state `issued`): for a rank that died in a collective, the last
@@ -63,6 +67,13 @@ class JournalTable(RingTable):
         self._ends: collections.deque[bytes] = collections.deque()
         self.write_errors = 0
         self.settle: Callable[[], None] | None = None  # run before the spill writes the ends
+        # following a journal another writer appends to: its path, how far it was read, the
+        # start of a line not yet whole, and how to close that writer at the run's end
+        self._followed: Path | None = None
+        self._read_to = 0
+        self._partial = b""
+        self._close_writer: Callable[[], None] | None = None
+        self._catching_up = threading.Lock()
 
     def attach(self, directory: Callable[[], Path]) -> None:
         """Where the journal goes (the run directory, read when the first record comes)."""
@@ -91,6 +102,50 @@ class JournalTable(RingTable):
     def open_rows(self) -> list[tuple[Any, ...]]:
         return list(self._open.values())
 
+    # -- another writer (the C++ kernel) -------------------------------------------------------
+    def follow(self, close_writer: Callable[[], None]) -> Path | None:
+        """The journal's path, for a writer outside this table; from now on the table reads
+        its rows from the file. `close_writer` is called at the run's end, before the last read.
+        None where the run has no directory."""
+        if self._directory is None:
+            return None
+        path = path_of(self._directory(), self.spec)
+        rundir.make_private_dir(path.parent)
+        self._followed, self._read_to, self._partial = path, 0, b""
+        self._close_writer = close_writer
+        return path
+
+    def catch_up(self) -> None:
+        """Read the lines the other writer appended since the last read."""
+        path = self._followed
+        if path is None:
+            return
+        with self._catching_up:
+            try:
+                with open(path, "rb") as f:
+                    f.seek(self._read_to)
+                    data = f.read()
+            except OSError:
+                return
+            self._read_to += len(data)
+            data = self._partial + data
+            whole = data.rfind(b"\n") + 1
+            self._partial = data[whole:]
+            width = len(self.spec.columns)
+            for raw in data[:whole].splitlines():
+                parsed = _parse(raw, width)
+                if parsed is None:
+                    continue
+                kind, values = parsed
+                if kind == ISSUED:
+                    self._open[int(values[0])] = tuple(values[1:])
+                else:
+                    row = self._open.pop(int(values[0]), None)
+                    if row is not None:
+                        ended = list(row)
+                        ended[self._duration], ended[self._state] = values[1], values[2]
+                        self.append(tuple(ended))
+
     def _write(self, data: bytes) -> None:
         file = self._file if self._file is not None else self._open_file()
         if file is None:
@@ -114,6 +169,10 @@ class JournalTable(RingTable):
 
     def close(self) -> None:
         """The run is over: later records (a completion arriving late) are not written."""
+        if self._close_writer is not None:
+            self._close_writer()
+            self._close_writer = None
+            self.catch_up()
         self.write_ends()
         with self._file_lock:
             file, self._file, self._directory = self._file, None, None
@@ -125,6 +184,7 @@ class JournalTable(RingTable):
 
     # -- readers -----------------------------------------------------------------------------
     def snapshot(self) -> Block:
+        self.catch_up()
         ended = super().snapshot()
         pending = self.open_rows()
         if not pending:
@@ -132,6 +192,7 @@ class JournalTable(RingTable):
         return Block.concat(self.spec, [ended, Block.from_rows(self.spec, pending)])
 
     def blocks(self) -> list[Block]:
+        self.catch_up()
         pending = self.open_rows()
         extra = [Block.from_rows(self.spec, pending)] if pending else []
         return super().blocks() + extra
@@ -153,6 +214,7 @@ class JournalTable(RingTable):
         if self.settle is not None:
             self.settle()
         self.write_ends()
+        self.catch_up()
         return []
 
     def __len__(self) -> int:
@@ -179,15 +241,29 @@ def read(path: Path, spec: TableSpec) -> tuple[Block, bool]:
     width = len(spec.columns)
     state, duration = spec.index("state"), spec.index("duration")
     for raw in records(path.read_bytes()).splitlines():
-        try:
-            values = json.loads(raw[2:])
-            if raw.startswith(ISSUED) and len(values) == width + 1:
-                rows[int(values[0])] = list(values[1:])
-            elif raw.startswith(ENDED) and int(values[0]) in rows:
-                row = rows[int(values[0])]
-                row[duration], row[state] = values[1], values[2]
-            else:
-                truncated = True
-        except (ValueError, TypeError, IndexError):
+        parsed = _parse(raw, width)
+        if parsed is None:
+            truncated = True
+        elif parsed[0] == ISSUED:
+            rows[int(parsed[1][0])] = list(parsed[1][1:])
+        elif int(parsed[1][0]) in rows:
+            row = rows[int(parsed[1][0])]
+            row[duration], row[state] = parsed[1][1], parsed[1][2]
+        else:
             truncated = True
     return Block.from_rows(spec, [tuple(r) for r in rows.values()]), truncated
+
+
+def _parse(raw: bytes, width: int) -> tuple[bytes, list[Any]] | None:
+    """(ISSUED or ENDED, the line's values) of a journal line; None for one cut short."""
+    try:
+        values = json.loads(raw[2:])
+    except ValueError:
+        return None
+    if not isinstance(values, list) or not values or not isinstance(values[0], int):
+        return None
+    if raw.startswith(ISSUED) and len(values) == width + 1:
+        return ISSUED, values
+    if raw.startswith(ENDED) and len(values) == 3:
+        return ENDED, values
+    return None

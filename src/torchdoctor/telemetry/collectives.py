@@ -9,6 +9,10 @@ and redispatches to it unchanged. Nothing of the user's is replaced (no DDP comm
 wrapper process group), and tensor subclasses and fake tensors are handled above that key, so a
 compiled region's tracing never reaches it.
 
+Where the C++ kernel is built (`python -m torchdoctor.native`), it is registered instead of this
+module's Python one and records the same rows for a fraction of the cost per call
+(telemetry/collectives_native.py); this module's kernel is the one that runs everywhere.
+
 What a call records, before it is passed on: the row, written through to the run directory
 (store/journal.py) so that a rank the backend aborts (gloo and NCCL end it with SIGABRT) has the
 fatal call on disk. When it ends: when its work is seen completed, without a duration (the
@@ -39,50 +43,16 @@ from typing import Any
 
 import torch
 
+from torchdoctor import native
 from torchdoctor._failsafe import Switch
 from torchdoctor.frames import site, user_frame
 from torchdoctor.telemetry import invisible, process_group
+from torchdoctor.telemetry.c10d_ops import OPS, OpSpec, group_facts
 from torchdoctor.telemetry.invisible import compiling
 from torchdoctor.telemetry.patches import Hooks
 
 _now = time.perf_counter
 
-
-@dataclasses.dataclass(frozen=True)
-class OpSpec:
-    name: str  # the op as the table names it
-    inputs: int | None  # argument holding the tensors this rank contributes
-    group: int  # argument holding the process group
-    peer: int | None = None  # send/recv: the other rank; broadcast, reduce...: the root
-    p2p: bool = False
-    gathers: bool = False  # its output is the group's size times its input
-
-
-# c10d op -> how to read its arguments (schemas: torch.ops.c10d.<op>.default._schema)
-OPS: dict[str, OpSpec] = {
-    "allreduce_": OpSpec("all_reduce", 0, 1),
-    "allreduce_coalesced_": OpSpec("all_reduce_coalesced", 0, 1),
-    "broadcast_": OpSpec("broadcast", 0, 1, peer=2),
-    "reduce_": OpSpec("reduce", 0, 1, peer=3),
-    "allgather_": OpSpec("all_gather", 1, 2, gathers=True),
-    "_allgather_base_": OpSpec("all_gather_into_tensor", 1, 2, gathers=True),
-    "allgather_coalesced_": OpSpec("all_gather_coalesced", 1, 2, gathers=True),
-    "allgather_into_tensor_coalesced_": OpSpec(
-        "all_gather_into_tensor_coalesced", 1, 2, gathers=True
-    ),
-    "reduce_scatter_": OpSpec("reduce_scatter", 1, 2),
-    "_reduce_scatter_base_": OpSpec("reduce_scatter_tensor", 1, 2),
-    "reduce_scatter_tensor_coalesced_": OpSpec("reduce_scatter_tensor_coalesced", 1, 2),
-    "gather_": OpSpec("gather", 1, 2, peer=3, gathers=True),
-    "scatter_": OpSpec("scatter", 1, 2, peer=3),
-    "alltoall_": OpSpec("all_to_all", 1, 2),
-    "alltoall_base_": OpSpec("all_to_all_single", 1, 2),
-    "barrier": OpSpec("barrier", None, 1),
-    "monitored_barrier_": OpSpec("monitored_barrier", None, 1),
-    "send": OpSpec("send", 0, 1, peer=2, p2p=True),
-    "recv_": OpSpec("recv", 0, 1, peer=2, p2p=True),
-    "recv_any_source_": OpSpec("recv", 0, 1, p2p=True),
-}
 
 ISSUED, COMPLETED, FAILED = "issued", "completed", "failed"
 # The training thread polls only past these bounds (DDP issues its calls mid-backward and a
@@ -91,7 +61,7 @@ ISSUED, COMPLETED, FAILED = "issued", "completed", "failed"
 # the group's size for a gather (its output), since a work keeps its tensors alive: a script
 # that frees each gathered output at once (ZeRO-3) keeps at most this much more.
 POLL_AT = 64
-HELD_BYTES = 256 << 20
+HELD_BYTES = 256 << 20  # (the C++ kernel is told the same bounds)
 
 
 @dataclasses.dataclass
@@ -274,26 +244,7 @@ def _raised(work: Any) -> bool:
 
 
 def _describe(pg: Any) -> GroupInfo:
-    dist = torch.distributed
-    try:
-        ranks = [int(r) for r in dist.get_process_group_ranks(pg)]
-    except Exception:
-        ranks = list(range(pg.size()))
-    try:
-        world = dist.distributed_c10d._world.default_pg
-    except Exception:
-        world = None
-    if pg is world:
-        label = "default"
-    else:
-        desc = getattr(pg, "group_desc", "") or ""
-        name = desc if desc and desc != "undefined" else str(getattr(pg, "group_name", "?"))
-        label = f"{name} [{','.join(map(str, ranks))}]"
-    try:
-        # The group's own count of calls so far: a probe started late still lines up.
-        start = int(pg._get_sequence_number_for_group())
-    except Exception:
-        start = 0
+    label, ranks, start = group_facts(pg)
     return GroupInfo(label, ranks, itertools.count(start))
 
 
@@ -351,15 +302,26 @@ def _tensors(value: Any) -> list[Any]:
 
 
 # -- the kernels: registered once per process, they call whichever Collectives is current --------
-_current: list[Collectives] = []
+_current: list[Any] = []  # Collectives, or the C++ kernel's NativeCollectives
 _library: list[Any] = []
 
 
-def install(rec: Any, hooks: Hooks) -> Collectives | None:
-    """Record collectives for `rec` (removed with `hooks`)."""
+def install(rec: Any, hooks: Hooks) -> Any:
+    """Record collectives for `rec` (removed with `hooks`): with the C++ kernel where it is
+    built (telemetry/collectives_native.py), else with this module's Python kernel."""
     dist = getattr(torch, "distributed", None)
     if dist is None or not dist.is_available():
         return None
+    lib = native.load()
+    if lib is not None:
+        from torchdoctor.telemetry import collectives_native
+
+        bounds = (POLL_AT, HELD_BYTES)
+        installed = collectives_native.install(rec, hooks, lib, native.poll_function(lib), bounds)
+        if installed is not None:
+            _current[:] = [installed]
+            hooks.on_remove(functools.partial(_forget, installed))
+            return installed
     collectives = Collectives(rec)
     collectives.table.settle = collectives.settle  # the spill thread's second polls the works
     _current[:] = [collectives]
@@ -372,10 +334,21 @@ def install(rec: Any, hooks: Hooks) -> Collectives | None:
 def set_kernels(on: bool) -> None:
     """Register or drop the kernels, the current Collectives kept (benchmarks/ddp_overhead.py
     compares steps with and without them)."""
+    current = _current[0] if _current else None
+    if current is not None and not isinstance(current, Collectives):  # the C++ kernel's
+        from torchdoctor.telemetry import collectives_native
+
+        collectives_native.set_kernels(current.lib, on)
+        return
     if on and not _library:
         _library.append(_register())
     elif not on and _library:
         _library.pop()._destroy()
+
+
+def _forget(collectives: Any) -> None:
+    if _current and _current[0] is collectives:
+        _current.clear()
 
 
 def _uninstall(collectives: Collectives) -> None:

@@ -1,0 +1,669 @@
+// python.collectives, recorded in C++: the same rows as the Python kernel of
+// telemetry/collectives.py, for a fraction of its cost per call (docs/benchmarks.md).
+//
+// A kernel per c10d op at the BackendSelect key: it reads the call (group, tensors, peer) in
+// C++, takes the GIL only for what lives in Python (the step, the issuing line, the switches),
+// writes the journal's `I` line with one write() before the call goes on, and ends the call:
+// through its future's callback where the backend completes that future when the work is
+// done (CPU tensors: gloo), by polling the work otherwise (NCCL completes its future at
+// launch). The journal's format is store/journal.py's; Python reads it back for live queries.
+//
+// Python drives it through the C functions at the end (ctypes); telemetry/collectives_native.py
+// is the other half. Nothing here raises into the training: a failure turns recording off and
+// is kept for Python to report.
+
+#include <Python.h>
+#include <frameobject.h>
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+#include <torch/library.h>
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace {
+
+struct Spec {
+  std::string c10d;  // the op's name in the c10d namespace
+  std::string name;  // as the table names it
+  int inputs;        // argument holding this rank's tensors, -1: none
+  int group;         // argument holding the process group
+  int peer;          // argument holding the peer or root (a group rank), -1: none
+  bool p2p;          // numbered per peer instead of per group
+  bool gathers;      // its output is the group's size times its input
+};
+
+struct Group {
+  c10::weak_intrusive_ptr<c10d::ProcessGroup> alive;  // keeps the address from being reused
+  std::string label;                                  // as JSON
+  std::vector<long> ranks;                            // global rank of each group rank
+  std::atomic<long> seq{0};
+  std::map<std::pair<std::string, long>, long> p2p;  // (op, peer) -> next number
+  explicit Group(const c10::intrusive_ptr<c10d::ProcessGroup>& pg) : alive(pg) {}
+  long global(long group_rank) const {
+    return group_rank >= 0 && group_rank < (long)ranks.size() ? ranks[group_rank] : group_rank;
+  }
+};
+
+struct Pending {
+  long id;
+  c10::intrusive_ptr<c10d::Work> work;
+  long bytes;
+};
+
+// Bounds of the works held for polling, set by Python (telemetry/collectives.py: POLL_AT,
+// HELD_BYTES): past them the calling thread polls.
+std::atomic<size_t> g_poll_at{64};
+std::atomic<long> g_held_bytes{256L << 20};
+
+std::vector<Spec> g_specs;
+torch::Library* g_library = nullptr;
+std::atomic<bool> g_enabled{false};
+std::atomic<long> g_ids{0};
+// Held works and described groups live on the heap and are never freed: at the process's exit,
+// destroying a work after its backend is gone (NCCL after CUDA) could crash the exit.
+using Groups = std::unordered_map<c10d::ProcessGroup*, std::unique_ptr<Group>>;
+std::mutex g_groups_lock;  // *g_groups and each group's p2p counters
+Groups* g_groups = new Groups();
+std::mutex g_fd_lock;  // the journal's file descriptor: open, write, close
+int g_fd = -1;
+std::mutex g_pending_lock;
+std::vector<Pending>* g_pending = new std::vector<Pending>();
+long g_held = 0;
+std::mutex g_poll_lock;  // one poll at a time
+std::mutex g_failure_lock;
+std::string g_failure;
+// Python's side, held while configured (see td_configure)
+PyObject* g_rec = nullptr;       // the Recorder: .step, .switch.on
+PyObject* g_switch = nullptr;    // collective tracing's own Switch: .on
+PyObject* g_prepare = nullptr;   // prepare(group_name) -> (label JSON, ranks, start) | None
+PyObject* g_kind = nullptr;      // frames._kind(path) -> 2 user's, 1 a library's, 0 ours/torch's
+PyObject* g_fallback = nullptr;  // fallback_site() -> "file:line" | None (threads without Python)
+std::unordered_map<PyObject*, int> g_kinds;  // code object (a reference held) -> kind; GIL
+
+c10::DispatchKeySet after_backend_select() {
+  return c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, c10::DispatchKey::BackendSelect);
+}
+
+long wall_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return ts.tv_sec * 1000000000L + ts.tv_nsec;
+}
+
+long mono_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1000000000L + ts.tv_nsec;
+}
+
+bool finalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing();
+#else
+  return _Py_IsFinalizing();
+#endif
+}
+
+void fail(const std::string& why) {
+  g_enabled.store(false);
+  std::lock_guard<std::mutex> hold(g_failure_lock);
+  if (g_failure.empty()) g_failure = why;
+}
+
+void json_string(std::string& out, const char* text) {
+  out += '"';
+  for (const char* c = text; *c; ++c) {
+    unsigned char ch = static_cast<unsigned char>(*c);
+    if (ch == '"' || ch == '\\') {
+      out += '\\';
+      out += *c;
+    } else if (ch < 0x20) {
+      char buf[8];
+      snprintf(buf, sizeof buf, "\\u%04x", ch);
+      out += buf;
+    } else {
+      out += *c;
+    }
+  }
+  out += '"';
+}
+
+void write_line(const std::string& line) {
+  std::lock_guard<std::mutex> hold(g_fd_lock);
+  if (g_fd < 0) return;
+  const char* data = line.data();
+  size_t left = line.size();
+  while (left > 0) {
+    ssize_t n = write(g_fd, data, left);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return;  // a full disk costs the record, never the training
+    }
+    data += n;
+    left -= static_cast<size_t>(n);
+  }
+}
+
+void write_end(long id, long started, const char* state) {
+  char buf[96];
+  if (started < 0) {
+    snprintf(buf, sizeof buf, "E [%ld,null,\"%s\"]\n", id, state);
+  } else {
+    snprintf(buf, sizeof buf, "E [%ld,%.9f,\"%s\"]\n", id, (mono_ns() - started) / 1e9, state);
+  }
+  write_line(buf);
+}
+
+// torch's own names (str(torch.float32)[6:]) of the usual dtypes
+const char* dtype_name(c10::ScalarType t) {
+  switch (t) {
+    case c10::ScalarType::Float: return "float32";
+    case c10::ScalarType::Double: return "float64";
+    case c10::ScalarType::Half: return "float16";
+    case c10::ScalarType::BFloat16: return "bfloat16";
+    case c10::ScalarType::Long: return "int64";
+    case c10::ScalarType::Int: return "int32";
+    case c10::ScalarType::Short: return "int16";
+    case c10::ScalarType::Char: return "int8";
+    case c10::ScalarType::Byte: return "uint8";
+    case c10::ScalarType::Bool: return "bool";
+    case c10::ScalarType::ComplexFloat: return "complex64";
+    case c10::ScalarType::ComplexDouble: return "complex128";
+    case c10::ScalarType::ComplexHalf: return "complex32";
+    case c10::ScalarType::Float8_e4m3fn: return "float8_e4m3fn";
+    case c10::ScalarType::Float8_e5m2: return "float8_e5m2";
+    default: return nullptr;
+  }
+}
+
+void collect(const c10::IValue& value, std::vector<at::Tensor>& out) {
+  if (value.isTensor()) {
+    out.push_back(value.toTensor());
+  } else if (value.isTensorList()) {
+    for (const at::Tensor& t : value.toTensorList().vec()) out.push_back(t);
+  } else if (value.isList()) {
+    for (const c10::IValue& item : value.toListRef()) collect(item, out);
+  }
+}
+
+struct Facts {
+  std::string shapes = "null";  // JSON: a string holding the JSON list, or null
+  std::string dtype = "null";
+  long bytes = 0;
+  bool cpu = true;
+};
+
+Facts facts_of(const c10::IValue& value) {
+  std::vector<at::Tensor> tensors;
+  collect(value, tensors);
+  Facts f;
+  if (tensors.empty()) return f;
+  std::string shapes = "[";
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const at::Tensor& t = tensors[i];
+    if (i) shapes += ',';
+    shapes += '[';
+    auto sizes = t.sizes();
+    for (size_t d = 0; d < sizes.size(); ++d) {
+      if (d) shapes += ',';
+      shapes += std::to_string(sizes[d]);
+    }
+    shapes += ']';
+    f.bytes += static_cast<long>(t.numel() * t.element_size());
+    if (!t.device().is_cpu()) f.cpu = false;
+  }
+  shapes += ']';
+  f.shapes = '"' + shapes + '"';
+  const char* name = dtype_name(tensors[0].scalar_type());
+  std::string lower;
+  if (name == nullptr) {  // a rarer dtype: torch's C++ name, lower case
+    for (const char* c = c10::toString(tensors[0].scalar_type()); *c; ++c) lower += (char)tolower(*c);
+    name = lower.c_str();
+  }
+  f.dtype.clear();
+  json_string(f.dtype, name);
+  return f;
+}
+
+// -- what lives in Python (the GIL held) --------------------------------------------------------
+
+int kind_of(PyCodeObject* code) {
+  auto it = g_kinds.find(reinterpret_cast<PyObject*>(code));
+  if (it != g_kinds.end()) return it->second;
+  int kind = 0;
+  PyObject* r = PyObject_CallOneArg(g_kind, code->co_filename);
+  if (r != nullptr) {
+    kind = static_cast<int>(PyLong_AsLong(r));
+    Py_DECREF(r);
+  }
+  PyErr_Clear();
+  if (g_kinds.size() < 100000) {
+    Py_INCREF(code);  // held: its address stays its own
+    g_kinds.emplace(reinterpret_cast<PyObject*>(code), kind);
+  }
+  return kind;
+}
+
+// The user's line that issued the call (frames.user_frame's rule), as JSON.
+std::string site_json() {
+  PyFrameObject* frame = PyEval_GetFrame();  // borrowed
+  Py_XINCREF(frame);
+  std::string out;
+  std::string fallback;
+  while (frame != nullptr) {
+    PyCodeObject* code = PyFrame_GetCode(frame);
+    int kind = kind_of(code);
+    if (kind == 2 || (kind == 1 && fallback.empty())) {
+      const char* path = PyUnicode_AsUTF8(code->co_filename);
+      std::string where = std::string(path ? path : "?") + ":" +
+                          std::to_string(PyFrame_GetLineNumber(frame));
+      std::string quoted;
+      json_string(quoted, where.c_str());
+      (kind == 2 ? out : fallback) = quoted;
+    }
+    Py_DECREF(code);
+    if (!out.empty()) {
+      Py_DECREF(frame);
+      return out;
+    }
+    PyFrameObject* back = PyFrame_GetBack(frame);
+    Py_DECREF(frame);
+    frame = back;
+  }
+  if (!fallback.empty()) return fallback;
+  PyObject* r = PyObject_CallNoArgs(g_fallback);  // a backward on another thread
+  if (r != nullptr && PyUnicode_Check(r)) {
+    const char* text = PyUnicode_AsUTF8(r);
+    if (text != nullptr) json_string(out, text);
+  }
+  Py_XDECREF(r);
+  PyErr_Clear();
+  return out.empty() ? "null" : out;
+}
+
+bool attr_true(PyObject* obj, const char* name) {
+  PyObject* v = PyObject_GetAttrString(obj, name);
+  if (v == nullptr) {
+    PyErr_Clear();
+    return false;
+  }
+  int yes = PyObject_IsTrue(v);
+  Py_DECREF(v);
+  PyErr_Clear();
+  return yes == 1;
+}
+
+bool switches_on() {
+  if (!attr_true(g_switch, "on")) return false;
+  PyObject* rec_switch = PyObject_GetAttrString(g_rec, "switch");
+  if (rec_switch == nullptr) {
+    PyErr_Clear();
+    return false;
+  }
+  bool on = attr_true(rec_switch, "on");
+  Py_DECREF(rec_switch);
+  return on;
+}
+
+long step_now() {
+  PyObject* v = PyObject_GetAttrString(g_rec, "step");
+  long step = 0;
+  if (v != nullptr) {
+    step = PyLong_AsLong(v);
+    Py_DECREF(v);
+  }
+  PyErr_Clear();
+  return step;
+}
+
+// A group seen for the first time: Python describes it (and opens the journal on the first).
+Group* describe(const c10::intrusive_ptr<c10d::ProcessGroup>& pg) {
+  std::unique_ptr<Group> group(new Group(pg));
+  std::string name = pg->getGroupName();
+  PyObject* r = PyObject_CallFunction(g_prepare, "s", name.c_str());
+  bool ok = false;
+  if (r != nullptr && PyTuple_Check(r) && PyTuple_Size(r) == 3) {
+    const char* label = PyUnicode_AsUTF8(PyTuple_GetItem(r, 0));
+    PyObject* ranks = PyTuple_GetItem(r, 1);
+    long start = PyLong_AsLong(PyTuple_GetItem(r, 2));
+    if (label != nullptr && PyList_Check(ranks) && !PyErr_Occurred()) {
+      group->label = label;
+      for (Py_ssize_t i = 0; i < PyList_Size(ranks); ++i) {
+        group->ranks.push_back(PyLong_AsLong(PyList_GetItem(ranks, i)));
+      }
+      group->seq.store(start);
+      ok = !PyErr_Occurred();
+    }
+  }
+  Py_XDECREF(r);
+  PyErr_Clear();
+  if (!ok) return nullptr;  // recording is off (None), or Python could not say
+  std::lock_guard<std::mutex> hold(g_groups_lock);
+  auto& slot = (*g_groups)[pg.get()];
+  if (!slot || slot->alive.expired()) slot = std::move(group);
+  return slot.get();
+}
+
+Group* lookup(const c10::intrusive_ptr<c10d::ProcessGroup>& pg) {
+  std::lock_guard<std::mutex> hold(g_groups_lock);
+  auto it = g_groups->find(pg.get());
+  return it == g_groups->end() || it->second->alive.expired() ? nullptr : it->second.get();
+}
+
+// -- ending calls ------------------------------------------------------------------------------
+
+bool raised(const c10::intrusive_ptr<c10d::Work>& work) {
+  try {
+    return work->exception() != nullptr;
+  } catch (...) {
+    return true;
+  }
+}
+
+void poll(bool errors) {
+  std::unique_lock<std::mutex> one(g_poll_lock, std::try_to_lock);
+  if (!one.owns_lock()) return;  // another thread polls now
+  std::vector<Pending> works;
+  {
+    std::lock_guard<std::mutex> hold(g_pending_lock);
+    works.swap(*g_pending);
+    g_held = 0;
+  }
+  std::vector<Pending> still;
+  for (Pending& p : works) {
+    bool done;
+    try {
+      done = p.work->isCompleted();
+    } catch (...) {
+      done = true;
+    }
+    if (done) {
+      write_end(p.id, -1, errors && raised(p.work) ? "failed" : "completed");
+    } else {
+      still.push_back(std::move(p));
+    }
+  }
+  if (!still.empty()) {
+    std::lock_guard<std::mutex> hold(g_pending_lock);
+    long held = 0;
+    for (const Pending& p : still) held += p.bytes;
+    still.insert(still.end(), std::make_move_iterator(g_pending->begin()),
+                 std::make_move_iterator(g_pending->end()));
+    g_pending->swap(still);
+    g_held += held;
+  }
+}
+
+void follow(long id, long started, long bytes, bool cpu, torch::jit::Stack& stack) {
+  if (stack.empty() || !stack.back().isCustomClass()) {  // synchronous: over already
+    write_end(id, started, "completed");
+    return;
+  }
+  auto work = stack.back().toCustomClass<c10d::Work>();
+  if (cpu) {
+    // CPU backends complete the future when the work is done: the exact end, no work held.
+    c10::intrusive_ptr<c10::ivalue::Future> future;
+    try {
+      future = work->getFuture();
+    } catch (...) {  // gloo's send and recv have none
+    }
+    if (future) {
+      future->addCallback([id, started](c10::ivalue::Future& f) {
+        write_end(id, started, f.hasError() ? "failed" : "completed");
+      });
+      return;
+    }
+  }
+  bool crowded;
+  {
+    std::lock_guard<std::mutex> hold(g_pending_lock);
+    g_pending->push_back(Pending{id, work, bytes});
+    g_held += bytes;
+    crowded = g_pending->size() >= g_poll_at.load() || g_held >= g_held_bytes.load();
+  }
+  if (crowded) poll(false);  // a work keeps its tensors alive: few and small
+}
+
+// -- the kernel ----------------------------------------------------------------------------------
+
+struct Issued {
+  long id = -1;
+  long started = 0;
+  long bytes = 0;
+  bool cpu = true;
+};
+
+Issued issue(const Spec& spec, const torch::jit::Stack& stack, size_t nargs) {
+  Issued out;
+  const c10::IValue* args = stack.data() + (stack.size() - nargs);
+  auto pg = args[spec.group].toCustomClass<c10d::ProcessGroup>();
+  Facts facts = spec.inputs >= 0 ? facts_of(args[spec.inputs]) : Facts();
+  long group_rank_peer = spec.peer >= 0 ? args[spec.peer].toInt() : -1;
+
+  Group* group = lookup(pg);
+  std::string site;
+  long step;
+  {
+    PyGILState_STATE gil = PyGILState_Ensure();
+    if (!switches_on()) {
+      PyGILState_Release(gil);
+      return out;
+    }
+    if (group == nullptr && (group = describe(pg)) == nullptr) {
+      g_enabled.store(false);  // Python could not describe it (and said why): stop asking
+      PyGILState_Release(gil);
+      return out;
+    }
+    step = step_now();
+    site = site_json();
+    PyGILState_Release(gil);
+  }
+  long peer = spec.peer >= 0 ? group->global(group_rank_peer) : -1;
+  long seq;
+  if (spec.p2p) {
+    std::lock_guard<std::mutex> hold(g_groups_lock);
+    seq = group->p2p[{spec.name, peer}]++;
+  } else {
+    seq = group->seq++;
+  }
+  long rank = group->global(pg->getRank());
+  out.id = g_ids++;
+  out.bytes = spec.gathers ? facts.bytes * static_cast<long>(group->ranks.size()) : facts.bytes;
+  out.cpu = facts.cpu;
+
+  std::string line = "I [";
+  line += std::to_string(out.id) + ',' + std::to_string(step) + ',' + group->label + ',' +
+          std::to_string(seq) + ",\"" + spec.name + "\"," + facts.shapes + ',' + facts.dtype +
+          ',' + std::to_string(facts.bytes) + ',' + (peer >= 0 ? std::to_string(peer) : "null") +
+          ',' + std::to_string(wall_ns()) + "e-9,null,\"issued\"," + site + ',' +
+          std::to_string(rank) + "]\n";
+  out.started = mono_ns();
+  write_line(line);  // on disk before the call that may end the process
+  return out;
+}
+
+struct Kernel final : public c10::OperatorKernel {
+  explicit Kernel(const Spec& s) : spec(s) {}
+  Spec spec;
+
+  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
+                  torch::jit::Stack* stack) {
+    keys = keys & after_backend_select();
+    if (!g_enabled.load(std::memory_order_relaxed) || !Py_IsInitialized() || finalizing()) {
+      op.redispatchBoxed(keys, stack);
+      return;
+    }
+    Issued call;
+    try {
+      call = issue(spec, *stack, op.schema().arguments().size());
+    } catch (const std::exception& e) {
+      fail(std::string("recording ") + spec.name + ": " + e.what());
+    }
+    if (call.id < 0) {
+      op.redispatchBoxed(keys, stack);
+      return;
+    }
+    try {
+      op.redispatchBoxed(keys, stack);
+    } catch (...) {
+      write_end(call.id, call.started, "failed");
+      throw;
+    }
+    try {
+      follow(call.id, call.started, call.bytes, call.cpu, *stack);
+    } catch (const std::exception& e) {
+      fail(std::string("following ") + spec.name + ": " + e.what());
+    }
+  }
+};
+
+void forget_after_fork() {
+  // The child of a fork: the parent's journal, works and locks are not its own. Recording
+  // stays off until a probe of the child's configures it again.
+  g_enabled.store(false);
+  new (&g_fd_lock) std::mutex();
+  new (&g_pending_lock) std::mutex();
+  new (&g_poll_lock) std::mutex();
+  new (&g_groups_lock) std::mutex();
+  new (&g_failure_lock) std::mutex();
+  if (g_fd >= 0) close(g_fd);
+  g_fd = -1;
+  g_pending = new std::vector<Pending>();  // the parent's works: left, never touched
+  g_held = 0;
+  g_groups = new Groups();
+}
+
+std::string g_error;  // the last C function's error, for Python
+
+}  // namespace
+
+extern "C" {
+
+const char* td_error() { return g_error.c_str(); }
+
+int td_add_op(const char* c10d, const char* name, int inputs, int group, int peer, int p2p,
+              int gathers) {
+  g_specs.push_back(Spec{c10d, name, inputs, group, peer, p2p != 0, gathers != 0});
+  return 0;
+}
+
+void td_set_bounds(long works, long bytes) {
+  g_poll_at.store(static_cast<size_t>(works));
+  g_held_bytes.store(bytes);
+}
+
+// Register the kernels (the ops this torch has among those added); -1 with td_error on failure.
+int td_register() {
+  static bool atfork = false;
+  if (!atfork) {
+    pthread_atfork(nullptr, nullptr, forget_after_fork);
+    atfork = true;
+  }
+  if (g_library != nullptr) return 0;
+  try {
+    auto* library = new torch::Library(torch::Library::IMPL, "c10d", c10::DispatchKey::BackendSelect,
+                                       __FILE__, __LINE__);
+    for (const Spec& spec : g_specs) {
+      if (!c10::Dispatcher::singleton().findOp(c10::OperatorName("c10d::" + spec.c10d, ""))) {
+        continue;  // an op this torch does not have
+      }
+      library->impl(spec.c10d.c_str(),
+                    torch::CppFunction::makeFromBoxedFunctor(std::make_unique<Kernel>(spec)));
+    }
+    g_library = library;
+    return 0;
+  } catch (const std::exception& e) {
+    g_error = e.what();
+    return -1;
+  }
+}
+
+void td_unregister() {
+  g_enabled.store(false);
+  delete g_library;  // the dispatcher forgets the kernels
+  g_library = nullptr;
+}
+
+// Python's side (see the globals); the GIL held (ctypes.PyDLL).
+void td_configure(PyObject* rec, PyObject* sw, PyObject* prepare, PyObject* kind,
+                  PyObject* fallback) {
+  PyObject* old[] = {g_rec, g_switch, g_prepare, g_kind, g_fallback};
+  Py_INCREF(rec);
+  Py_INCREF(sw);
+  Py_INCREF(prepare);
+  Py_INCREF(kind);
+  Py_INCREF(fallback);
+  g_rec = rec;
+  g_switch = sw;
+  g_prepare = prepare;
+  g_kind = kind;
+  g_fallback = fallback;
+  for (PyObject* o : old) Py_XDECREF(o);
+  // A new run: groups are described again. The old descriptions are kept (a call on another
+  // thread may hold one this moment); a few per run.
+  static auto* retired = new std::vector<std::unique_ptr<Group>>();  // never freed, as above
+  std::lock_guard<std::mutex> hold(g_groups_lock);
+  for (auto& entry : *g_groups) retired->push_back(std::move(entry.second));
+  g_groups->clear();
+}
+
+void td_enable(int on) { g_enabled.store(on != 0 && g_rec != nullptr); }
+
+int td_open(const char* path) {
+  int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    g_error = std::string("cannot open ") + path;
+    return -1;
+  }
+  std::lock_guard<std::mutex> hold(g_fd_lock);
+  if (g_fd >= 0) close(g_fd);
+  g_fd = fd;
+  return 0;
+}
+
+int td_is_open() {
+  std::lock_guard<std::mutex> hold(g_fd_lock);
+  return g_fd >= 0;
+}
+
+void td_close() {
+  std::lock_guard<std::mutex> hold(g_fd_lock);
+  if (g_fd >= 0) close(g_fd);
+  g_fd = -1;
+}
+
+// End the calls whose works are seen completed (with `errors`, failed ones as such); the number
+// still pending. Any thread; called without the GIL (ctypes.CDLL).
+int td_poll(int errors) {
+  poll(errors != 0);
+  std::lock_guard<std::mutex> hold(g_pending_lock);
+  return static_cast<int>(g_pending->size());
+}
+
+// What turned recording off, once ("" if nothing did).
+const char* td_take_failure() {
+  static std::string said;
+  std::lock_guard<std::mutex> hold(g_failure_lock);
+  said.swap(g_failure);
+  g_failure.clear();
+  return said.c_str();
+}
+
+}  // extern "C"
