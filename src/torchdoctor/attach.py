@@ -105,6 +105,35 @@ def _same_python(pid: int) -> bool:
         return False
 
 
+REGISTERS_REFUSED = "Couldn't write extended state status"
+
+
+def _calls_refused(gdb: str) -> str | None:
+    """Why gdb cannot call a function in a process on this machine, tried on a throwaway child
+    first: some kernels (seen on Firecracker VMs) refuse a tracer's write of the FPU/vector
+    registers, which every call needs, and the training process is not where to find out."""
+    child = subprocess.Popen(["sleep", "30"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        out = subprocess.run(
+            [gdb, "--batch", "-nx", "-iex", "set auto-solib-add off", "-p", str(child.pid),
+             "-ex", "call (int)getpid()", "-ex", "detach"],
+            capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return None  # no answer either way: the attach itself will say
+    finally:
+        child.kill()
+        child.wait()
+    if REGISTERS_REFUSED in out.stdout + out.stderr:
+        return (
+            "gdb cannot call functions in a process on this machine: the kernel refuses to "
+            f"write a traced process's FPU/vector registers (gdb: {REGISTERS_REFUSED!r}), "
+            "so nothing was done to the process. Start the script with `torchdoctor run` or "
+            "TORCHDOCTOR=1 instead"
+        )
+    return None
+
+
 def _inject_gdb(pid: int, script: str, direct: bool, timeout: float) -> None:
     gdb = shutil.which("gdb")
     if gdb is None:
@@ -112,7 +141,7 @@ def _inject_gdb(pid: int, script: str, direct: bool, timeout: float) -> None:
             "gdb is not installed (apt install gdb / dnf install gdb); or start the script "
             "with `torchdoctor run` or TORCHDOCTOR=1"
         )
-    problem = ptrace_problem(pid)
+    problem = ptrace_problem(pid) or _calls_refused(gdb)
     if problem:
         raise AttachError(problem)
     # No string literal is passed to a called function: gdb would malloc() room for it in

@@ -131,6 +131,7 @@ class Session:
         self._servers: list[Any] = []
         self._cancel_torch_wait = lambda: None
         self._stopped = False
+        self._ending_written = False  # stop() has written the ending (see _on_signal)
         self.exit_code: int | None = None
         self.crash: BaseException | None = None  # the uncaught exception that ended the script
         # The job this process is a rank of (once init_process_group has run).
@@ -323,6 +324,7 @@ class Session:
         # The ending first: from here on a SIGTERM (torchrun stopping the other ranks after one
         # failed) finds the default disposition, and the teardown below may take a while.
         self._write_meta(self._ending())
+        self._ending_written = True
         self.endings.remove()
         self._cancel_torch_wait()
         if self.telemetry is not None:
@@ -359,7 +361,9 @@ class Session:
     def _on_signal(self, signum: int, phase: str) -> None:
         """On the main thread, in the signal's handler (telemetry/endings.py): save the tables
         and the ending now, whatever comes next."""
-        if self._stopped:
+        # A signal that interrupts stop() before it has written the ending (the handler runs on
+        # the thread that was writing it) ends the process now, by this signal: said here.
+        if self._stopped and not (phase == endings.GOING and not self._ending_written):
             return
         if phase == endings.SURVIVED:  # the script's handler chose to go on
             self._write_meta("running")

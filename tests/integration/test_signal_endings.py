@@ -24,6 +24,7 @@ CASES = {
     "handler": (7, "terminated", "SIGTERM"),
     "abrt": (-signal.SIGABRT, "crashed", "SIGABRT"),  # the reader's verdict, from fatal.log
     "raise": (1, "failed", None),  # no signal: an uncaught exception, for comparison
+    "during_stop": (-signal.SIGTERM, "terminated", "SIGTERM"),  # it ends the process, not 1
 }
 
 

@@ -9,6 +9,8 @@ import sys
 import pytest
 from helpers import script, td_run
 
+from torchdoctor.attach import REGISTERS_REFUSED
+
 
 def _check_probe(run) -> None:
     run.wait_probe()
@@ -89,6 +91,13 @@ def test_attach(launch) -> None:
     wait_for(lambda: "step 3 " in run.stdout(), what="the plain script to train")
     assert run.entry() is None
     out = run.cli("attach", str(run.pid))
+    if REGISTERS_REFUSED in out.stderr:
+        # This machine's kernel refuses gdb's calls (tried on a child first): a clear answer,
+        # and the training untouched, exactly as without the attempt
+        assert "nothing was done to the process" in out.stderr and out.returncode != 0
+        assert run.entry() is None
+        assert run.stop() == 0
+        return
     assert out.returncode == 0, out.stderr
     assert f"attached to {run.pid}" in out.stdout
     _check_probe(run)

@@ -4,6 +4,9 @@ python signal_end.py term|hup|int|abrt      the signal, its disposition left as 
 python signal_end.py handler                SIGTERM to a handler of the script's own,
                                              which checks getsignal and exits 7
 python signal_end.py raise                  no signal: an uncaught exception (exit status 1)
+python signal_end.py during_stop            the exception, and SIGTERM lands while torchdoctor
+                                             writes the run's ending (as torchrun's does when
+                                             it stops the ranks after one failed)
 """
 
 import os
@@ -21,6 +24,18 @@ if how == "handler":
         sys.exit(7)
 
     signal.signal(signal.SIGTERM, on_term)
+elif how == "during_stop":
+    from torchdoctor.store import rundir
+
+    real_write_meta = rundir.write_meta
+
+    def write_meta(run_dir: object, meta: dict) -> None:
+        if meta["status"] != "running":  # the ending: the signal is handled inside this write
+            rundir.write_meta = real_write_meta
+            os.kill(os.getpid(), signal.SIGTERM)
+        real_write_meta(run_dir, meta)
+
+    rundir.write_meta = write_meta
 
 model = torch.nn.Linear(4, 1)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -29,7 +44,7 @@ for _ in range(3):
     optimizer.zero_grad()
     loss.backward()
     optimizer.step()
-if how == "raise":
+if how in ("raise", "during_stop"):
     raise RuntimeError("planted failure after 3 steps")
 signum = {"handler": signal.SIGTERM, "term": signal.SIGTERM, "hup": signal.SIGHUP}.get(how)
 signum = signum or {"int": signal.SIGINT, "abrt": signal.SIGABRT}[how]

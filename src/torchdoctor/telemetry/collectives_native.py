@@ -113,7 +113,8 @@ def install(
 
 
 def set_kernels(lib: ctypes.PyDLL, on: bool) -> None:
-    """Register or drop the kernels (benchmarks/ddp_overhead.py)."""
+    """Register or drop the kernels (benchmarks/ddp_overhead.py, between two steps of one
+    thread: no call is inside a kernel when it is dropped)."""
     if on and not _registered:
         if lib.td_register() == 0:
             _registered.append(lib)
@@ -125,4 +126,8 @@ def set_kernels(lib: ctypes.PyDLL, on: bool) -> None:
 def _uninstall(calls: NativeCollectives) -> None:
     if calls.table.settle == calls.settle:
         calls.table.settle = None
-    set_kernels(calls.lib, False)  # off and unregistered; the journal closes with the run
+    # Off, not unregistered: a call on another thread may be inside the kernel this instant,
+    # and the dispatcher does not keep a kernel alive for the calls in it. Off, the kernel
+    # passes every call straight on (as cheap as no kernel: docs/benchmarks.md). The journal
+    # closes with the run (JournalTable.close).
+    calls.lib.td_enable(0)
