@@ -92,7 +92,7 @@ std::string g_failure;
 // Python's side, held while configured (see td_configure)
 PyObject* g_rec = nullptr;       // the Recorder: .step, .switch.on
 PyObject* g_switch = nullptr;    // collective tracing's own Switch: .on
-PyObject* g_prepare = nullptr;   // prepare(group_name) -> (label JSON, ranks, start) | None
+PyObject* g_prepare = nullptr;   // prepare(name, size) -> (label JSON, ranks, start) | None
 PyObject* g_kind = nullptr;      // frames._kind(path) -> 2 user's, 1 a library's, 0 ours/torch's
 PyObject* g_fallback = nullptr;  // fallback_site() -> "file:line" | None (threads without Python)
 std::unordered_map<PyObject*, int> g_kinds;  // code object (a reference held) -> kind; GIL
@@ -337,7 +337,7 @@ long step_now() {
 Group* describe(const c10::intrusive_ptr<c10d::ProcessGroup>& pg) {
   std::unique_ptr<Group> group(new Group(pg));
   std::string name = pg->getGroupName();
-  PyObject* r = PyObject_CallFunction(g_prepare, "s", name.c_str());
+  PyObject* r = PyObject_CallFunction(g_prepare, "si", name.c_str(), pg->getSize());
   bool ok = false;
   if (r != nullptr && PyTuple_Check(r) && PyTuple_Size(r) == 3) {
     const char* label = PyUnicode_AsUTF8(PyTuple_GetItem(r, 0));

@@ -43,17 +43,20 @@ class NativeCollectives:
         self._poll = poll  # td_poll, the GIL let go
 
     # -- called by the kernel, the GIL held; never raise ------------------------------------------
-    def prepare(self, group_name: str) -> tuple[str, list[int], int] | None:
+    def prepare(self, group_name: str, size: int) -> tuple[str, list[int], int] | None:
         """A group's first call: its label (as JSON), global ranks and first number; the
         journal opened on the first call of all. None: do not record."""
         try:
             process_group.poll()  # the rank and job directory first: this may be the first call
-            pg = torch._C._distributed_c10d._resolve_process_group(group_name)  # type: ignore[arg-type]
-            label, ranks, start = group_facts(pg)
             if not self.lib.td_is_open():
                 path = self.table.follow(self.close)
                 if path is None or self.lib.td_open(str(path).encode()) != 0:
                     return None
+            try:
+                resolve = torch._C._distributed_c10d._resolve_process_group
+                label, ranks, start = group_facts(resolve(group_name))  # type: ignore[arg-type]
+            except Exception:  # a group torch does not know by its name: its name and size
+                label, ranks, start = f"{group_name} [?]", list(range(size)), 0
             return json.dumps(label), ranks, start
         except Exception as exc:
             self.switch.fail(exc)
