@@ -164,16 +164,31 @@ def test_collectives_go_on_their_own_thread(tmp_path: Path) -> None:
             11,
             "a.py:3",
         ),
+        (  # completed at a moment not seen (a polled work): no duration, but not pending
+            0,
+            "default_pg",
+            4,
+            "send",
+            t0 + 0.02,
+            None,
+            "completed",
+            "[[8]]",
+            "float32",
+            32,
+            12,
+            "a.py:5",
+        ),
     ]
     doc, counts = _trace(_WithCollectives(run, rows))
     by_cat = check_trace(doc)
-    assert counts["collectives"] == by_cat["collective"] == 3
+    assert counts["collectives"] == by_cat["collective"] == 4
     events = [e for e in doc["traceEvents"] if e.get("cat") == "collective"]
     done = [e for e in events if e["ph"] == "X"]
     assert [e["args"]["seq"] for e in done] == [1, 2]
     assert done[0]["tid"] != done[1]["tid"]
-    hung = next(e for e in events if e["ph"] == "i")
+    hung, sent = (e for e in events if e["ph"] == "i")
     assert hung["name"] == "all_reduce (not finished)" and hung["args"]["state"] == "started"
+    assert sent["name"] == "send" and sent["args"]["state"] == "completed"
 
 
 def test_no_collectives_table_no_collectives_thread(tmp_path: Path) -> None:

@@ -250,7 +250,10 @@ def _collective_events(
             name = str(args.get("op") or "collective")
             counts["collectives"] += 1
             if unfinished is not None and unfinished[i]:
-                yield _instant(f"{name} (not finished)", "collective", pid, tid, start[i], args)
+                # no duration: still pending, or ended at a moment not seen (a polled work)
+                ended = args.get("state") in ("completed", "failed")
+                label = name if ended else f"{name} (not finished)"
+                yield _instant(label, "collective", pid, tid, start[i], args)
             else:
                 yield _slice(name, "collective", pid, tid, start[i], durations[i], args)
 
