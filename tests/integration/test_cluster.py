@@ -216,9 +216,9 @@ def test_the_job_with_every_fix_has_no_finding(jobs: Callable[..., Job]) -> None
     listed = job.wait_ranks(2)
     pid = int(pid_of(listed, 1))
 
-    def gone() -> Any:
+    def gone() -> Any:  # not "nothing listens ... (the process has exited?)": still going
         ranks = job.json("cluster", "list")["ranks"]
-        return ranks if "has exited" in (ranks[1]["reason"] or "") else None
+        return ranks if f"process {pid} has exited" in (ranks[1]["reason"] or "") else None
 
     ranks = wait_for(gone, 60, "rank 1 to exit")
     assert ranks[1]["status"] == "unreachable"

@@ -166,6 +166,29 @@ def test_table_files_stay_within_capacity_and_read_back_in_order(tmp_path) -> No
     assert max(sizes[200:]) < 1.2 * max(sizes[100:200])  # the directory stopped growing
 
 
+def test_a_second_of_rows_bigger_than_a_chunk_is_split(tmp_path) -> None:
+    # A fast loop of tiny steps spills up to the table's capacity in one second: a closed file
+    # holds at most a chunk all the same, so the directory keeps to its bound (a soak run once
+    # held a whole capacity in one file, the directory twice its size at another moment).
+    capacity = 1000
+    files = TableFiles(tmp_path, SPEC, capacity)
+    written = 0
+    for _ in range(12):
+        files.write([Block.from_rows(SPEC, _rows(written, capacity))])
+        written += capacity
+        block, truncated = read_table(tmp_path, SPEC)
+        assert not truncated
+        assert capacity <= block.rows <= capacity + 2 * files.chunk_rows
+        assert block.column("i") == list(range(written - block.rows, written))
+    files.close()
+    held = [_file_rows(p) for p in tmp_path.glob("t.*.seg")]
+    assert held and max(held) <= files.chunk_rows
+
+
+def _file_rows(path) -> int:  # type: ignore[no-untyped-def]
+    return read(path, SPEC)[0].rows
+
+
 def test_many_small_batches_are_compacted(tmp_path) -> None:
     files = TableFiles(tmp_path, SPEC, capacity=100_000)
     for i in range(3 * MAX_BATCHES + 5):  # one row a second: a slow run

@@ -65,11 +65,16 @@ class Block:
 
     def tail(self, start: int) -> Block:
         """The rows from `start` on."""
+        return self.rows_between(start, self.rows)
+
+    def rows_between(self, start: int, stop: int) -> Block:
+        """The rows from `start` up to, not including, `stop`."""
+        start, stop = max(0, start), min(self.rows, stop)
         return Block(
             self.spec,
-            {k: v[start:] for k, v in self.data.items()},
-            {k: v[start:] for k, v in self.nulls.items()},
-            max(0, self.rows - start),
+            {k: v[start:stop] for k, v in self.data.items()},
+            {k: v[start:stop] for k, v in self.nulls.items()},
+            max(0, stop - start),
         )
 
     def column(self, name: str) -> list[Any]:

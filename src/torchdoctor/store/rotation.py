@@ -112,16 +112,21 @@ class TableFiles:
         self._batches = 0
 
     def write(self, blocks: list[Block]) -> None:
-        blocks = [b for b in blocks if b.rows]
-        if not blocks:
-            return
-        if self._writer is None:
-            self._writer = SegmentWriter(self._path)
-        self._writer.write(blocks)
-        self._rows += sum(b.rows for b in blocks)
-        self._batches += len(blocks)
-        if self._rows >= self.chunk_rows or self._batches >= MAX_BATCHES:
-            self.rotate()
+        """Append the blocks, rotating whenever the active file holds `chunk_rows` rows: a
+        second's rows of a fast loop can be more than a chunk (up to the table's capacity), and
+        a closed file must not be, or the bound on the directory's size would not hold."""
+        for block in blocks:
+            done = 0
+            while done < block.rows:
+                take = min(block.rows - done, self.chunk_rows - self._rows)
+                if self._writer is None:
+                    self._writer = SegmentWriter(self._path)
+                self._writer.write([block.rows_between(done, done + take)])
+                done += take
+                self._rows += take
+                self._batches += 1
+                if self._rows >= self.chunk_rows or self._batches >= MAX_BATCHES:
+                    self.rotate()
 
     def rotate(self) -> None:
         if self._writer is None or not self._rows:
