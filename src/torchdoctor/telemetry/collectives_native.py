@@ -1,6 +1,6 @@
-"""python.collectives recorded by the C++ kernel (torchdoctor/native/collectives.cpp), where it
-is built: the same rows as telemetry/collectives.py's Python kernel, for a fraction of the cost
-per call (docs/benchmarks.md).
+"""python.collectives recorded by the C++ kernel (torchdoctor/native/collectives.cpp), with
+TORCHDOCTOR_NATIVE=1 where it is built: the same rows as telemetry/collectives.py's Python
+kernel, for a fraction of the cost per call (docs/benchmarks.md).
 
 The kernel does the per-call work in C++ and writes the journal itself; this side tells it the
 ops (collectives.OPS, the one table of them), answers what lives in Python when the kernel asks
