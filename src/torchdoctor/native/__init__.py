@@ -152,7 +152,6 @@ def load() -> ctypes.PyDLL | None:
 
 def _declare(lib: ctypes.PyDLL) -> None:
     c = ctypes
-    lib.td_error.restype = c.c_char_p
     lib.td_add_op.argtypes = [c.c_char_p, c.c_char_p, c.c_int, c.c_int, c.c_int, c.c_int, c.c_int]
     lib.td_register.restype = c.c_int
     lib.td_configure.argtypes = [c.py_object] * 5

@@ -25,7 +25,6 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <map>
@@ -550,13 +549,9 @@ void forget_after_fork() {
   g_groups = new Groups();
 }
 
-std::string g_error;  // the last C function's error, for Python
-
 }  // namespace
 
 extern "C" {
-
-const char* td_error() { return g_error.c_str(); }
 
 int td_add_op(const char* c10d, const char* name, int inputs, int group, int peer, int p2p,
               int gathers) {
@@ -569,7 +564,8 @@ void td_set_bounds(long works, long bytes) {
   g_held_bytes.store(bytes);
 }
 
-// Register the kernels (the ops this torch has among those added); -1 with td_error on failure.
+// Register the kernels (the ops this torch has among those added); -1 on failure (the Python
+// kernel is used then).
 int td_register() {
   static bool atfork = false;
   if (!atfork) {
@@ -589,8 +585,7 @@ int td_register() {
     }
     g_library = library;
     return 0;
-  } catch (const std::exception& e) {
-    g_error = e.what();
+  } catch (const std::exception&) {
     return -1;
   }
 }
@@ -628,10 +623,7 @@ void td_enable(int on) { g_enabled.store(on != 0 && g_rec != nullptr); }
 
 int td_open(const char* path) {
   int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    g_error = std::string("cannot open ") + path;
-    return -1;
-  }
+  if (fd < 0) return -1;
   std::lock_guard<std::mutex> hold(g_fd_lock);
   if (g_fd >= 0) close(g_fd);
   g_fd = fd;

@@ -241,14 +241,11 @@ def read(path: Path, spec: TableSpec) -> tuple[Block, bool]:
     width = len(spec.columns)
     state, duration = spec.index("state"), spec.index("duration")
     for raw in records(path.read_bytes()).splitlines():
-        parsed = _parse(raw, width)
-        if parsed is None:
-            truncated = True
-        elif parsed[0] == ISSUED:
-            rows[int(parsed[1][0])] = list(parsed[1][1:])
-        elif int(parsed[1][0]) in rows:
-            row = rows[int(parsed[1][0])]
-            row[duration], row[state] = parsed[1][1], parsed[1][2]
+        kind, values = _parse(raw, width) or (None, [])
+        if kind == ISSUED:
+            rows[values[0]] = values[1:]
+        elif kind == ENDED and values[0] in rows:
+            rows[values[0]][duration], rows[values[0]][state] = values[1], values[2]
         else:
             truncated = True
     return Block.from_rows(spec, [tuple(r) for r in rows.values()]), truncated

@@ -68,7 +68,7 @@ class NativeCollectives:
         return f"{where[0]}:{where[1]}" if where else None
 
     # -- the rest of the process ------------------------------------------------------------------
-    def poll(self, errors: bool = True, wait: bool = True) -> None:
+    def poll(self, errors: bool = True) -> None:
         """End the calls whose polled works completed (the kernel's own list); then say what
         turned the kernel off, if something did."""
         self._poll(1 if errors else 0)
