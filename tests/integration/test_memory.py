@@ -235,7 +235,7 @@ def test_batch_size_cli_answer_runs_and_the_next_size_does_not(env, tmp_path) ->
     cap = result["baseline"] + result["limit_memory"]
     assert result["env"] == {"MALLOC_MMAP_THRESHOLD_": "131072"}  # the tries' steady malloc
 
-    def attempt(size: int) -> subprocess.CompletedProcess[str]:
+    def attempt(size: int, limit: int = cap) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, *train, "--batch-size", str(size)],
             env=dict(env, **result["env"]),
@@ -243,13 +243,51 @@ def test_batch_size_cli_answer_runs_and_the_next_size_does_not(env, tmp_path) ->
             capture_output=True,
             text=True,
             timeout=120,
-            preexec_fn=_cap_rlimit(cap),
+            preexec_fn=_cap_rlimit(limit),
         )
 
     ok = attempt(best)
     assert ok.returncode == 0, ok.stderr
     too_big = attempt(best + 1)
-    assert too_big.returncode != 0 and "can't allocate memory" in too_big.stderr
+    assert too_big.returncode != 0
+    if "can't allocate memory" not in too_big.stderr:
+        # oneDNN says "could not create a primitive" when its allocation fails under the cap:
+        # the finder counted it as memory because the size ran with more room; so must we.
+        roomier = attempt(best + 1, result["baseline"] + 2 * result["limit_memory"])
+        assert roomier.returncode == 0, (too_big.stderr, roomier.stderr)
+
+
+_ALLOCATES = """
+import sys
+size = int(sys.argv[1])
+try:
+    block = bytearray(size * 2**20)
+except MemoryError:
+    sys.exit("native: could not set up the kernel")  # a library's own words for no memory
+if size >= int(sys.argv[2]):
+    sys.exit("ValueError: this size is not supported")  # a failure memory does not explain
+"""
+
+
+def test_batch_size_rechecks_a_failure_under_the_cap_with_more_room(env, tmp_path) -> None:
+    (tmp_path / "alloc.py").write_text(_ALLOCATES)
+    common = ["batch-size", "--start", "64", "--limit-memory", "300MiB", "--format", "json"]
+    command = ["--", sys.executable, "alloc.py", "{}"]
+    out = cli(*common, *command, "100000", env=env, cwd=tmp_path, timeout=120)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    # The script does not import torch, so its whole cap (baseline + 300 MiB) is for the block.
+    cap = result["baseline"] + result["limit_memory"]
+    assert cap - 2**28 < result["max_batch_size"] * 2**20 < cap
+    failed = [t for t in result["tries"] if not t["ok"]]
+    assert failed and all(t["kind"] == "oom" for t in failed)
+    assert all(t["reason"].startswith("under the limit only") for t in failed)
+    assert all(t["recheck"]["ok"] for t in failed)
+    assert "again, with 600.00 MiB above the baseline" in out.stderr
+    # A failure that more memory does not cure stops the search and is shown.
+    out = cli(*common, *command, "128", env=env, cwd=tmp_path, timeout=120)
+    assert out.returncode == 1
+    assert "for a reason other than memory" in out.stderr and "not supported" in out.stderr
 
 
 def test_batch_size_cli_usage_errors(env, tmp_path) -> None:

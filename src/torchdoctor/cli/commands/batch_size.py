@@ -5,7 +5,9 @@ The command runs once per try, as a subprocess, with `{}` in its arguments repla
 size (`torchdoctor batch-size -- python train.py --batch-size {} --steps 2`), or with the value
 of `--arg FLAG` set (`--arg --batch-size`: replaces the flag's value, or appends the flag). A
 try fails when the script exits non-zero with an out-of-memory error in its stderr, or is
-killed (the kernel's OOM killer, or --try-timeout); any other failure stops the search.
+killed (the kernel's OOM killer, or --try-timeout); any other failure stops the search
+(under --limit-memory, only after the same size failed again with twice the allowance: a
+native library that cannot allocate may say so in its own words).
 
 On CPU, `--limit-memory SIZE` caps each try's address space (RLIMIT_AS) at SIZE above what a
 Python process with torch imported takes, so running out is a real, catchable allocation error
@@ -238,15 +240,29 @@ def main(args: Any, ctx: Any) -> int:
         outcome = run_try(command, cap, args.try_timeout, args.show_output, env)
         outcome["batch_size"] = batch
         tries.append(outcome)
+        show(batch, outcome)
+        if outcome["kind"] == "error" and cap is not None and base is not None:
+            # Under the cap a failed allocation inside a native library can surface as its own
+            # error (oneDNN: "could not create a primitive"); the same size with twice the
+            # allowance tells a memory failure from a real one.
+            roomier = base + 2 * (cap - base)
+            check = run_try(command, roomier, args.try_timeout, False, env)
+            show(batch, check, f"(again, with {human(roomier - base)} above the baseline)")
+            outcome["recheck"] = {k: check[k] for k in ("ok", "kind", "peak_rss", "seconds")}
+            if check["ok"] or check["kind"] == "oom":
+                outcome.update(kind="oom", reason=f"under the limit only: {outcome['reason']}")
+                outcome.pop("stderr", None)
+        if outcome["kind"] == "error":
+            raise _Stop(batch, outcome)
+        return bool(outcome["ok"])
+
+    def show(batch: int, outcome: dict[str, Any], note: str = "") -> None:
         state = "ok" if outcome["ok"] else outcome["kind"]
         detail = "" if outcome["ok"] else f"  {outcome['reason']}"
         ctx.warn(
             f"  batch size {batch:>6}: {state:<7} peak RSS {human(outcome['peak_rss']):>11}"
-            f"  {outcome['seconds']:6.1f} s{detail}"
+            f"  {outcome['seconds']:6.1f} s{detail}{'  ' + note if note else ''}"
         )
-        if outcome["kind"] == "error":
-            raise _Stop(batch, outcome)
-        return bool(outcome["ok"])
 
     try:
         good, bad = search(attempt, args.start, args.limit)
