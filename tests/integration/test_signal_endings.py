@@ -68,3 +68,24 @@ def test_signal_ending_is_recorded(how: str, ended: dict[str, tuple[int, str, Pa
     assert '"n": 3' in rows.stdout
     if how == "handler":
         assert stdout == "handler is current: True\n"
+
+
+def test_a_signal_the_main_thread_cannot_handle_still_ends_the_process(tmp_path: Path) -> None:
+    """SIGTERM lands on another thread while the main thread sleeps in C: no Python handler
+    runs until the sleep ends (30 s), whereas without torchdoctor the process ends at once.
+    The signal watcher ends it after its grace second, with the ending saved."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHDOCTOR")}
+    env.update(TORCHDOCTOR="1", TORCHDOCTOR_QUIET="1", TORCHDOCTOR_RUN_DIR=str(tmp_path / "r"))
+    argv = [sys.executable, script("signal_end.py"), "other_thread"]
+    with subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True) as proc:
+        try:
+            assert proc.stdout is not None
+            assert "sending SIGTERM" in proc.stdout.readline()
+            assert proc.wait(timeout=15) == -signal.SIGTERM
+        finally:
+            proc.kill()
+    meta = rundir.read_meta(tmp_path / "r")
+    assert (meta["status"], meta["signal"], meta["steps"]) == ("terminated", "SIGTERM", 3)
+    sql = "SELECT count(*) AS n FROM python.steps"
+    rows = cli("query", str(tmp_path / "r"), sql, "--format", "json")
+    assert rows.returncode == 0 and '"n": 3' in rows.stdout, rows.stdout + rows.stderr

@@ -52,6 +52,7 @@ CASES: list[tuple[str, list[str]]] = [
     ("exits.py", ["raise"]),
     ("exits.py", ["handler"]),
     ("exits.py", ["sigterm"]),
+    ("exits.py", ["asyncio"]),
 ]
 
 

@@ -7,6 +7,8 @@ python signal_end.py raise                  no signal: an uncaught exception (ex
 python signal_end.py during_stop            the exception, and SIGTERM lands while torchdoctor
                                              writes the run's ending (as torchrun's does when
                                              it stops the ranks after one failed)
+python signal_end.py other_thread           SIGTERM delivered to another thread while the main
+                                             thread sleeps in C (no Python handler runs there)
 """
 
 import os
@@ -46,8 +48,23 @@ for _ in range(3):
     optimizer.step()
 if how in ("raise", "during_stop"):
     raise RuntimeError("planted failure after 3 steps")
-signum = {"handler": signal.SIGTERM, "term": signal.SIGTERM, "hup": signal.SIGHUP}.get(how)
-signum = signum or {"int": signal.SIGINT, "abrt": signal.SIGABRT}[how]
-os.kill(os.getpid(), signum)
+if how == "other_thread":
+    import threading
+
+    main = threading.main_thread().ident
+    with open(__file__) as source:  # the line of the time.sleep(30) below
+        sleeping_at = next(n for n, text in enumerate(source, 1) if text.startswith("time.sl"))
+
+    def from_another_thread() -> None:
+        frames = sys._current_frames
+        while frames()[main].f_lineno != sleeping_at:
+            time.sleep(0.01)
+        print("sending SIGTERM to a thread that is not the main one", flush=True)
+        signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
+
+    threading.Thread(target=from_another_thread, daemon=True).start()
+else:
+    signum = {"handler": signal.SIGTERM, "term": signal.SIGTERM, "hup": signal.SIGHUP}.get(how)
+    os.kill(os.getpid(), signum or {"int": signal.SIGINT, "abrt": signal.SIGABRT}[how])
 time.sleep(30)  # a signal that did not end the process: the test fails on the exit code
 print("not ended")

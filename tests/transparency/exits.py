@@ -1,5 +1,6 @@
 """Ways a training script ends early: sys.exit with a code, sys.exit with a message,
-os._exit, an uncaught exception, a user's SIGTERM handler, and a SIGTERM left to its default."""
+os._exit, an uncaught exception, a user's SIGTERM handler, and a SIGTERM left to its default;
+and one that goes on: asyncio's signal handlers (its wakeup fd) for SIGUSR1 and SIGTERM."""
 
 import os
 import signal
@@ -45,7 +46,24 @@ def main(how: str) -> None:
     if how in ("handler", "sigterm"):
         os.kill(os.getpid(), signal.SIGTERM)
         signal.pause()
+    if how == "asyncio":
+        import asyncio
+
+        asyncio.run(signals_through_asyncio())
     print("finished")
+
+
+async def signals_through_asyncio() -> None:
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGUSR1, signal.SIGTERM):
+        seen = loop.create_future()
+        loop.add_signal_handler(signum, seen.set_result, signal.Signals(signum).name)
+        os.kill(os.getpid(), signum)
+        print("asyncio handled", await asyncio.wait_for(seen, 60), flush=True)
+        loop.remove_signal_handler(signum)
+    print("wakeup fd after asyncio:", signal.set_wakeup_fd(-1), flush=True)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,12 @@ set one (its exit code stays its own), else to the default disposition, re-raise
 exit status is the signal's. The script's `signal.signal` / `signal.getsignal` calls see only
 their own handlers: ours stays installed in front of theirs (see `_signal`).
 
+A handler in Python runs only when the main thread runs Python: while it waits in C (a
+collective whose peer is stuck) a SIGTERM would wait with it, where without us it ends the
+process at once. The signal watcher (signal_watch.py) sees the signal from a thread of ours and,
+if the main thread has not started the handler within a second, saves the ending and lets the
+default disposition end the process from there.
+
 SIGINT: left alone while it has Python's default handler (KeyboardInterrupt reaches the
 session's excepthook and the exit path, which record `interrupted`); a handler the script sets
 is wrapped like SIGTERM's.
@@ -30,6 +36,7 @@ from typing import IO, Any
 
 from torchdoctor.store import rundir
 from torchdoctor.telemetry.patches import Hooks
+from torchdoctor.telemetry.signal_watch import SignalWatch
 
 # on_signal(signal, phase): GOING, the default disposition ends the process next; PASSED, the
 # script's handler comes next (it may end the process its own way); SURVIVED, it returned.
@@ -58,6 +65,7 @@ class Endings:
         self._real_signal = signal.signal
         self._real_getsignal = signal.getsignal
         self._ours = self._handler  # one bound method: compared by identity below
+        self._watch: SignalWatch | None = None
         self.installed = False
 
     # -- install / remove -------------------------------------------------------------------
@@ -73,6 +81,10 @@ class Endings:
         self.hooks.patch(signal, "signal", self._signal)
         self.hooks.patch(signal, "getsignal", self._getsignal)
         self.hooks.on_remove(self._restore)
+        watch = SignalWatch(self._going, lambda signum: self._tell(signum, GOING))
+        if watch.start():
+            self._watch = watch
+            self.hooks.on_remove(watch.stop)
         self.installed = True
         self.fatal_to(directory)
         return True
@@ -124,9 +136,18 @@ class Endings:
         return self._real_getsignal(signalnum)
 
     # -- the handler ---------------------------------------------------------------------------
+    def _going(self, signum: int) -> bool:
+        """Whether `signum` reaches our handler and then the default disposition (any thread)."""
+        if signum not in (signal.SIGTERM, signal.SIGHUP) or not self.installed:
+            return False
+        theirs = self._theirs.get(signum, signal.SIG_DFL)
+        return theirs in (signal.SIG_DFL, None) and self._real_getsignal(signum) is self._ours
+
     def _handler(self, signum: int, frame: Any) -> Any:
         theirs = self._theirs.get(signum, signal.SIG_DFL)
         going = theirs in (signal.SIG_DFL, None)
+        if going and self._watch is not None and not self._watch.claim_on_main_thread():
+            threading.Event().wait()  # the watcher saves the ending and ends the process
         self._tell(signum, GOING if going else PASSED)
         if going:
             self._real_signal(signum, signal.SIG_DFL)
