@@ -89,3 +89,14 @@ def test_a_signal_the_main_thread_cannot_handle_still_ends_the_process(tmp_path:
     sql = "SELECT count(*) AS n FROM python.steps"
     rows = cli("query", str(tmp_path / "r"), sql, "--format", "json")
     assert rows.returncode == 0 and '"n": 3' in rows.stdout, rows.stdout + rows.stderr
+
+
+def test_an_ending_that_never_finishes_does_not_keep_the_process(tmp_path: Path) -> None:
+    """Our handler is stuck writing the ending: the signal ends the process after the watcher's
+    deadline, with the signal's status, and says why on stderr."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHDOCTOR")}
+    env.update(TORCHDOCTOR="1", TORCHDOCTOR_QUIET="1", TORCHDOCTOR_RUN_DIR=str(tmp_path / "r"))
+    argv = [sys.executable, script("signal_end.py"), "stuck_ending"]
+    out = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == -signal.SIGTERM, out.stderr
+    assert "torchdoctor: saving the ending took over 15 s" in out.stderr

@@ -7,6 +7,8 @@ python signal_end.py raise                  no signal: an uncaught exception (ex
 python signal_end.py during_stop            the exception, and SIGTERM lands while torchdoctor
                                              writes the run's ending (as torchrun's does when
                                              it stops the ranks after one failed)
+python signal_end.py stuck_ending           SIGTERM, and torchdoctor's writing of the ending
+                                             never returns (the signal ends the process anyway)
 python signal_end.py other_thread           SIGTERM delivered to another thread while the main
                                              thread sleeps in C (no Python handler runs there)
 """
@@ -38,6 +40,19 @@ elif how == "during_stop":
         real_write_meta(run_dir, meta)
 
     rundir.write_meta = write_meta
+elif how == "stuck_ending":
+    import threading
+
+    from torchdoctor.store import rundir
+
+    real_write_meta = rundir.write_meta
+
+    def write_meta(run_dir: object, meta: dict) -> None:
+        if meta["status"] != "running":
+            threading.Event().wait()  # stuck for good
+        real_write_meta(run_dir, meta)
+
+    rundir.write_meta = write_meta
 
 model = torch.nn.Linear(4, 1)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -65,6 +80,7 @@ if how == "other_thread":
     threading.Thread(target=from_another_thread, daemon=True).start()
 else:
     signum = {"handler": signal.SIGTERM, "term": signal.SIGTERM, "hup": signal.SIGHUP}.get(how)
+    signum = signal.SIGTERM if how == "stuck_ending" else signum
     os.kill(os.getpid(), signum or {"int": signal.SIGINT, "abrt": signal.SIGABRT}[how])
 time.sleep(30)  # a signal that did not end the process: the test fails on the exit code
 print("not ended")

@@ -13,7 +13,8 @@ disposition needs no Python): torchrun stopping a job, a scheduler cancelling on
   (`wanted`), the watcher gives the main thread GRACE seconds to start the handler. If it has
   not (`claim` decides who goes: exactly one of them), the watcher runs it here (`act`): the
   tables and the ending are saved, then the default disposition ends the process, with the
-  same status.
+  same status. Should our handler itself take longer than DEADLINE, the signal ends the
+  process all the same.
 - The script keeps its own wakeup fd (asyncio's self-pipe): `signal.set_wakeup_fd` is wrapped,
   the script's fd gets every byte, forwarded, and the script sees only its own fds.
 - A forked child (a DataLoader worker) puts the wakeup fd back: its signals must not reach the
@@ -26,13 +27,16 @@ import ctypes
 import os
 import signal
 import socket
+import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 from torchdoctor.telemetry.patches import Hooks
 
 GRACE = 1.0  # seconds the main thread has to start the handler itself
+DEADLINE = 15.0  # seconds our handler may take before the signal ends the process regardless
 _current: SignalWatch | None = None
 
 
@@ -155,10 +159,15 @@ class SignalWatch:
                     ).start()
 
     def _end_if_main_cannot(self, signum: int) -> None:
-        if self._claimed.wait(GRACE) or os.getpid() != self.pid:
+        if os.getpid() != self.pid:
             return
-        if not self._claim.acquire(blocking=False):
-            return
+        if self._claimed.wait(GRACE) or not self._claim.acquire(blocking=False):
+            # The main thread's handler saves the ending and ends the process in well under a
+            # second (its flush gives up after two). Still here much later, it is stuck in our
+            # code: the process ends anyway, by the signal, as it would have without us.
+            time.sleep(DEADLINE)
+            sys.stderr.write(f"torchdoctor: saving the ending took over {DEADLINE:g} s\n")
+            die_by(signum)
         try:
             self.act(signum)
         finally:
