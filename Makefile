@@ -44,7 +44,7 @@ unit: install
 integration: bytecode native
 	$(BIN)/python -m pytest $(PYTEST_ARGS) tests/integration
 
-bench: install
+bench: native
 	$(BIN)/python benchmarks/overhead.py
 	$(BIN)/python benchmarks/roundtrip.py
 	$(BIN)/python benchmarks/nan_guard.py

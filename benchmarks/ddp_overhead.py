@@ -8,8 +8,8 @@ per-round ratios traced/untraced (with their quartiles: the machine's noise, and
 (docs/benchmarks.md): <= 1.01. Then, as a figure that noise barely moves, the cost per call on
 a 1-rank group, twice: in a tight loop (best of 5), and with the caches cold as in the job
 (each call after streaming 32 MB through them, as a backward pass does; median), and what each
-comes to for the job's calls per step. The kernel is the Python one unless TORCHDOCTOR_NATIVE=1
-and the C++ one is built (`python -m torchdoctor.native`); `--kernel` chooses.
+comes to for the job's calls per step. The kernel is the C++ one where it is built (`python -m
+torchdoctor.native`) unless TORCHDOCTOR_NATIVE=0, else the Python one; `--kernel` chooses.
 
     .venv/bin/python benchmarks/ddp_overhead.py [--blocks N] [--width W] [--kernel native|python]
 """

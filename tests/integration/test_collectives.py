@@ -2,7 +2,7 @@
 all-reduces and the script's are recorded on every rank, and they are on disk when a rank dies
 of the collective it was in: gloo's SIGABRT on a mismatched all_reduce, the launcher's or a
 user's SIGTERM. One job per way of dying and per kernel (the Python one, and the C++ one that
-`make test` builds and TORCHDOCTOR_NATIVE=1 turns on), shared by its assertions."""
+`make test` builds and that is used wherever it is built), shared by its assertions."""
 
 from __future__ import annotations
 
@@ -132,12 +132,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
-# With the C++ kernel this job once did not end after the SIGTERM (1 of 4 full runs, never
-# alone): not understood yet, which is why that kernel is opt-in (docs/distributed.md).
-_HUNG_ONCE = pytest.mark.xfail(reason="a hang after SIGTERM seen once", strict=False)
-
-
-@pytest.fixture(scope="module", params=["python", pytest.param("native", marks=_HUNG_ONCE)])
+@pytest.fixture(scope="module", params=KERNELS)
 def terminated(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Path]:

@@ -1,11 +1,11 @@
 """torchdoctor's compiled part: the C++ kernel that records python.collectives (collectives.cpp).
 
-Optional, and for now used only with TORCHDOCTOR_NATIVE=1. Built once per torch and Python
-version, by `python -m torchdoctor.native` (which `make test` runs), with the system's C++
-compiler, into a private cache directory. Without it, collective tracing runs its Python
-kernel (telemetry/collectives.py): the same rows, at several times the cost per call
-(docs/benchmarks.md). Nothing is ever compiled inside a training process: a probe only loads
-what is built already.
+Optional: used wherever it is built (TORCHDOCTOR_NATIVE=0 turns it off). Built once per torch
+and Python version, by `python -m torchdoctor.native` (which `make test` and `make bench`
+run), with the system's C++ compiler, into a private cache directory. Without it, collective
+tracing runs its Python kernel (telemetry/collectives.py): the same rows, at several times the
+cost per call (docs/benchmarks.md). Nothing is ever compiled inside a training process: a probe
+only loads what is built already.
 
 Where the library goes: $TORCHDOCTOR_NATIVE_DIR, else $XDG_CACHE_HOME/torchdoctor/native
 (~/.cache/torchdoctor/native), in a directory named by a hash of the source, torch's version and
@@ -134,12 +134,11 @@ _loaded: list[ctypes.PyDLL] = []
 
 
 def load() -> ctypes.PyDLL | None:
-    """The kernel's library, loaded into this process once: only with TORCHDOCTOR_NATIVE=1, for
-    now (docs/distributed.md#collectives: a hang at SIGTERM was seen once with it and is not
-    yet understood), and only where it is built."""
+    """The kernel's library, loaded into this process once, where it is built (None where it
+    is not, or with TORCHDOCTOR_NATIVE=0)."""
     if _loaded:
         return _loaded[0]
-    if os.environ.get("TORCHDOCTOR_NATIVE", "0").strip() != "1":
+    if os.environ.get("TORCHDOCTOR_NATIVE", "1").strip() == "0":
         return None
     path = built()
     if path is None:

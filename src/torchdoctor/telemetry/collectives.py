@@ -9,10 +9,10 @@ and redispatches to it unchanged. Nothing of the user's is replaced (no DDP comm
 wrapper process group), and tensor subclasses and fake tensors are handled above that key, so a
 compiled region's tracing never reaches it.
 
-With TORCHDOCTOR_NATIVE=1 and the C++ kernel built (`python -m torchdoctor.native`), that kernel
-is registered instead of this module's Python one and records the same rows for a fraction of
-the cost per call (telemetry/collectives_native.py); this module's kernel is the default, and
-the one that runs everywhere.
+Where the C++ kernel is built (`python -m torchdoctor.native`), that kernel is registered
+instead of this module's Python one and records the same rows for a fraction of the cost per
+call (telemetry/collectives_native.py); this module's kernel is the one that runs everywhere
+else (no compiler, another torch, TORCHDOCTOR_NATIVE=0).
 
 What a call records, before it is passed on: the row, written through to the run directory
 (store/journal.py) so that a rank the backend aborts (gloo and NCCL end it with SIGABRT) has the

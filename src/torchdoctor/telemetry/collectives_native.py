@@ -1,6 +1,7 @@
-"""python.collectives recorded by the C++ kernel (torchdoctor/native/collectives.cpp), with
-TORCHDOCTOR_NATIVE=1 where it is built: the same rows as telemetry/collectives.py's Python
-kernel, for a fraction of the cost per call (docs/benchmarks.md).
+"""python.collectives recorded by the C++ kernel (torchdoctor/native/collectives.cpp), wherever
+it is built (TORCHDOCTOR_NATIVE=0 to use the Python one): the same rows as
+telemetry/collectives.py's Python kernel, for a fraction of the cost per call
+(docs/benchmarks.md).
 
 The kernel does the per-call work in C++ and writes the journal itself; this side tells it the
 ops (collectives.OPS, the one table of them), answers what lives in Python when the kernel asks
@@ -51,6 +52,9 @@ class NativeCollectives:
             if not self.lib.td_is_open():
                 path = self.table.follow(self.close)
                 if path is None or self.lib.td_open(str(path).encode()) != 0:
+                    # The kernel keeps no rows of its own: without its journal it records
+                    # nothing (the Python kernel would keep them in memory), and says so.
+                    self.switch.fail(OSError(f"cannot write the collectives journal {path}"))
                     return None
             try:
                 resolve = torch._C._distributed_c10d._resolve_process_group
