@@ -28,6 +28,11 @@ CASES = {
 }
 
 
+def _signals_default() -> None:
+    # A suite started under nohup passes SIGHUP on ignored: the script would (rightly) go on.
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 @pytest.fixture(scope="module")
 def ended(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int, str, Path]]:
     """Every case at once (one process each, run side by side)."""
@@ -39,7 +44,9 @@ def ended(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int, str,
     for how in CASES:
         run_env = dict(env, TORCHDOCTOR_RUN_DIR=str(base / how))
         argv = [sys.executable, script("signal_end.py"), how]
-        procs[how] = subprocess.Popen(argv, env=run_env, stdout=subprocess.PIPE, text=True)
+        procs[how] = subprocess.Popen(
+            argv, env=run_env, stdout=subprocess.PIPE, text=True, preexec_fn=_signals_default
+        )
     out = {}
     for how, proc in procs.items():
         try:

@@ -162,16 +162,22 @@ class SignalWatch:
         if os.getpid() != self.pid:
             return
         if self._claimed.wait(GRACE) or not self._claim.acquire(blocking=False):
-            # The main thread's handler saves the ending and ends the process in well under a
-            # second (its flush gives up after two). Still here much later, it is stuck in our
-            # code: the process ends anyway, by the signal, as it would have without us.
-            time.sleep(DEADLINE)
-            sys.stderr.write(f"torchdoctor: saving the ending took over {DEADLINE:g} s\n")
-            die_by(signum)
+            _die_after(DEADLINE, signum)  # the main thread's handler is on it
+            return
+        threading.Thread(target=_die_after, args=(DEADLINE, signum), daemon=True).start()
         try:
             self.act(signum)
         finally:
             die_by(signum)
+
+
+def _die_after(seconds: float, signum: int) -> None:
+    """Saving the ending takes well under a second (the flush gives up after two). Still here
+    much later, it is stuck in our code: the process ends anyway, by the signal, as it would
+    have without us."""
+    time.sleep(seconds)
+    sys.stderr.write(f"torchdoctor: saving the ending took over {seconds:g} s\n")
+    die_by(signum)
 
 
 def die_by(signum: int) -> None:
