@@ -13,6 +13,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml constraints.txt pth/torchdoctor.pth
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev]'
+	-$(BIN)/python -m torchdoctor.native  # the C++ collectives kernel; the Python one without
 	touch $(STAMP)
 
 demo: install

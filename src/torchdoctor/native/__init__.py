@@ -1,11 +1,11 @@
 """torchdoctor's compiled part: the C++ kernel that records python.collectives (collectives.cpp).
 
 Optional: used wherever it is built (TORCHDOCTOR_NATIVE=0 turns it off). Built once per torch
-and Python version, by `python -m torchdoctor.native` (which `make test` and `make bench`
-run), with the system's C++ compiler, into a private cache directory. Without it, collective
-tracing runs its Python kernel (telemetry/collectives.py): the same rows, at several times the
-cost per call (docs/benchmarks.md). Nothing is ever compiled inside a training process: a probe
-only loads what is built already.
+and Python version, by `python -m torchdoctor.native` (which `make install`, `make test` and
+`make bench` run), with the system's C++ compiler, into a private cache directory. Without it,
+collective tracing runs its Python kernel (telemetry/collectives.py): the same rows, at several
+times the cost per call (docs/benchmarks.md). Nothing is ever compiled inside a training
+process: a probe only loads what is built already.
 
 Where the library goes: $TORCHDOCTOR_NATIVE_DIR, else $XDG_CACHE_HOME/torchdoctor/native
 (~/.cache/torchdoctor/native), in a directory named by a hash of the source, torch's version and
