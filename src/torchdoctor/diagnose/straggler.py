@@ -1,6 +1,6 @@
 """`straggler`: a rank that arrives last at the collectives of step after step, so that every
 other rank waits for it; the phase its extra time goes to (data, forward, backward, optimizer,
-other) and how much faster the job would run without the wait. When no phase of its own is
+other) and how much less time the steps would take without the wait. When no phase of its own is
 longer (the wait lies outside its work: a busy node, or the clocks of two nodes apart) the
 finding is only information: it names the rank and says so.
 
@@ -110,8 +110,8 @@ def find(job: JobInputs) -> Diagnosis | None:
         summary = (
             f"Rank {rank} is a straggler: {waits}; its extra time goes to "
             f"{_PHASE_WORDS[phase]} ({phase} {p['rank'] * 1e3:.0f} ms per step against "
-            f"{p['others'] * 1e3:.0f} ms on the others). Without the wait the job would run "
-            f"about {faster:.0%} faster."
+            f"{p['others'] * 1e3:.0f} ms on the others). Without the wait the job's steps "
+            f"would take about {faster:.0%} less time."
         )
     else:
         summary = (
