@@ -121,7 +121,8 @@ class TableFiles:
                 take = min(block.rows - done, self.chunk_rows - self._rows)
                 if self._writer is None:
                     self._writer = SegmentWriter(self._path)
-                self._writer.write([block.rows_between(done, done + take)])
+                whole = take == block.rows  # the usual case: no copy
+                self._writer.write([block if whole else block.rows_between(done, done + take)])
                 done += take
                 self._rows += take
                 self._batches += 1

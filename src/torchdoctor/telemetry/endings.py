@@ -140,12 +140,15 @@ class Endings:
         """Whether `signum` reaches our handler and then the default disposition (any thread)."""
         if signum not in (signal.SIGTERM, signal.SIGHUP) or not self.installed:
             return False
-        theirs = self._theirs.get(signum, signal.SIG_DFL)
-        return theirs in (signal.SIG_DFL, None) and self._real_getsignal(signum) is self._ours
+        return self._default_behind(signum) and self._real_getsignal(signum) is self._ours
+
+    def _default_behind(self, signum: int) -> bool:
+        """The script left `signum` to its default disposition (ours in front of it)."""
+        return self._theirs.get(signum, signal.SIG_DFL) in (signal.SIG_DFL, None)
 
     def _handler(self, signum: int, frame: Any) -> Any:
         theirs = self._theirs.get(signum, signal.SIG_DFL)
-        going = theirs in (signal.SIG_DFL, None)
+        going = self._default_behind(signum)
         if going and self._watch is not None and not self._watch.claim_on_main_thread():
             threading.Event().wait()  # the watcher saves the ending and ends the process
         self._tell(signum, GOING if going else PASSED)

@@ -44,7 +44,6 @@ class SignalWatch:
     def __init__(self, wanted: Callable[[int], bool], act: Callable[[int], None]) -> None:
         self.wanted = wanted
         self.act = act
-        self.pid = os.getpid()
         self.hooks = Hooks()
         self._claim = threading.Lock()
         self._claimed = threading.Event()
@@ -81,25 +80,23 @@ class SignalWatch:
         global _current
         if _current is self:
             _current = None
-        if threading.current_thread() is not threading.main_thread():
-            return  # only the main thread may set it: the sockets stay open (never reused)
-        if not self._give_back():
-            return
-        for sock in (self._ours, self._reader):
-            if sock is not None:
-                sock.close()  # the watcher's recv returns: it ends
+        if threading.current_thread() is threading.main_thread():
+            self._give_back()  # only the main thread may: elsewhere the sockets stay open
 
-    def _give_back(self) -> bool:
-        """The script's wakeup fd in place of ours; False (and nothing changed) where the fd
-        is not ours any more (set behind our back: theirs to keep)."""
+    def _give_back(self) -> None:
+        """The script's wakeup fd in place of ours, and our sockets closed (the watcher's recv
+        returns: it ends); nothing changed where the fd is not ours any more (set behind our
+        back: theirs to keep, and our sockets stay open, their numbers never reused)."""
         try:
             now = self._real_set_wakeup_fd(self._theirs)
             if now != self._fileno():
                 self._real_set_wakeup_fd(now)
-                return False
+                return
         except (ValueError, OSError):
-            return False
-        return True
+            return
+        for sock in (self._ours, self._reader):
+            if sock is not None:
+                sock.close()
 
     def _fileno(self) -> int:
         try:
@@ -113,10 +110,7 @@ class SignalWatch:
         global _current
         _current = None
         self.hooks = Hooks()  # the parent's patches stay; this child leaves them alone
-        if self._give_back():
-            for sock in (self._ours, self._reader):
-                if sock is not None:
-                    sock.close()
+        self._give_back()
         self._ours = self._reader = None
 
     # -- the script's view ---------------------------------------------------------------------
@@ -140,7 +134,8 @@ class SignalWatch:
 
     def _watch(self) -> None:
         reader = self._reader
-        while reader is not None:
+        assert reader is not None  # started by start(), after the sockets
+        while True:
             try:
                 data = reader.recv(512)
             except OSError:
@@ -159,8 +154,6 @@ class SignalWatch:
                     ).start()
 
     def _end_if_main_cannot(self, signum: int) -> None:
-        if os.getpid() != self.pid:
-            return
         if self._claimed.wait(GRACE) or not self._claim.acquire(blocking=False):
             _die_after(DEADLINE, signum)  # the main thread's handler is on it
             return
