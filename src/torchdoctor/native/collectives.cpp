@@ -86,6 +86,8 @@ std::mutex g_pending_lock;
 std::vector<Pending>* g_pending = new std::vector<Pending>();
 long g_held = 0;
 std::mutex g_poll_lock;  // one poll at a time
+std::mutex g_endings_lock;
+std::vector<std::shared_ptr<struct Ending>>* g_endings = nullptr;  // see Ending
 std::mutex g_failure_lock;
 std::string g_failure;
 // Python's side, held while configured (see td_configure)
@@ -410,6 +412,41 @@ void poll(bool errors) {
   }
 }
 
+// A call whose end its future's callback writes. c10's Future wakes its waiters before it runs
+// the callbacks, so the thread that waited (DDP's Reducer) can go on, and the process can end
+// (gloo aborting the next call) before the end is written: the next call's issue writes the
+// end of every such call already completed first. Whichever comes first writes it, once.
+struct Ending {
+  long id;
+  long started;
+  c10::weak_intrusive_ptr<c10::ivalue::Future> future;  // not kept alive (its tensors) by us
+  std::atomic<bool> written{false};
+  Ending(long i, long s, const c10::intrusive_ptr<c10::ivalue::Future>& f)
+      : id(i), started(s), future(f) {}
+};
+
+void end_once(Ending& e, const c10::ivalue::Future& f) {
+  if (e.written.exchange(true)) return;
+  write_end(e.id, e.started, f.hasError() ? "failed" : "completed");
+}
+
+void write_completed_ends() {
+  std::lock_guard<std::mutex> hold(g_endings_lock);
+  if (g_endings == nullptr || g_endings->empty()) return;
+  std::vector<std::shared_ptr<Ending>> still;
+  for (auto& e : *g_endings) {
+    if (e->written.load()) continue;
+    auto f = e->future.lock();
+    if (!f) continue;  // gone, its callbacks run
+    if (f->completed()) {
+      end_once(*e, *f);
+    } else {
+      still.push_back(e);
+    }
+  }
+  g_endings->swap(still);
+}
+
 void follow(long id, long started, long bytes, bool cpu, torch::jit::Stack& stack) {
   if (stack.empty() || !stack.back().isCustomClass()) {  // synchronous: over already
     write_end(id, started, "completed");
@@ -424,9 +461,13 @@ void follow(long id, long started, long bytes, bool cpu, torch::jit::Stack& stac
     } catch (...) {  // gloo's send and recv have none
     }
     if (future) {
-      future->addCallback([id, started](c10::ivalue::Future& f) {
-        write_end(id, started, f.hasError() ? "failed" : "completed");
-      });
+      auto ending = std::make_shared<Ending>(id, started, future);
+      {
+        std::lock_guard<std::mutex> hold(g_endings_lock);
+        if (g_endings == nullptr) g_endings = new std::vector<std::shared_ptr<Ending>>();
+        g_endings->push_back(ending);
+      }
+      future->addCallback([ending](c10::ivalue::Future& f) { end_once(*ending, f); });
       return;
     }
   }
@@ -493,6 +534,7 @@ Issued issue(const Spec& spec, const torch::jit::Stack& stack, size_t nargs) {
           ',' + std::to_string(facts.bytes) + ',' + (peer >= 0 ? std::to_string(peer) : "null") +
           ',' + std::to_string(wall_ns()) + "e-9,null,\"issued\"," + site + ',' +
           std::to_string(rank) + "]\n";
+  write_completed_ends();  // the ends of the calls before, ahead of this call's line
   out.started = mono_ns();
   write_line(line);  // on disk before the call that may end the process
   return out;
@@ -540,6 +582,8 @@ void forget_after_fork() {
   new (&g_fd_lock) std::mutex();
   new (&g_pending_lock) std::mutex();
   new (&g_poll_lock) std::mutex();
+  new (&g_endings_lock) std::mutex();
+  g_endings = nullptr;  // the parent's: left, never touched
   new (&g_groups_lock) std::mutex();
   new (&g_failure_lock) std::mutex();
   if (g_fd >= 0) close(g_fd);

@@ -10,8 +10,10 @@ code object; the backward's line for a call on a thread without Python), and rea
 back into the table for live queries (store/journal.py: JournalTable.follow).
 
 What differs from the Python kernel: a call on CPU tensors ends when the backend completes its
-future, so its duration is known and its end is on disk at once; calls whose future completes
-early (NCCL marks it at launch) or that have none (gloo's send and recv) are polled as before.
+future, so its duration is known and its end is on disk at once (at the latest ahead of the
+next call's line: the future wakes its waiters before its callbacks run); calls whose future
+completes early (NCCL marks it at launch) or that have none (gloo's send and recv) are polled
+as before.
 """
 
 from __future__ import annotations
