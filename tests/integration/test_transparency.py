@@ -10,6 +10,7 @@ same stderr once torchdoctor's own lines are taken out, same files with the same
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import subprocess
 import sys
@@ -25,7 +26,16 @@ WAYS = ("plain", "run", "env")
 # TORCHDOCTOR=1 starts the probe by another road (the start-up hook at `import torch`) but
 # instruments the same way: it runs where the road matters (child processes, exits, import
 # order under torch.compile, a plain loop); the other scripts run plain and under `run`.
-ENV_TOO = {"mnist_cnn.py", "compiled_model.py", "loader_workers.py", "ddp_spawn.py", "exits.py"}
+ENV_TOO = {
+    "mnist_cnn.py",
+    "compiled_model.py",
+    "loader_workers.py",
+    "ddp_spawn.py",
+    "exits.py",
+    "as_python.py",
+}
+# run by a path relative to the working directory, as people type it
+RELATIVE = {"as_python.py"}
 
 # (script, arguments, steps the run's python.steps must hold, optimizers that step);
 # "{port}" becomes a free TCP port. Steps are the primary optimizer's (docs/architecture.md:
@@ -57,10 +67,13 @@ CASES: list[tuple[str, list[str], int, int]] = [
     ("exits.py", ["handler"], 4, 1),
     ("exits.py", ["sigterm"], 4, 1),
     ("exits.py", ["asyncio"], 4, 1),
+    ("as_python.py", [], 3, 1),
 ]
 
 
-def _argv(way: str, script: Path, args: list[str]) -> list[str]:
+def _argv(way: str, script: Path, args: list[str], cwd: Path) -> list[str]:
+    if script.name in RELATIVE:
+        script = Path(os.path.relpath(script, cwd))
     if way == "run":
         return [TORCHDOCTOR, "run", str(script), *args]
     return [sys.executable, str(script), *args]
@@ -126,7 +139,7 @@ def _run(way: str, script: Path, args: list[str], cwd: Path, env: dict[str, str]
     if way == "env":
         run_env["TORCHDOCTOR"] = "1"
     proc = subprocess.run(
-        _argv(way, script, args),
+        _argv(way, script, args, cwd),
         cwd=cwd,
         env=run_env,
         capture_output=True,
@@ -136,7 +149,7 @@ def _run(way: str, script: Path, args: list[str], cwd: Path, env: dict[str, str]
     return {
         "code": proc.returncode,
         "stdout": proc.stdout,
-        "stderr": proc.stderr,
+        "stderr": proc.stderr.replace(str(cwd), "<cwd>"),  # each way runs in its own directory
         "files": _files(cwd),
         "probed": (cwd / "torchdoctor-runs").is_dir(),
         "recorded": _recorded(cwd / "torchdoctor-runs"),
