@@ -56,6 +56,30 @@ class StepState:
         self.autocast: list[tuple[str, Any]] = []  # autocast contexts at the first model call
         self.update: tuple[Any, float] | None = None  # (primary optimizer, seconds in its step())
 
+    def keep_call(self, module: Any, args: Any, kwargs: Any, torch: Any, random: bool) -> None:
+        """A model call of this step, kept for a NaN replay; the first with the CPU random
+        state (when the models draw random numbers) and the autocast contexts it ran in."""
+        tape = self.tape
+        if not tape:
+            if random:
+                self.rng = torch.get_rng_state()
+            self.autocast = _autocast_now(torch)
+        if len(tape) < TAPE_LIMIT:
+            tape.append((module, args, kwargs))
+
+    def note_loss(
+        self, loss: Any, site: tuple[str, int] | None, on_device: bool, closure: bool
+    ) -> None:
+        """A loss backward() runs on: its value now (CPU) or as a tensor read back later
+        (CUDA); `closure`: inside optimizer.step() (an LBFGS closure)."""
+        scaled = self.scaled
+        if scaled is not None and scaled[0] is loss:  # GradScaler: the unscaled loss
+            loss = scaled[1]
+        self.loss_ref = loss
+        self.backward_site = site
+        value = loss.detach() if on_device else loss.item()
+        (self.closure_losses if closure else self.losses).append(value)
+
     def step_losses(self) -> list[Any]:
         """The losses this step reports: those of the primary optimizer's backward() calls,
         and of the first closure evaluation inside its step() (LBFGS evaluates the closure
@@ -86,3 +110,17 @@ class StepState:
         if later.grad_norm_value is not None:
             self.grad_norm_value = later.grad_norm_value
         return self
+
+
+def _autocast_now(torch: Any) -> list[tuple[str, Any]]:
+    any_enabled = getattr(torch._C, "_is_any_autocast_enabled", None)
+    if any_enabled is not None and not any_enabled():  # the common case: one call
+        return []
+    out = []
+    for device in ("cuda", "cpu"):
+        try:
+            if torch.is_autocast_enabled(device):
+                out.append((device, torch.get_autocast_dtype(device)))
+        except (TypeError, RuntimeError, AttributeError):  # torch without per-device autocast
+            continue
+    return out
