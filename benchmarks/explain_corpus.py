@@ -106,7 +106,7 @@ def judge(case: Case) -> Verdict:
 
     e = explain_text(case.text)
     first_fix = f"{e.fixes[0]['title']}\n{e.fixes[0]['code']}" if e.fixes else ""
-    confident = bool(getattr(e, "confident", e.recognised))
+    confident = e.confident
     return Verdict(case, e.category or "none", confident, first_fix)
 
 

@@ -9,7 +9,7 @@ import traceback
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from torchdoctor.errors import extract, torchrun
+from torchdoctor.errors import extract, facts, torchrun
 from torchdoctor.errors.catalog import Entry, Fields, entries, first, pick
 
 GENERIC_FIRST_STEPS: tuple[str, ...] = (
@@ -59,6 +59,15 @@ class Explanation:
     also: list[dict[str, Any]] = field(default_factory=list)
     rank: int | None = None
     line: int | None = None
+    confidence: str = "high"
+    facts: dict[str, Any] = field(default_factory=dict)
+    evidence: list[str] = field(default_factory=list)
+
+    @property
+    def confident(self) -> bool:
+        """A category named with confidence: a known wording of the family was read on the
+        line that ended the text's story, not only its key nouns or an earlier line."""
+        return self.recognised and self.confidence == "high"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -69,24 +78,27 @@ class _Match:
     entry: Entry
     block: extract.TextBlock
     offset: int
+    loose: bool = False  # matched only by the family's key nouns
 
 
-def _match(block: extract.TextBlock) -> _Match | None:
+def _match(block: extract.TextBlock, loose: bool = False) -> _Match | None:
     best: _Match | None = None
     message = block.text
     for entry in entries():
-        m = entry.search(message)
+        m = entry.search_keys(message) if loose else entry.search(message)
         if m is not None and (best is None or entry.priority > best.entry.priority):
-            best = _Match(entry, block, m.start())
+            best = _Match(entry, block, m.start(), loose)
     return best
 
 
-def _match_line(lines: list[extract.Line], line: extract.Line) -> _Match | None:
+def _match_line(
+    lines: list[extract.Line], line: extract.Line, loose: bool = False
+) -> _Match | None:
     """A plain log line is tried on its own (cheap); its block is built when it matches."""
-    single = _match(extract.TextBlock((line,)))
+    single = _match(extract.TextBlock((line,)), loose)
     if single is None:
         return None
-    full = _match(extract.block_at(lines, line.index))
+    full = _match(extract.block_at(lines, line.index), loose)
     return full if full is not None and full.entry is single.entry else single
 
 
@@ -128,6 +140,21 @@ def _choose(
                 break
     if primary is None and found:
         primary = found[0]
+    if primary is None:
+        # No known wording: the families' key nouns, on exception lines, then the others.
+        for block in exception_blocks:
+            m = _match(block, loose=True)
+            if m is not None:
+                primary = m
+                break
+        if primary is None:
+            for line in plain_lines[:ALSO_PLAIN_LINES]:
+                m = _match_line(lines, line, loose=True)
+                if m is not None:
+                    primary = m
+                    break
+        if primary is not None:
+            found.append(primary)
     if primary is not None:
         # Other errors told in plain log lines (an NCCL watchdog record, a kernel assert).
         covered = {line.index for m in found for line in m.block.lines}
@@ -153,10 +180,32 @@ def _order_fixes(entry: Entry, ranked_keys: list[str], fields: Fields) -> list[d
         code = pick(fix.code, fields)
         if title is None or code is None:
             continue
+        said = {"title": title, "code": code}
+        check = fix.check_for(fields)
+        if check:
+            said["check"] = check
         ranks = [position[k] for k in fix.causes if k in position]
-        scored.append((min(ranks) if ranks else len(position), i, {"title": title, "code": code}))
+        scored.append((min(ranks) if ranks else len(position), i, said))
     scored.sort(key=lambda t: (t[0], t[1]))
     return [fix for _r, _i, fix in scored]
+
+
+def _confidence(m: _Match, lines: list[extract.Line], found: list[_Match] | None = None) -> str:
+    """ "low" when the category rests on key nouns alone, or on a line that an exception
+    outside the catalog follows (the text's story may end elsewhere)."""
+    if m.loose:
+        return "low"
+    if m.block.exception is not None:
+        return "high"
+    covered = {line.index for x in (found or [m]) for line in x.block.lines}
+    last = m.block.lines[-1].index
+    for line in lines[last + 1 :]:
+        if line.noise or line.index in covered:
+            continue
+        name = extract.exception_name(line.text)
+        if name is not None and name not in ("ChildFailedError", "SignalException"):
+            return "low"
+    return "high"
 
 
 def _build(
@@ -179,10 +228,12 @@ def _build(
             fields["location"] = frame.describe()
             if frame.code:
                 fields["code_line"] = frame.code
+    stated = facts.read(text)
+    context: Fields = {**stated, **fields}  # what decides the ranking: the message first
     causes: list[str] = []
     keys: list[str] = []
-    for cause in entry.ranked_causes(text, fields):
-        rendered = cause.render(fields)
+    for cause in entry.ranked_causes(text, context):
+        rendered = cause.render(context)
         if rendered is not None:
             causes.append(rendered)
             keys.append(cause.key)
@@ -197,12 +248,14 @@ def _build(
         fields=fields,
         causes=causes,
         first_steps=first_steps,
-        fixes=_order_fixes(entry, keys, fields),
+        fixes=_order_fixes(entry, keys, context),
         matched=block.line_at(m.offset).text.strip(),
         exception=block.exception,
         family=entry.family,
         rank=fields.get("rank") if isinstance(fields.get("rank"), int) else None,
         line=block.line_at(m.offset).index + 1,
+        confidence=_confidence(m, lines),
+        facts=stated,
     )
 
 

@@ -26,6 +26,8 @@ FAMILIES: tuple[str, ...] = (
     "memory",
     "cuda",
     "distributed",
+    "launcher",
+    "parallel",
     "tensors",
     "shapes",
     "autograd",
@@ -34,6 +36,7 @@ FAMILIES: tuple[str, ...] = (
     "compile",
     "xla",
     "numerics",
+    "install",
 )
 
 _PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
@@ -122,11 +125,20 @@ class Cause:
 
 @dataclass(frozen=True)
 class Fix:
-    """A remedy with a short piece of code; it ranks with the best-ranked of its causes."""
+    """A remedy with a short piece of code; it ranks with the best-ranked of its causes.
+    `needs` names the facts that decide whether the fix applies; when the text states none of
+    them, `check` says what to look at before applying it."""
 
     title: Text
     code: Text
     causes: tuple[str, ...] = ()
+    needs: tuple[str, ...] = ()
+    check: Text = ()
+
+    def check_for(self, fields: Fields) -> str | None:
+        if not self.needs or any(fields.get(name) not in (None, "", [], ()) for name in self.needs):
+            return None
+        return pick(self.check, fields) if self.check else None
 
 
 @dataclass(frozen=True)
@@ -147,11 +159,23 @@ class Entry:
     priority: int = 0
     secondary: bool = False
     exceptions: tuple[str, ...] = ()
+    keys: tuple[str, ...] = ()
     family: str = field(default="", compare=False)
 
     def search(self, message: str) -> re.Match[str] | None:
         """The first pattern found in the message, if the guard agrees."""
         for pattern in self.patterns:
+            m = rx(pattern).search(message)
+            if m is not None:
+                if self.guard is not None and not self.guard(message):
+                    return None
+                return m
+        return None
+
+    def search_keys(self, message: str) -> re.Match[str] | None:
+        """The family's key nouns (what stays when the wording changes: the operator, the API,
+        the exception class): a match is a likely category, said with less confidence."""
+        for pattern in self.keys:
             m = rx(pattern).search(message)
             if m is not None:
                 if self.guard is not None and not self.guard(message):

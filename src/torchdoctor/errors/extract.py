@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
+# How a paste was wrapped: Markdown inline code, bold, quotes around a message.
+_WRAP_PATTERN = r"^(?:`+|\*\*|''|\"(?=[A-Za-z]))"
 # Each prefix pattern is tried at the start of the line until none applies. A named group
 # `rank` gives the rank; `level` the log level.
 _LEVELS = r"DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL"
@@ -27,7 +29,7 @@ _PREFIXES: tuple[re.Pattern[str], ...] = tuple(
         r"^(?P<rank>\d{1,5}): ",
         r"^\[?\d{4}-\d{2}-\d{2}[ T_]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?\]?"
         r"\s*(?:[-|:]\s+)?",
-        r"^\[?\d{2}:\d{2}:\d{2}(?:[.,]\d+)?\]?\s+(?:[-|]\s+)?",
+        r"^\[?\d{2}:\d{2}:\d{2}(?:[.,-]\d+)?\]?\s+(?:[-|]\s+)?",
         rf"^\|?\s*\[?(?P<level>{_LEVELS})\]?(?:\s*\|\s*[\w.<>]+:[\w<>]+:\d+\s*-\s*"
         r"|:[\w.<>-]+:|\s*[:|-]\s*|\s+)",
         r"^(?P<level>[IWEFV])\d{3,4}\s+\d{2}:\d{2}:\d{2}\.\d+\s+\d+\s+[\w./-]+:\d+\]\s*",
@@ -35,8 +37,23 @@ _PREFIXES: tuple[re.Pattern[str], ...] = tuple(
         r"[\w./-]+\.(?:cpp|cc|h|hpp|cu|py):\d+\]\s*",
         r"^[\w.-]+:\d+:\d+\s+\[\d+\]\s+",
         r"^E\s{3,}",
+        # vLLM and similar: "(EngineCore_DP0 pid=3208) ERROR 04-27 12:56:07 [core.py:968] ".
+        r"^\((?:\w+ )?pid=\d+\)\s*",
+        r"^\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:[.,]\d+)?\s+(?:\[[\w./-]+:\d+\]|[\w./-]+:\d+\])\s*",
+        # Line numbers of a saved log ("[80746] [rank0]:...") and job-system prefixes
+        # ("fa88a9df || ").
+        r"^\[\d{2,}\]\s+(?=\S)",
+        r"^[0-9a-f]{8}\s+\|\|\s+",
+        # How the paste was wrapped: Markdown quotes, inline code, bold; ComfyUI's banner.
+        r"^>\s?(?=\S)",
+        _WRAP_PATTERN,
+        r"^!!! Exception during processing !!!\s*",
     )
 )
+_WRAP = _PREFIXES[-2]
+_TRAILING_WRAP = re.compile(r"(?:`+|\*\*|''|\"(?:\.)?)$")
+# Rich's boxed tracebacks ("│ ❱ 2267 │   return ... │"), whose box is not part of the text.
+_BOX = re.compile(r"^[│┃]\s?|\s*[│┃]$")
 # Info and debug records are never the error. Warning records are candidates like any line
 # (torch logs recompilation limits and NCCL trouble as warnings) unless they are warnings in
 # the Python or c10 format ("UserWarning: ...", "[W reducer.cpp:1389] Warning: ...").
@@ -74,11 +91,17 @@ MAX_PLAIN_CANDIDATES = 4000
 
 @dataclass(frozen=True)
 class Line:
+    """A line of the text: `text` without its prefixes, `noise` for warnings and info records
+    (never the error), `hint` for the advice a library prints next to an error ("Set
+    TORCHDYNAMO_VERBOSE=1 ...", "If you encounter CUDA out of memory, ..."), which names
+    errors without being one."""
+
     index: int
     text: str
     raw: str
     rank: int | None = None
     noise: bool = False
+    hint: bool = False
 
 
 @dataclass(frozen=True)
@@ -134,12 +157,16 @@ _GLUED = re.compile(r"^.*?(?:it/s|s/it)\]\s*(?=\[(?:rank|Rank|RANK)\s*\d+\]:)")
 def _strip(raw: str) -> tuple[str, int | None, str | None]:
     text = _ANSI.sub("", raw).rstrip().replace("\t", "    ")
     text = _GLUED.sub("", text, count=1)
+    if text[:1] in "│┃":
+        text = _BOX.sub("", text)
     rank: int | None = None
     level: str | None = None
+    wrapped = False
     for _ in range(10):
         for pattern in _PREFIXES:
             m = pattern.match(text)
             if m and m.end() > 0:
+                wrapped = wrapped or pattern is _WRAP
                 groups = m.groupdict()
                 if groups.get("rank") is not None and rank is None:
                     rank = int(groups["rank"])
@@ -149,15 +176,40 @@ def _strip(raw: str) -> tuple[str, int | None, str | None]:
                 break
         else:
             break
+    if wrapped:
+        text = _TRAILING_WRAP.sub("", text.rstrip())
     return text, rank, level
+
+
+_HINT = re.compile(
+    r"^(?:If (?:you|reserved|the|this|recompilations)\b|Set (?:TORCH|the environment)"
+    r"|You can (?:suppress|set|enable|try)|For (?:debugging|more information|even more"
+    r"|extended logs|C\+\+ stack trace)|To (?:log|diagnose|enable|debug|monitor)\b"
+    r"|Please (?:report|refer|see|try|make sure|check the|consider)\b|Hint:|HINT:"
+    r"|Consider (?:using|setting|increasing|passing)\b|Compile with `TORCH_USE_CUDA_DSA`"
+    r"|CUDA kernel errors might be|See (?:documentation|the documentation|https?://))"
+)
+# A whole traceback logged as one line, its newlines escaped (wandb, repr() of an exception).
+_ESCAPED_NEWLINES = re.compile(r"\\n(?=\s|Traceback|File |Original|[A-Z]\w*(?:Error|Exception))")
+
+
+def _unescape(text: str) -> str:
+    if "\\n" not in text:
+        return text
+    out = []
+    for raw in text.splitlines():
+        if len(_ESCAPED_NEWLINES.findall(raw)) >= 2 and "Traceback" in raw:
+            raw = _ESCAPED_NEWLINES.sub("\n", raw)
+        out.append(raw)
+    return "\n".join(out)
 
 
 def clean(text: str) -> list[Line]:
     """Every line with its prefixes removed, its rank when a prefix named one, and whether it
-    is noise (a warning or an info record: never the error that matters)."""
+    is noise (a warning or an info record: never the error that matters) or a hint."""
     out: list[Line] = []
     in_warning = False
-    for index, raw in enumerate(text.splitlines()):
+    for index, raw in enumerate(_unescape(text).splitlines()):
         body, rank, level = _strip(raw[:MAX_LINE_CHARS])
         noise = False
         if level is not None and level in _NOISE_LEVELS:
@@ -171,7 +223,7 @@ def clean(text: str) -> list[Line]:
             noise = True  # the source line (and forward trace) under a Python warning
         else:
             in_warning = noise and in_warning
-        out.append(Line(index, body, raw, rank, noise))
+        out.append(Line(index, body, raw, rank, noise, bool(_HINT.match(body.strip()))))
     return out
 
 
@@ -215,7 +267,7 @@ def candidates(
             continue
         if exception_name(line.text) is not None:
             exceptions.append(block_at(lines, line.index))
-        elif len(plain) < limit:
+        elif len(plain) < limit and not line.hint:
             plain.append(line)
     return exceptions, plain
 

@@ -258,21 +258,17 @@ OOM_CPU = Entry(
     patterns=(
         *CPU_PATTERNS,
         r"\[Errno 12\] Cannot allocate memory",
-        r"exitcode\s*:\s*-9\b",
-        r"Signal 9 \(SIGKILL\) received",
-        r"exit(?:ed with)? (?:code|status) 137\b",
         r"Out of memory: Kill(?:ed)? process",
+        r"Memory cgroup out of memory",
         r"\bOOMKilled\b",
-        r"(?-i:^Killed\b)",
-        r"(?-i:\bKilled\s+\S*python)",
     ),
     examples=(
         "RuntimeError: [enforce fail at alloc_cpu.cpp:114] data. DefaultCPUAllocator: not "
         "enough memory: you tried to allocate 17179869184 bytes.",
         "numpy.core._exceptions._ArrayMemoryError: Unable to allocate 7.45 GiB for an array "
         "with shape (1000000, 1000) and data type float64",
-        "exitcode  : -9 (pid: 4242) ... traceback : Signal 9 (SIGKILL) received by PID 4242",
-        "Killed",
+        "[Tue Mar  4 10:02:11 2025] Out of memory: Killed process 4242 (python) "
+        "total-vm:98765432kB",
     ),
     summary=(
         "Tried to allocate {{asked}} of host memory for an array of shape {{array_shape}}.",
