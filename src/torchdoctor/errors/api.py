@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from torchdoctor.errors import extract, facts, torchrun
-from torchdoctor.errors.catalog import Entry, Fields, entries, first, pick
+from torchdoctor.errors.catalog import Entry, Fields, entries, first, pick, rx
 
 GENERIC_FIRST_STEPS: tuple[str, ...] = (
     "Read the last exception line of the last traceback: that is the error that stopped the "
@@ -27,6 +27,9 @@ GENERIC_FIRST_STEPS: tuple[str, ...] = (
 
 ALSO_PLAIN_LINES = 500  # how far back plain lines are searched for other errors
 MIN_RANK_LINES = 500  # plain lines searched per rank in a job's log, at least
+# Exceptions that only report another one (the launcher's summary, its signal handler).
+_WRAPPERS = ("ChildFailedError", "SignalException", "CalledProcessError")
+CONFIRM_LINES = 30  # lines before a key-noun match searched for what confirms it
 
 _RANK_IN_MESSAGE = (
     r"\[(?:PG \S+ )?Rank (\d+)\]",
@@ -194,17 +197,21 @@ def _confidence(m: _Match, lines: list[extract.Line], found: list[_Match] | None
     """ "low" when the category rests on key nouns alone, or on a line that an exception
     outside the catalog follows (the text's story may end elsewhere)."""
     if m.loose:
+        start = m.block.start
+        before = "\n".join(line.text for line in lines[max(0, start - CONFIRM_LINES) : start])
+        if any(rx(p).search(before) for p in m.entry.confirm):
+            return "high"
         return "low"
-    if m.block.exception is not None:
-        return "high"
     covered = {line.index for x in (found or [m]) for line in x.block.lines}
     last = m.block.lines[-1].index
     for line in lines[last + 1 :]:
         if line.noise or line.index in covered:
             continue
         name = extract.exception_name(line.text)
-        if name is not None and name not in ("ChildFailedError", "SignalException"):
-            return "low"
+        if name is None or name in _WRAPPERS:
+            continue
+        if _match(extract.TextBlock((line,))) is None:
+            return "low"  # the text goes on to an error the catalog does not know
     return "high"
 
 

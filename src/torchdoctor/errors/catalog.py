@@ -136,9 +136,20 @@ class Fix:
     check: Text = ()
 
     def check_for(self, fields: Fields) -> str | None:
-        if not self.needs or any(fields.get(name) not in (None, "", [], ()) for name in self.needs):
+        """What to check before applying the fix, when none of the facts it needs is known.
+        A need is a field's name, or `name.item` for an item of a list field (the text
+        mentions gradient checkpointing: `mentions.checkpointing`)."""
+        if not self.needs or any(_known(fields, name) for name in self.needs):
             return None
         return pick(self.check, fields) if self.check else None
+
+
+def _known(fields: Fields, need: str) -> bool:
+    name, _, item = need.partition(".")
+    value = fields.get(name)
+    if item:
+        return isinstance(value, (list, tuple, set, dict)) and item in value
+    return value not in (None, "", [], ())
 
 
 @dataclass(frozen=True)
@@ -160,6 +171,9 @@ class Entry:
     secondary: bool = False
     exceptions: tuple[str, ...] = ()
     keys: tuple[str, ...] = ()
+    # Patterns in the lines just before the error (its traceback) that make a key-noun match
+    # certain: the loader that raised it, the API that was called.
+    confirm: tuple[str, ...] = ()
     family: str = field(default="", compare=False)
 
     def search(self, message: str) -> re.Match[str] | None:

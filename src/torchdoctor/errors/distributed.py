@@ -291,6 +291,14 @@ NCCL_ERROR = Entry(
             signals=(r"Duplicate GPU|invalid usage",),
         ),
         Cause(
+            "p2p",
+            "Direct GPU-to-GPU (peer-to-peer) transfers do not work on this machine: consumer "
+            "GPUs, a VM, or the PCIe switch's ACS/IOMMU settings in the way. NCCL then fails "
+            "with 'unhandled cuda error' (or hangs) on the first collective.",
+            weight=1.2,
+            signals=(r"unhandled cuda error|\bP2P\b|peer access|NCCL_P2P",),
+        ),
+        Cause(
             "cuda",
             (
                 "A CUDA failure on this rank ({{cuda_failure}}) surfaced through NCCL.",
@@ -299,6 +307,7 @@ NCCL_ERROR = Entry(
             ),
             weight=1,
             signals=(r"unhandled cuda error|Cuda failure|out of memory",),
+            when=lambda f: "cuda_failure" in f or None,
         ),
         Cause(
             "peer_died",
@@ -348,6 +357,12 @@ NCCL_ERROR = Entry(
             "Rule InfiniBand in or out",
             "NCCL_IB_DISABLE=1 torchrun ...  # slower; only to locate the problem",
             ("setup", "network"),
+        ),
+        Fix(
+            "Rule peer-to-peer transfers out",
+            "NCCL_P2P_DISABLE=1 torchrun --nproc_per_node=8 train.py\n"
+            "nvidia-smi topo -m   # how the GPUs are connected",
+            ("p2p",),
         ),
         Fix(
             "Expose the CUDA error itself",
@@ -632,6 +647,8 @@ ENV_MISSING = Entry(
     patterns=(
         r"environment variable \w+ expected, but not set",
         r"Error initializing torch\.distributed using env://",
+        r"(?:rank|world_size|MASTER_ADDR|MASTER_PORT) is not set but it is required for env://",
+        r"_env_error\(\"(?:RANK|WORLD_SIZE|MASTER_ADDR|MASTER_PORT)\"\)",
         r"KeyError: '(?:LOCAL_RANK|RANK|WORLD_SIZE|MASTER_ADDR|MASTER_PORT|LOCAL_WORLD_SIZE)'",
     ),
     examples=(
@@ -643,7 +660,12 @@ ENV_MISSING = Entry(
         "{{variable}} is not set: the script expects to be started by a distributed launcher.",
     ),
     extract=lambda message, text: (
-        {"variable": v} if (v := first(r"(?:variable |KeyError: ')([A-Z_]+)", message)) else {}
+        {"variable": v.upper()}
+        if (
+            v := first(r"(?:variable |KeyError: '|_env_error\(\")([A-Z_]+)", message)
+            or first(r"\b(rank|world_size|MASTER_ADDR|MASTER_PORT) is not set", message)
+        )
+        else {}
     ),
     causes=(
         Cause(

@@ -27,7 +27,11 @@ def _huge(f: Fields) -> bool:
 
 
 def _shared(f: Fields) -> bool:
-    return f.get("process_count", 0) > 1 or _share(f, "outside_pytorch", "total", 0.15)
+    """Other processes named, or much more held outside PyTorch's cache than the CUDA
+    context and the libraries' workspaces take (up to about 1.5 GiB)."""
+    if f.get("process_count", 0) > 1:
+        return True
+    return _share(f, "outside_pytorch", "total", 0.3) and f["outside_pytorch_bytes"] >= 1.5 * 2**30
 
 
 _EVAL_FRAMES = (
@@ -355,8 +359,10 @@ OOM_CPU = Entry(
             ("leak",),
         ),
         Fix(
-            "Work in chunks",
-            "for chunk in torch.split(x, 4096):\n    out.append(f(chunk))",
+            "Smaller batches, or work in chunks",
+            "loader = DataLoader(ds, batch_size=16)   # a smaller batch\n"
+            "for chunk in torch.split(x, 4096):       # or one big tensor in pieces\n"
+            "    out.append(f(chunk))",
             ("big_tensor",),
         ),
     ),
@@ -384,6 +390,18 @@ OOM_MPS = Entry(
     causes=(
         Cause("batch", "The batch, model and activations exceed what MPS may use.", weight=3),
         Cause(
+            "limit",
+            (
+                "PyTorch caps what MPS may use at a share of the unified memory (the high "
+                "watermark, {{max_allowed}} here); the machine may have more to give.",
+                "PyTorch caps what MPS may use at a share of the unified memory (the high "
+                "watermark); the machine may have more to give.",
+            ),
+            weight=1,
+            signals=(r"HIGH_WATERMARK_RATIO",),
+            boost=10,
+        ),
+        Cause(
             "other",
             "Other allocations (earlier models, cached tensors, other apps sharing unified "
             "memory) take part of the limit.",
@@ -407,6 +425,12 @@ OOM_MPS = Entry(
             "Release cached blocks between phases",
             "torch.mps.empty_cache()",
             ("other",),
+        ),
+        Fix(
+            "Raise the MPS memory cap (or use a smaller batch)",
+            "PYTORCH_MPS_HIGH_WATERMARK_RATIO=0.0 python train.py  # no cap: the system may swap\n"
+            "# a milder cap: PYTORCH_MPS_HIGH_WATERMARK_RATIO=0.9 (a share of unified memory)",
+            ("limit",),
         ),
     ),
 )

@@ -342,7 +342,7 @@ BCE_RANGE = Entry(
         "mean it received logits or a broken prediction."
     ),
     patterns=(
-        r"all elements of input should be between 0 and 1",
+        r"all elements of (?:input|target) should be between 0 and 1",
         r"input_val >= zero && input_val <= one",
         r"Assertion `x >= 0\. && x <= 1\.' failed",
     ),

@@ -15,7 +15,7 @@ from torchdoctor.units import SIZE, human, size_in
 # An exception or log line that says an allocation failed, by device.
 GPU_PATTERNS = (
     r"\b(?:CUDA|HIP|XPU) out of memory",
-    r"CUDA error: out of memory",
+    r"CUDA error: ?out of memory",
     r"cudaErrorMemoryAllocation",
     r"\bOutOfMemoryError\b",
 )
@@ -24,6 +24,7 @@ CPU_PATTERNS = (
     r"\b(?:_ArrayMemoryError|MemoryError)\b",
     r"Unable to allocate \S+ \S+ for an array with shape",
     r"std::bad_alloc",
+    r"posix_memalign\(&data, gAlignment, nbytes\) == 0\. 12 vs 0",  # ENOMEM, torch <= 1.1
 )
 MPS_PATTERNS = (r"MPS backend out of memory",)
 
