@@ -146,11 +146,16 @@ def figures(verdicts: list[Verdict]) -> Figures:
 
 
 def measure(corpus: Path = CORPUS) -> dict[str, tuple[Figures, list[Verdict]]]:
+    """Both parts' figures; `unseen`: the held-out texts that are not word for word a dev text
+    (a bare one-line message many threads share can fall in both parts)."""
     verdicts = [judge(c) for c in cases(corpus)]
     out: dict[str, tuple[Figures, list[Verdict]]] = {}
     for split in ("dev", "heldout"):
         part = [v for v in verdicts if v.case.split == split]
         out[split] = (figures(part), part)
+    dev_texts = {v.case.text.strip() for v in out["dev"][1]}
+    unseen = [v for v in out["heldout"][1] if v.case.text.strip() not in dev_texts]
+    out["unseen"] = (figures(unseen), unseen)
     return out
 
 

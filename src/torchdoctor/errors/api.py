@@ -9,7 +9,7 @@ import traceback
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from torchdoctor.errors import extract, facts, torchrun
+from torchdoctor.errors import extract, facts, here, torchrun
 from torchdoctor.errors.catalog import Entry, Fields, entries, first, pick, rx
 
 GENERIC_FIRST_STEPS: tuple[str, ...] = (
@@ -65,6 +65,7 @@ class Explanation:
     confidence: str = "high"
     facts: dict[str, Any] = field(default_factory=dict)
     evidence: list[str] = field(default_factory=list)
+    machine: dict[str, Any] = field(default_factory=dict)
 
     @property
     def confident(self) -> bool:
@@ -216,10 +217,16 @@ def _confidence(m: _Match, lines: list[extract.Line], found: list[_Match] | None
 
 
 def _build(
-    m: _Match, lines: list[extract.Line], text: str, known: Fields | None = None
+    m: _Match,
+    lines: list[extract.Line],
+    text: str,
+    known: Fields | None = None,
+    machine: here.Machine | None = None,
 ) -> Explanation:
     """The explanation of match `m`; `known` are fields the text as a whole gave (the rank
-    from a launcher's summary), which the message's own fields complete."""
+    from a launcher's summary), which the message's own fields complete. `machine`: the facts
+    of the machine where the error happened (torchdoctor.machine), which rule causes in or
+    out."""
     entry, block = m.entry, m.block
     message = block.text
     fields: Fields = {}
@@ -236,11 +243,23 @@ def _build(
             if frame.code:
                 fields["code_line"] = frame.code
     stated = facts.read(text)
-    context: Fields = {**stated, **fields}  # what decides the ranking: the message first
+    local = here.context(machine) if machine is not None else {}
+    # What decides the ranking: the message first, then what the text states, then the machine.
+    context: Fields = {**local, **stated, **fields}
+    found = here.findings(entry.code, entry.family, machine, context, text) if machine else []
+    for finding in found:
+        for name, value in finding.fields.items():
+            context.setdefault(name, value)
+    ruled_in = {k for f in found for k in f.rule_in}
+    ruled_out = {k for f in found for k in f.rule_out} - ruled_in
+    ranked = entry.ranked_causes(text, context)
+    ranked = [c for c in ranked if c.key in ruled_in] + [
+        c for c in ranked if c.key not in ruled_in and c.key not in ruled_out
+    ]
     causes: list[str] = []
     keys: list[str] = []
-    for cause in entry.ranked_causes(text, context):
-        rendered = cause.render(context)
+    for cause in ranked:
+        rendered = cause.render(context, cause.key in ruled_in)
         if rendered is not None:
             causes.append(rendered)
             keys.append(cause.key)
@@ -261,8 +280,10 @@ def _build(
         family=entry.family,
         rank=fields.get("rank") if isinstance(fields.get("rank"), int) else None,
         line=block.line_at(m.offset).index + 1,
-        confidence=_confidence(m, lines),
+        confidence="high" if any(f.confirms for f in found) else _confidence(m, lines),
         facts=stated,
+        evidence=[f.said for f in found],
+        machine=local,
     )
 
 
@@ -305,20 +326,35 @@ def _shorten(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def explain_text(text: str) -> Explanation:
+def explain_text(text: str, machine: here.Machine | None = None) -> Explanation:
     """Explain an error message, a traceback or a whole log (a torchrun log included: the
-    answer is the root failure, the first rank's first error)."""
+    answer is the root failure, the first rank's first error). `machine`: the facts of the
+    machine where it happened (torchdoctor.evidence gathers them), evidence for the causes."""
     lines = extract.clean(text)
     job = torchrun.parse(lines)
     if job is not None:
-        return _explain_job(lines, job)
+        return _explain_job(lines, job, machine)
     primary, others = _choose(lines)
     if primary is None:
         return unknown(text, lines)
     cleaned = "\n".join(line.text for line in lines)
-    out = _build(primary, lines, cleaned)
+    out = _build(primary, lines, cleaned, machine=machine)
     out.also = [_also(m) for m in others]
+    if any(_rival(m, primary) for m in others):
+        out.confidence = "low"  # two root errors of different kinds: the pick may be wrong
     return out
+
+
+def _rival(m: _Match, primary: _Match) -> bool:
+    """Another error in the text that could be the root as well as the one picked: not a
+    consequence (secondary), not a wrapper that reports another error (priority < 0)."""
+    return (
+        m.entry.code != primary.entry.code
+        and not m.entry.secondary
+        and not m.loose
+        and m.entry.priority >= 0
+        and primary.entry.priority >= 0
+    )
 
 
 def _also(m: _Match, rank: int | None = None) -> dict[str, Any]:
@@ -408,7 +444,9 @@ def _calls_by_rank(errors: list[_RankError]) -> str | None:
     return "; ".join(f"rank {r}: {call}" for r, call in sorted(calls))
 
 
-def _explain_job(lines: list[extract.Line], job: torchrun.JobLog) -> Explanation:
+def _explain_job(
+    lines: list[extract.Line], job: torchrun.JobLog, machine: here.Machine | None = None
+) -> Explanation:
     text = "\n".join(line.text for line in lines)
     groups: list[tuple[int | None, set[int]]] = [(r, set()) for r in job.ranks]
     by_rank = {r: keep for r, keep in groups}
@@ -473,7 +511,7 @@ def _explain_job(lines: list[extract.Line], job: torchrun.JobLog) -> Explanation
     if root.match is not None and (not root.match.entry.secondary or root.exception is None):
         if rank is not None:
             fields["rank"] = rank
-        out = _build(root.match, root.lines, text, fields)
+        out = _build(root.match, root.lines, text, fields, machine)
         out.line = root.index + 1
     else:
         assert root.exception is not None

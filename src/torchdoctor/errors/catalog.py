@@ -111,10 +111,11 @@ class Cause:
             score += self.boost
         return score
 
-    def render(self, fields: Fields) -> str | None:
-        """What to say about this cause for these fields, or None to leave it out."""
+    def render(self, fields: Fields, ruled_in: bool = False) -> str | None:
+        """What to say about this cause for these fields, or None to leave it out. A cause the
+        machine rules in (`ruled_in`) is said even where the text's fields leave it out."""
         holds = self.holds(fields)
-        if self.only_when and holds is False:
+        if self.only_when and holds is False and not ruled_in:
             return None
         if holds and self.evidence:
             said = pick(self.evidence, fields)

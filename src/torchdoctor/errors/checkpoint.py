@@ -516,7 +516,9 @@ WEIGHTS_ONLY = Entry(
         ),
         Cause(
             "numpy",
-            "NumPy objects (a metric saved as np.float64, an array) inside the checkpoint.",
+            "NumPy objects (a metric saved as np.float64, an array) inside the checkpoint: "
+            "allow-listing the one global named is not enough, the next load stops at "
+            "numpy.dtype and then at the dtype's class.",
             weight=0.3,
             signals=(r"GLOBAL numpy",),
             boost=12,
@@ -534,6 +536,14 @@ WEIGHTS_ONLY = Entry(
     ),
     fixes=(
         Fix(
+            "A file you trust: load it with weights_only=False (or allow-list all NumPy needs)",
+            'state = torch.load(path, map_location="cpu", weights_only=False)  # trusted only\n'
+            "# or, keeping weights_only=True, every global a NumPy scalar needs:\n"
+            "torch.serialization.add_safe_globals(\n"
+            "    [np.core.multiarray.scalar, np.dtype, type(np.dtype(np.float64))])",
+            ("numpy",),
+        ),
+        Fix(
             ("Allow-list {{global_name}}", "Allow-list the class"),
             (
                 "import {{global_module}}\n"
@@ -542,7 +552,7 @@ WEIGHTS_ONLY = Entry(
                 "torch.serialization.add_safe_globals([MyConfig])\n"
                 'state = torch.load(path, map_location="cpu", weights_only=True)',
             ),
-            ("pickled_object", "numpy"),
+            ("pickled_object",),
         ),
         Fix(
             "Re-save a clean checkpoint once (from a trusted file)",
@@ -613,6 +623,9 @@ CORRUPT = Entry(
             "truncated",
             "Saving or copying stopped early: the job was killed while writing, the disk "
             "filled up, or a transfer did not finish.",
+            evidence="{{empty_file}} is empty (0 bytes): the save never wrote it (killed, disk "
+            "full) or the download failed.",
+            when=lambda f: "empty_file" in f or None,
             weight=2,
         ),
         Cause(
@@ -626,8 +639,9 @@ CORRUPT = Entry(
     ),
     fixes=(
         Fix(
-            "Fetch the real file",
-            "git lfs pull   # or download it again",
+            "Fetch the real file, or write it again",
+            "git lfs pull   # a Git LFS pointer: fetch the file itself\n"
+            "# otherwise download it again, or save it again from the run that made it",
             ("lfs", "html", "truncated"),
         ),
         Fix(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from torchdoctor.errors import facts
+from torchdoctor.errors import facts, here
 from torchdoctor.errors.catalog import Cause, Entry, Fields, Fix, first
 
 _BLOCKING = (
@@ -570,6 +570,17 @@ NO_KERNEL_IMAGE = Entry(
             "old PyTorch, or an old GPU dropped by a new one.",
             weight=2,
         ),
+        Cause(
+            "driver",
+            "The driver is older than the CUDA this PyTorch was built for: even a build that "
+            "includes the GPU (cu128 for an RTX 50) needs a driver that knows its CUDA.",
+            evidence="The driver ({{driver}}, up to CUDA {{driver_cuda}}) is older than the "
+            "CUDA this PyTorch was built for ({{cuda_build}}): a build that includes the GPU "
+            "still needs a driver that knows its CUDA.",
+            weight=0.3,
+            when=lambda f: here.driver_too_old(f),
+            boost=20,
+        ),
         Cause("extension", "A compiled extension built for other architectures.", weight=0.5),
     ),
     first_steps=("Compare torch.cuda.get_device_capability() with torch.cuda.get_arch_list().",),
@@ -578,6 +589,14 @@ NO_KERNEL_IMAGE = Entry(
             "Install a build that supports the GPU",
             "pip install --upgrade torch --index-url https://download.pytorch.org/whl/cu128",
             ("wheel",),
+        ),
+        Fix(
+            "Update the NVIDIA driver to one for the build's CUDA",
+            "nvidia-smi   # 'CUDA Version' in its header must be >= torch.version.cuda\n"
+            "# CUDA 12.8 builds (RTX 50, B200) need driver 570 or newer",
+            ("driver",),
+            needs=("driver_cuda",),
+            check="Compare the 'CUDA Version' in nvidia-smi's header with torch.version.cuda.",
         ),
         Fix(
             "Rebuild extensions for this GPU",

@@ -259,13 +259,7 @@ OOM_CPU = Entry(
         "OOM killer ended the process with SIGKILL (exit code 137, or -9 in torchrun's "
         "report), which leaves no Python traceback at all."
     ),
-    patterns=(
-        *CPU_PATTERNS,
-        r"\[Errno 12\] Cannot allocate memory",
-        r"Out of memory: Kill(?:ed)? process",
-        r"Memory cgroup out of memory",
-        r"\bOOMKilled\b",
-    ),
+    patterns=(*CPU_PATTERNS,),
     examples=(
         "RuntimeError: [enforce fail at alloc_cpu.cpp:114] data. DefaultCPUAllocator: not "
         "enough memory: you tried to allocate 17179869184 bytes.",

@@ -421,6 +421,9 @@ UNSCALE_FP16 = Entry(
             "library_version",
             "A library version that casts adapters or the model differently (peft, "
             "transformers, accelerate newer than the training script expects).",
+            evidence="The project pins {{pinned}} but {{installed}} is installed: a library "
+            "version that casts adapters or the model differently than the script expects.",
+            when=lambda f: "pinned" in f or None,
             weight=0.5,
             signals=(r"peft|transformers/trainer\.py",),
         ),
