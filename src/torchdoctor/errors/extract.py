@@ -85,6 +85,9 @@ LIBRARY = re.compile(
 )
 
 MAX_BLOCK_LINES = 30
+# Widths at which terminals (and tmux, screen, a CI log viewer) hard-wrap long lines.
+TERMINAL_WIDTHS = (80, 100, 120, 132, 160, 200)
+MIN_WRAP_WIDTH = 60
 MAX_LINE_CHARS = 200_000  # longer lines are cut (a state_dict key list of a huge model fits)
 MAX_PLAIN_CANDIDATES = 4000
 
@@ -119,15 +122,42 @@ class TextBlock:
     def rank(self) -> int | None:
         return self.lines[0].rank
 
+    def _pieces(self) -> list[tuple[str, str]]:
+        """Each line's text and what joins it to the one before: a space, or nothing where a
+        terminal cut a word at its width (the line before is exactly as long as a terminal is
+        wide, or as long as another line of the block, and ends inside a word)."""
+        raws = [line.raw.rstrip("\r\n") for line in self.lines]
+        longest = max(len(r) for r in raws)
+        widths = set(TERMINAL_WIDTHS)
+        if longest >= MIN_WRAP_WIDTH and sum(len(r) == longest for r in raws[:-1]) >= 2:
+            widths.add(longest)
+        out: list[tuple[str, str]] = []
+        for i, line in enumerate(self.lines):
+            piece = line.text.strip()
+            if i == 0:
+                out.append((piece, ""))
+                continue
+            before = raws[i - 1]
+            cut = (
+                len(before) in widths
+                and before[-1:].isalnum()
+                and line.text[:1].isalnum()
+                and line.raw[:1].isalnum()
+            )
+            out.append((piece, "" if cut else " "))
+        return out
+
     @property
     def text(self) -> str:
-        return " ".join(line.text.strip() for line in self.lines)
+        return "".join(sep + piece for piece, sep in self._pieces())
 
     def line_at(self, offset: int) -> Line:
         """The line holding the character at `offset` of `text`."""
         pos = 0
-        for line in self.lines:
-            pos += len(line.text.strip()) + 1
+        pieces = self._pieces()
+        for i, line in enumerate(self.lines):
+            following = pieces[i + 1][1] if i + 1 < len(pieces) else " "
+            pos += len(pieces[i][0]) + len(following)
             if offset < pos:
                 return line
         return self.lines[-1]
