@@ -20,7 +20,7 @@ from typing import Any
 from torchdoctor import machine
 from torchdoctor.checkpoint import reader, summary
 from torchdoctor.errors import facts
-from torchdoctor.errors.api import Explanation, explain_text
+from torchdoctor.errors.api import Explanation, exception_text, explain_exception, explain_text
 from torchdoctor.store import rundir
 
 MAX_CHECKPOINT_BYTES = 64 * 2**30  # only the pickle is read; the tensors are not
@@ -94,10 +94,12 @@ def checkpoint(path: str | Path) -> dict[str, Any]:
     return out
 
 
-def gather(text: str, base: str | Path | None = None, smi: bool = True) -> dict[str, Any]:
-    """This machine's facts for an error text: machine.read for the files the text names,
-    with each existing, non-empty one summarised as a checkpoint."""
-    named = list(facts.read(text).get("checkpoint_files", ()))
+def gather(
+    text: str, base: str | Path | None = None, smi: bool = True, files: list[str] | None = None
+) -> dict[str, Any]:
+    """This machine's facts for an error text: machine.read for the files the text names (and
+    `files`), with each existing, non-empty one summarised as a checkpoint."""
+    named = list(facts.read(text).get("checkpoint_files", ())) + list(files or ())
     found = machine.read(named, base=base, smi=smi)
     checkpoints = {}
     for name, info in found["files"].items():
@@ -109,9 +111,36 @@ def gather(text: str, base: str | Path | None = None, smi: bool = True) -> dict[
     return found
 
 
-def explain_here(text: str, base: str | Path | None = None, smi: bool = True) -> Explanation:
-    """The error explained with this machine as evidence."""
-    return explain_text(text, machine=gather(text, base=base, smi=smi))
+def explain_here(
+    error: str | BaseException, base: str | Path | None = None, smi: bool = True
+) -> Explanation:
+    """The error (a text, or an exception caught in this process) explained with this machine
+    as evidence."""
+    if isinstance(error, BaseException):
+        text = exception_text(error)
+        found = gather(text, base=base, smi=smi, files=loaded_files(error))
+        return explain_exception(error, found)
+    return explain_text(error, machine=gather(error, base=base, smi=smi))
+
+
+# Loaders whose frames hold the path of the file they read: torch.load(f), safetensors.
+_LOADERS = re.compile(r"torch[/\\]serialization\.py$|safetensors[/\\]\w+\.py$")
+
+
+def loaded_files(exc: BaseException) -> list[str]:
+    """The files the loaders in an exception's traceback were reading (the `f` of torch.load),
+    which a bare EOFError does not name."""
+    out: list[str] = []
+    tb = exc.__traceback__
+    while tb is not None:
+        frame = tb.tb_frame
+        if _LOADERS.search(frame.f_code.co_filename):
+            for name in ("f", "filename", "path"):
+                value = frame.f_locals.get(name)
+                if isinstance(value, (str, Path)) and str(value) not in out:
+                    out.append(str(value))
+        tb = tb.tb_next
+    return out[:4]
 
 
 def from_run_dir(run_dir: str | Path) -> tuple[str, dict[str, Any]]:

@@ -280,3 +280,33 @@ def test_cli_here_on_a_file_and_on_a_run_directory(tmp_path: Path) -> None:
     (run / "meta.json").write_text(json.dumps(meta))
     other = json.loads(_cli("explain", str(run), "--format", "json", cwd=tmp_path).stdout)
     assert other["evidence"] == []
+
+
+def test_an_exception_of_this_process_is_explained_here(tmp_path: Path) -> None:
+    # torch >= 2.6 reads an empty file with its weights_only unpickler: a bare EOFError that
+    # names no file; the torch.load frame in the traceback holds the path.
+    import torch
+
+    import torchdoctor
+
+    path = tmp_path / "empty.pt"
+    path.write_bytes(b"")
+    try:
+        torch.load(str(path))
+    except Exception as exc:
+        caught = exc
+    e = torchdoctor.explain(caught)
+    assert (e.category, e.confidence) == ("ckpt.corrupt", "high")
+    assert any("empty.pt here is 0 bytes" in said for said in e.evidence), e.evidence
+    assert "On this machine" in str(e)
+    text = torchdoctor.explain("EOFError: Ran out of input")  # a text: not here by default
+    assert text.evidence == [] and "probably" in str(text)
+    assert torchdoctor.explain(caught, here=False).evidence == []
+
+
+def test_the_report_says_what_to_check() -> None:
+    from torchdoctor.report.explanation import render_text
+
+    e = explain_text(NO_KERNEL)
+    out = render_text(e)
+    assert "(check first: Compare the 'CUDA Version' in nvidia-smi's header" in out

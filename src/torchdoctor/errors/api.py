@@ -540,11 +540,11 @@ def _class_names(exc: BaseException) -> list[str]:
     return [cls.__name__ for cls in type(exc).__mro__]
 
 
-def explain_exception(exc: BaseException) -> Explanation:
+def explain_exception(exc: BaseException, machine: here.Machine | None = None) -> Explanation:
     """Explain a caught exception: its traceback and message, and its class (torch's
     OutOfMemoryError, dynamo's Unsupported, ...) when the message alone says too little."""
-    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    out = explain_text(text)
+    text = exception_text(exc)
+    out = explain_text(text, machine)
     if not out.recognised:
         names = _class_names(exc)
         for entry in entries():
@@ -554,17 +554,22 @@ def explain_exception(exc: BaseException) -> Explanation:
                     (extract.Line(0, f"{type(exc).__name__}: {exc}", str(exc)),),
                     type(exc).__name__,
                 )
-                out = _build(_Match(entry, block, 0), lines, "\n".join(x.text for x in lines))
+                cleaned = "\n".join(x.text for x in lines)
+                out = _build(_Match(entry, block, 0), lines, cleaned, machine=machine)
                 break
     out.exception = type(exc).__name__
     return out
 
 
-def explain(error: BaseException | str) -> Explanation:
+def exception_text(exc: BaseException) -> str:
+    return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+
+
+def explain(error: BaseException | str, machine: here.Machine | None = None) -> Explanation:
     if isinstance(error, BaseException):
-        return explain_exception(error)
+        return explain_exception(error, machine)
     if isinstance(error, str):
-        return explain_text(error)
+        return explain_text(error, machine)
     raise TypeError(f"explain() takes an exception or a string, not {type(error).__name__}")
 
 

@@ -583,11 +583,16 @@ CORRUPT = Entry(
         r"invalid header or archive is corrupted",
         r"unexpected EOF, expected \d+ more bytes",
         r"invalid load key, '.'",
+        r"pickle data was truncated",
     ),
     # Also what a spawned child reads when its parent died (Windows multiprocessing): without
-    # a loader in the traceback, a likely category only.
-    keys=(r"EOFError: Ran out of input",),
-    confirm=(r"torch[/\\]serialization\.py|\btorch\.load\(|pickle\.load\(|_legacy_load",),
+    # a loader in the traceback, a likely category only. torch >= 2.6's weights_only loader
+    # raises a bare EOFError on an empty file.
+    keys=(r"EOFError: Ran out of input", r"^EOFError\s*$"),
+    confirm=(
+        r"torch[/\\]serialization\.py|\btorch\.load\(|pickle\.load\(|_legacy_load"
+        r"|_weights_only_unpickler",
+    ),
     examples=(
         "RuntimeError: PytorchStreamReader failed reading zip archive: failed finding central "
         "directory",
