@@ -214,8 +214,8 @@ class Row {
     line += std::to_string(id);
     for (int i = 0; i < journal::kColumns; ++i) {
       if (text_[i].empty()) {
-        fail(std::string("the kernel has no value for the column ") + journal::kNames[i] +
-             " (build it again: python -m torchdoctor.native)");
+        fail(std::string("the schema's column ") + journal::kNames[i] +
+             " has no value in the C++ kernel (native/collectives.cpp fills none)");
         return std::string();
       }
       line += ',';

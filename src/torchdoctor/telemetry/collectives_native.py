@@ -19,6 +19,7 @@ as before.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -39,7 +40,9 @@ class KernelHost:
     Host says when each is asked and why it is Python's). Called with the GIL held; none
     raises: a failure turns collective tracing off and says why."""
 
-    def __init__(self, rec: Any, table: JournalTable, switch: Switch, close: Any) -> None:
+    def __init__(
+        self, rec: Any, table: JournalTable, switch: Switch, close: Callable[[], None]
+    ) -> None:
         self.rec = rec  # the Recorder: its step, its switch, the backward() line
         self.table = table
         self.switch = switch  # collective tracing's own
