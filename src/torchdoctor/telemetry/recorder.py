@@ -105,7 +105,7 @@ class Recorder(RunView):
         self._memory_at_setup = False  # python.memory's "setup" row was written
         self._next_rank_poll = 0.0  # perf_counter time of the next process_group.poll()
         self._compile_watch: Any = None
-        self._model_hook = torch_hooks.model_hook(self)
+        self.model_hook = torch_hooks.model_hook(self)
 
     # -- install / remove ------------------------------------------------------------------
     def install(self) -> None:
@@ -155,7 +155,7 @@ class Recorder(RunView):
 
     def watch(self, model: Any, optimizer: Any = None, name: str | None = None) -> None:
         if self.models.add(model, name):
-            self.roots.hook([model], self._model_hook)
+            self.roots.hook([model], self.model_hook)
         if optimizer is not None:
             self.optimizers.adopt(optimizer, named=True)
 
@@ -250,7 +250,7 @@ class Recorder(RunView):
         if self.cycle is not None:
             self.cycle.before_backward(now, loss)
         if not self.roots.scanned:
-            self.roots.scan_frames(self.torch.nn.Module, sys._getframe(2), self._model_hook)
+            self.roots.scan_frames(self.torch.nn.Module, sys._getframe(2), self.model_hook)
         state = self.state
         if state.start is None:
             state.start = now
@@ -440,7 +440,7 @@ class Recorder(RunView):
     def _after_discovery(self) -> None:
         """The first step is over: its outermost module calls were the models; hook them, and
         learn from it whether the run is on a GPU."""
-        self.roots.step_ended(self._model_hook)
+        self.roots.step_ended(self.model_hook)
         if self.plan.discovering:
             self.plan.discovering = False
             if self.memory.on_cuda():

@@ -191,7 +191,7 @@ def install(rec: Any, torch: Any, hooks: Hooks) -> None:
         rec.on_data_done,
         optimizer_pre,
         optimizer_post,
-        model_call,
+        rec.model_hook._fn,  # model_hook's closure (one code object for all of them)
         invisible.ModelHook.__call__,
         global_pre,
         global_post,
@@ -202,17 +202,18 @@ def install(rec: Any, torch: Any, hooks: Hooks) -> None:
 
 
 def model_hook(rec: Any) -> invisible.ModelHook:
-    """The forward pre-hook put on each model."""
-    return invisible.ModelHook(functools.partial(model_call, rec))
+    """The forward pre-hook put on each model (one call layer: it runs every step)."""
+    switch, on_model_call = rec.switch, rec.on_model_call
 
+    def model_call(module: Any, args: Any, kwargs: Any) -> None:
+        if tracing() or not switch.on or _get_ident() != rec.train_thread:
+            return
+        try:
+            on_model_call(module, args, kwargs)
+        except Exception as exc:
+            switch.fail(exc)
 
-def model_call(rec: Any, module: Any, args: Any, kwargs: Any) -> None:
-    if tracing() or not rec.switch.on or _get_ident() != rec.train_thread:
-        return
-    try:
-        rec.on_model_call(module, args, kwargs)
-    except Exception as exc:
-        rec.switch.fail(exc)
+    return invisible.ModelHook(model_call)
 
 
 def global_pre(plan: Any, module: Any, args: Any) -> None:
