@@ -42,7 +42,7 @@ from torchdoctor.telemetry.memory import MemoryReader
 from torchdoctor.telemetry.model_roots import ModelRoots
 from torchdoctor.telemetry.models import Models
 from torchdoctor.telemetry.nonfinite import NonFinite
-from torchdoctor.telemetry.optimizers import Optimizers
+from torchdoctor.telemetry.optimizers import Optimizers, learning_rate
 from torchdoctor.telemetry.patches import Hooks
 from torchdoctor.telemetry.phases import PhaseTimer
 from torchdoctor.telemetry.readback import Readback
@@ -298,7 +298,8 @@ class Recorder(RunView):
     def _note_loss(self, loss: Any) -> None:
         if self.plan.tracing:
             self.memory_row("forward")
-        caller = user_frame(sys._getframe(1))
+        # from the frame that called backward()'s wrapper: ours and torch's are not the place
+        caller = user_frame(sys._getframe(3))
         site = (caller.f_code.co_filename, caller.f_lineno) if caller else None
         self.state.note_loss(loss, site, self.rows.cuda, self.timer.inside("optimizer"))
 
@@ -329,7 +330,9 @@ class Recorder(RunView):
         allocated, peak, reserved, rss = self.memory.read()
         duration = max(0.0, end - (state.start if state.start is not None else end))
         phases = state.phases
-        losses = state.step_losses()
+        losses = state.losses if not (state.claimed or state.closure_losses) else None
+        if losses is None:
+            losses = state.step_losses()
         step = self.step
         row = StepRow(
             step,
@@ -342,7 +345,7 @@ class Recorder(RunView):
             max(0.0, duration - sum(phases.values())),  # other: what no phase claims
             sum(losses) / len(losses) if losses and not self.rows.cuda else None,
             state.grad_norm_value,
-            self.lr(),
+            learning_rate(self.optimizers.primary),
             allocated,
             peak,
             reserved,
