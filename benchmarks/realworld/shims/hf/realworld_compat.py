@@ -11,12 +11,12 @@ import torch
 
 class TextDataset(torch.utils.data.Dataset):
     def __init__(self, tokenizer: Any, file_path: str, block_size: int, **_: Any) -> None:
-        block_size = block_size - tokenizer.num_special_tokens_to_add(pair=False)
+        # GPT-2's tokenizer adds no special tokens to a single sequence, so the blocks are
+        # the token ids themselves (transformers 5 dropped build_inputs_with_special_tokens).
         with open(file_path, encoding="utf-8") as fh:
             ids = tokenizer.convert_tokens_to_ids(tokenizer.tokenize(fh.read()))
         self.examples = [
-            tokenizer.build_inputs_with_special_tokens(ids[i : i + block_size])
-            for i in range(0, len(ids) - block_size + 1, block_size)
+            ids[i : i + block_size] for i in range(0, len(ids) - block_size + 1, block_size)
         ]
 
     def __len__(self) -> int:
