@@ -52,6 +52,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from realworld.bugs import BUGS, Bug, Line  # noqa: E402
+from realworld.live import LIVE, OVERFIT, LiveCheck, OverfitCheck  # noqa: E402
 from realworld.programs import PROGRAMS, Patch, Program, Run, by_name  # noqa: E402
 
 SHIMS = ROOT / "benchmarks" / "realworld" / "shims"
@@ -203,6 +204,8 @@ def run_once(
     lines = counter.read_text().count("\n") if counter.exists() else 0
     where.mkdir(parents=True, exist_ok=True)
     shutil.move(root, where / "root")
+    (where / "stdout.txt").write_text(out)
+    (where / "stderr.txt").write_text(err)
     workdir = where / "root" / program.workdir
     return Outcome(argv, rc, out, err, seconds, workdir, lines, timed_out)
 
@@ -235,9 +238,9 @@ def split_stderr(text: str) -> tuple[list[str], list[str]]:
         if line.startswith("torchdoctor"):
             ours.append(line)
             in_block = True
-        elif in_block and line.startswith("  "):
-            ours.append(line)
-        elif line == "" and i + 1 < len(lines) and lines[i + 1] == "torchdoctor summary":
+        elif (in_block and line.startswith("  ")) or lines[i + 1 : i + 2] == [
+            "torchdoctor summary"
+        ]:
             ours.append(line)
         else:
             in_block = False
@@ -299,10 +302,17 @@ def diagnoses(run_dir: Path) -> list[dict[str, Any]]:
     return out
 
 
+def fixes(d: dict[str, Any]) -> list[str]:
+    """The ranked fixes (one a line in diagnoses.jsonl, a list in the tables' JSON)."""
+    fix = d.get("fix") or []
+    return fix.splitlines() if isinstance(fix, str) else [str(f) for f in fix]
+
+
 def alarm(d: dict[str, Any]) -> str:
-    fix = (d.get("fix") or [""])[0]
+    fix = (fixes(d) or [""])[0]
     where = f" in {d.get('location')}" if d.get("location") else ""
-    return f"{d.get('severity')} [{d.get('kind')}] at step {d.get('step')}{where}: {d.get('summary')} -> {fix}"
+    head = f"{d.get('severity')} [{d.get('kind')}] at step {d.get('step')}{where}"
+    return f"{head}: {d.get('summary')} -> {fix}"
 
 
 # ---------------------------------------------------------------------------- the checks
@@ -357,7 +367,9 @@ def check_program(program: Program, source: Path, scratch: Path) -> ProgramResul
             f"torchdoctor={doctor.timed_out}"
         )
     if plain.rc != 0:
-        result.differences.append(f"the plain run failed (exit {plain.rc}):\n{plain.stderr[-1500:]}")
+        result.differences.append(
+            f"the plain run failed (exit {plain.rc}):\n{plain.stderr[-1500:]}"
+        )
     a, b = normalise(plain.stdout, program.timing), normalise(doctor.stdout, program.timing)
     result.stdout_same = a == b
     if not result.stdout_same:
@@ -433,7 +445,12 @@ def resolve(root: Path, line: Line) -> str:
 
 
 def right_place(d: dict[str, Any], modules: tuple[str, ...], lines: list[str]) -> bool:
+    """The location names one of the modules or lines; a file:line may also be in the
+    summary (a module located, the line said in words)."""
     where = f"{d.get('location') or ''}"
+    said = f"{where} {d.get('summary') or ''}"
+    if any(re.search(rf"(^|[/\s(]){re.escape(spot)}\b", said) for spot in lines):
+        return True
     for module in modules:
         if re.search(rf"(^|[\s('\"`]){re.escape(module)}($|[\s)'\"`:,])", where):
             return True
@@ -456,12 +473,145 @@ def check_bug(bug: Bug, program: Program, source: Path, scratch: Path) -> BugRes
     result.said = [alarm(d) for d in said]
     if outcome.timed_out:
         result.said.append(f"(the run timed out after {program.timeout} s)")
+    split = query(
+        run_dir,
+        "SELECT count(*) AS steps, sum(duration) AS d, sum(data_wait) AS data, "
+        "sum(forward) AS forward, sum(backward) AS backward, sum(optimizer) AS optimizer, "
+        "sum(other) AS other FROM python.steps",
+    )
+    if isinstance(split, list) and split and split[0].get("steps"):
+        row, total = split[0], split[0]["d"] or 1e-12
+        result.said.append(
+            f"(python.steps: {row['steps']} steps; time: "
+            + ", ".join(
+                f"{k} {100 * (row[k] or 0) / total:.0f}%"
+                for k in ("data", "forward", "backward", "optimizer", "other")
+            )
+            + ")"
+        )
     hits = [d for d in said if d.get("kind") in bug.kinds]
     if hits:
         result.found = True
         result.place = any(right_place(d, bug.modules, spots) for d in hits)
-        first_fix = [(d.get("fix") or [""])[0] for d in hits]
+        first_fix = [(fixes(d) or [""])[0] for d in hits]
         result.fix = any(re.search(bug.fix, f, re.IGNORECASE) for f in first_fix)
+    return result
+
+
+@dataclass
+class CheckResult:
+    name: str
+    program: str
+    what: str
+    status: str
+    ok: bool = False
+    said: str = ""
+    reason: str = ""
+
+
+def torchdoctor_bin() -> str:
+    return str(Path(sys.executable).with_name("torchdoctor"))
+
+
+def check_live(check: LiveCheck, program: Program, source: Path, scratch: Path) -> CheckResult:
+    """Run the program under torchdoctor, ask once its stdout shows `after`, let it finish."""
+    result = CheckResult(check.name, check.program, check.why, "ran")
+    root = scratch / "work"
+    shutil.copytree(source, root, ignore=shutil.ignore_patterns(STAMP))
+    apply(root, program.port)
+    env = environment(program, root, {}, scratch / "counter")
+    argv = [
+        torchdoctor_bin(),
+        "run",
+        "-q",
+        "--run-dir",
+        str(scratch / "run-dir"),
+        program.script,
+        *program.args,
+    ]
+    with open(scratch / "stderr.txt", "w") as err:
+        proc = subprocess.Popen(
+            argv,
+            cwd=root / program.workdir,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            errors="replace",
+        )
+        try:
+            assert proc.stdout is not None
+            deadline = time.monotonic() + program.timeout
+            for line in proc.stdout:
+                if re.search(check.after, line):
+                    asked = subprocess.run(
+                        [torchdoctor_bin(), str(proc.pid), *check.verb],
+                        capture_output=True,
+                        text=True,
+                        timeout=120,
+                    )
+                    result.said = (asked.stdout + asked.stderr).strip()
+                    result.ok = asked.returncode == 0 and bool(re.search(check.expect, result.said))
+                    break
+                if time.monotonic() > deadline:
+                    break
+            else:
+                result.said = "(the program ended before the line to ask after)"
+            for _ in proc.stdout:  # let it finish
+                pass
+            proc.wait(timeout=program.timeout)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return result
+
+
+def check_overfit(
+    check: OverfitCheck, program: Program, source: Path, scratch: Path
+) -> CheckResult:
+    result = CheckResult(check.name, check.program, check.why, "ran")
+    root = scratch / "work"
+    shutil.copytree(source, root, ignore=shutil.ignore_patterns(STAMP))
+    apply(root, program.port)
+    env = environment(program, root, {}, scratch / "counter")
+    argv = [
+        torchdoctor_bin(),
+        "overfit",
+        "--steps",
+        str(check.steps),
+        "--format",
+        "json",
+        program.script,
+        *program.args,
+    ]
+    try:
+        proc = subprocess.run(
+            argv,
+            cwd=root / program.workdir,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=program.timeout,
+            stdin=subprocess.DEVNULL,
+        )
+    except subprocess.TimeoutExpired:
+        result.said = f"(timed out after {program.timeout} s)"
+        return result
+    try:
+        report = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        result.said = f"exit {proc.returncode}; no JSON: {(proc.stdout + proc.stderr)[-600:]}"
+        return result
+    suspects = json.dumps(report.get("suspects", []))
+    blamed = re.search(check.not_suspect, suspects, re.IGNORECASE)
+    passed = bool(report.get("passed"))
+    result.ok = not blamed and (passed or not check.passes)
+    result.said = (
+        f"passed={passed}, first loss {report.get('first_loss')}, final {report.get('final_loss')};"
+        f" suspects: {suspects[:700]}"
+    )
     return result
 
 
@@ -477,12 +627,16 @@ def commit() -> str:
         ["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True
     ).stdout.strip()
     dirty = subprocess.run(
-        ["git", "-C", str(ROOT), "status", "--porcelain", "--", "src"], capture_output=True, text=True
+        ["git", "-C", str(ROOT), "status", "--porcelain", "--", "src"],
+        capture_output=True,
+        text=True,
     ).stdout.strip()
     return head + (" (src/ modified)" if dirty else "")
 
 
-def render(programs: list[ProgramResult], bugs: list[BugResult], seconds: float) -> str:
+def render(
+    programs: list[ProgramResult], bugs: list[BugResult], checks: list[CheckResult], seconds: float
+) -> str:
     ran = [p for p in programs if p.status == "ran"]
     lines = [
         "# Accuracy on real programs",
@@ -541,6 +695,22 @@ def render(programs: list[ProgramResult], bugs: list[BugResult], seconds: float)
         lines.append(
             f"| {b.name} | {b.program} | {b.what} | {mark(b.found)} | {mark(b.place)} "
             f"| {mark(b.fix)} | {b.expected.replace('|', '/')} |"
+        )
+    lines += [
+        "",
+        "## Live verbs and recipes",
+        "",
+        "`torchdoctor PID eval|backtrace` asked while the program runs under torchdoctor, and",
+        "`torchdoctor overfit` on the program (benchmarks/realworld/live.py).",
+        "",
+        "| check | program | right | what must hold | what it said |",
+        "|---|---|---|---|---|",
+    ]
+    for c in checks:
+        said = " ".join(c.said.split())[:300].replace("|", "/")
+        lines.append(
+            f"| {c.name} | {c.program} | "
+            f"{mark(c.ok) if c.status == 'ran' else 'skipped: ' + c.reason} | {c.what} | {said} |"
         )
     lines += ["", "## Details", ""]
     for p in programs:
@@ -603,8 +773,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="", help="comma-separated program or bug names")
     parser.add_argument("--no-bugs", action="store_true")
     parser.add_argument("--bugs-only", action="store_true")
-    parser.add_argument("--out", type=Path, help=f"the scorecard (default {DOC.relative_to(ROOT)} "
-                        "for a full run; a partial run only prints)")
+    parser.add_argument("--no-live", action="store_true", help="no live-verb or recipe checks")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help=f"the scorecard (default {DOC.relative_to(ROOT)} "
+        "for a full run; a partial run only prints)",
+    )
     parser.add_argument("--json", type=Path, help="also write the results as JSON")
     parser.add_argument("--keep", action="store_true", help="keep the runs' copies (printed)")
     args = parser.parse_args(argv)
@@ -634,7 +809,8 @@ def main(argv: list[str] | None = None) -> int:
             missing = [m for m in program.needs if not importable(m)]
             if source is None or missing:
                 reason = (
-                    f"not in the cache (run --populate)" if source is None
+                    "not in the cache (run --populate)"
+                    if source is None
                     else f"needs {', '.join(missing)} (pip install -e '.[dev]')"
                 )
                 programs.append(ProgramResult(program.name, "skipped", reason))
@@ -655,20 +831,59 @@ def main(argv: list[str] | None = None) -> int:
             source = cached(args.cache, program)
             missing = [m for m in program.needs if not importable(m)]
             if source is None or missing:
-                bugs.append(BugResult(bug.name, bug.program, bug.what, "skipped",
-                                      "program not in the cache" if source is None
-                                      else f"needs {', '.join(missing)}"))
+                bugs.append(
+                    BugResult(
+                        bug.name,
+                        bug.program,
+                        bug.what,
+                        "skipped",
+                        "program not in the cache"
+                        if source is None
+                        else f"needs {', '.join(missing)}",
+                    )
+                )
                 continue
             r = check_bug(bug, program, source, scratch_root / f"bug-{bug.name}")
             bugs.append(r)
             print(
-                f"bug {bug.name}: found={r.found} place={r.place} fix={r.fix} "
-                f"({r.seconds:.0f} s)",
+                f"bug {bug.name}: found={r.found} place={r.place} fix={r.fix} ({r.seconds:.0f} s)",
                 flush=True,
             )
+    checks: list[CheckResult] = []
+    if not args.no_live and not args.bugs_only and not args.no_bugs:
+        all_checks: tuple[LiveCheck | OverfitCheck, ...] = (*LIVE, *OVERFIT)
+        for check in all_checks:
+            if only and check.name not in only and check.program not in only:
+                continue
+            program = by_name(check.program)
+            source = cached(args.cache, program)
+            missing = [m for m in program.needs if not importable(m)]
+            if source is None or missing:
+                checks.append(
+                    CheckResult(
+                        check.name,
+                        check.program,
+                        check.why,
+                        "skipped",
+                        reason="program not in the cache"
+                        if source is None
+                        else f"needs {', '.join(missing)}",
+                    )
+                )
+                continue
+            where = scratch_root / f"check-{check.name}"
+            where.mkdir(parents=True)
+            c = (
+                check_live(check, program, source, where)
+                if isinstance(check, LiveCheck)
+                else check_overfit(check, program, source, where)
+            )
+            checks.append(c)
+            print(f"check {check.name}: {'ok' if c.ok else 'WRONG'}", flush=True)
     seconds = time.perf_counter() - start
-    text = render(programs, bugs, seconds)
-    out = args.out or (DOC if not only and not args.no_bugs and not args.bugs_only else None)
+    text = render(programs, bugs, checks, seconds)
+    full = not only and not args.no_bugs and not args.bugs_only and not args.no_live
+    out = args.out or (DOC if full else None)
     if out is not None:
         out.write_text(text)
         print(f"scorecard written to {out}")
@@ -676,8 +891,15 @@ def main(argv: list[str] | None = None) -> int:
         print(text)
     if args.json:
         args.json.write_text(
-            json.dumps({"programs": [asdict(p) for p in programs],
-                        "bugs": [asdict(b) for b in bugs]}, indent=1, default=str)
+            json.dumps(
+                {
+                    "programs": [asdict(p) for p in programs],
+                    "bugs": [asdict(b) for b in bugs],
+                    "checks": [asdict(c) for c in checks],
+                },
+                indent=1,
+                default=str,
+            )
         )
     if args.keep:
         print(f"runs kept in {scratch_root}")

@@ -63,7 +63,9 @@ BUGS: tuple[Bug, ...] = (
             Line("mingpt/trainer.py", "self.loss.backward()"),
         ),
         fix=r"zero_grad",
-        patches=(Patch("mingpt/trainer.py", "            model.zero_grad(set_to_none=True)\n", ""),),
+        patches=(
+            Patch("mingpt/trainer.py", "            model.zero_grad(set_to_none=True)\n", ""),
+        ),
     ),
     Bug(
         name="mnist_lr_zero",
@@ -101,7 +103,11 @@ BUGS: tuple[Bug, ...] = (
         lines=(Line("dcgan/main.py", "output = netD(fake.detach())", 1),),
         fix=r"detach",
         patches=(
-            Patch("dcgan/main.py", "        output = netD(fake)\n", "        output = netD(fake.detach())\n"),
+            Patch(
+                "dcgan/main.py",
+                "        output = netD(fake)\n",
+                "        output = netD(fake.detach())\n",
+            ),
         ),
     ),
     Bug(
@@ -127,7 +133,11 @@ BUGS: tuple[Bug, ...] = (
         modules=("transformer.h.0.mlp",),
         lines=(Line("model.py", "x = torch.log(self.gelu(x))"),),
         fix=r"eps|clamp",
-        patches=(Patch("model.py", "        x = self.gelu(x)\n", "        x = torch.log(self.gelu(x))\n"),),
+        patches=(
+            Patch(
+                "model.py", "        x = self.gelu(x)\n", "        x = torch.log(self.gelu(x))\n"
+            ),
+        ),
     ),
     Bug(
         name="vae_lr_too_high",
@@ -149,7 +159,13 @@ BUGS: tuple[Bug, ...] = (
             Line("train.py", "X, Y = get_batch('train')", 1),
         ),
         fix=r"data|prefetch|worker",
-        patches=(Patch("train.py", "def get_batch(split):\n", "def get_batch(split):\n    time.sleep(0.05)\n"),),
+        patches=(
+            Patch(
+                "train.py",
+                "def get_batch(split):\n",
+                "def get_batch(split):\n    time.sleep(0.05)\n",
+            ),
+        ),
     ),
     Bug(
         name="mnist_head_only_optimizer",

@@ -92,7 +92,12 @@ def tiny_gpt2(root: Path, directory: str, text_path: str, words: int) -> None:
     vocab = len(tok.get_vocab())
     torch.manual_seed(0)
     config = GPT2Config(
-        vocab_size=vocab, n_positions=128, n_embd=32, n_layer=2, n_head=2,
-        bos_token_id=0, eos_token_id=0,
+        vocab_size=vocab,
+        n_positions=128,
+        n_embd=32,
+        n_layer=2,
+        n_head=2,
+        bos_token_id=0,
+        eos_token_id=0,
     )
     GPT2LMHeadModel(config).save_pretrained(str(out))

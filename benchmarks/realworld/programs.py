@@ -157,8 +157,24 @@ PROGRAMS: tuple[Program, ...] = (
         workdir="dcgan",
         script="main.py",
         args=(
-            "--dataset", "fake", "--manualSeed", "1", "--niter", "1", "--batchSize", "50",
-            "--ngf", "8", "--ndf", "8", "--nz", "16", "--workers", "2", "--outf", "out",
+            "--dataset",
+            "fake",
+            "--manualSeed",
+            "1",
+            "--niter",
+            "1",
+            "--batchSize",
+            "50",
+            "--ngf",
+            "8",
+            "--ndf",
+            "8",
+            "--nz",
+            "16",
+            "--workers",
+            "2",
+            "--outf",
+            "out",
         ),
         expected_steps=_const(20),
         optimizers=2,
@@ -173,8 +189,20 @@ PROGRAMS: tuple[Program, ...] = (
         workdir="word_language_model",
         script="main.py",
         args=(
-            "--data", "data/synthetic", "--epochs", "2", "--emsize", "32", "--nhid", "32",
-            "--bptt", "20", "--batch_size", "20", "--log-interval", "10",
+            "--data",
+            "data/synthetic",
+            "--epochs",
+            "2",
+            "--emsize",
+            "32",
+            "--nhid",
+            "32",
+            "--bptt",
+            "20",
+            "--batch_size",
+            "20",
+            "--log-interval",
+            "10",
         ),
         expected_steps=_word_lm_batches,
         optimizers=0,  # plain SGD written out: p.data.add_(p.grad, alpha=-lr)
@@ -224,7 +252,11 @@ PROGRAMS: tuple[Program, ...] = (
         data_note="none (the program draws its own polynomial)",
         # Unseeded, and this torch seeds its default generator at random: two plain runs
         # differ. Seeded so that the runs can be compared.
-        port=(Patch("regression/main.py", "POLY_DEGREE = 4\n", "POLY_DEGREE = 4\ntorch.manual_seed(0)\n"),),
+        port=(
+            Patch(
+                "regression/main.py", "POLY_DEGREE = 4\n", "POLY_DEGREE = 4\ntorch.manual_seed(0)\n"
+            ),
+        ),
     ),
     Program(
         name="nanogpt",

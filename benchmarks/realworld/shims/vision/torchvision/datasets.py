@@ -50,9 +50,12 @@ def _templates(classes: int, shape: tuple[int, ...], seed: int) -> torch.Tensor:
 
 
 class MNIST(_Images):
-    classes = [f"{i} - {n}" for i, n in enumerate(
-        ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
-    )]
+    classes = [
+        f"{i} - {n}"
+        for i, n in enumerate(
+            ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
+        )
+    ]
 
     def __init__(
         self,
@@ -64,8 +67,12 @@ class MNIST(_Images):
     ) -> None:
         self.root = root
         self.train = train
-        n = int(os.environ.get("REALWORLD_MNIST_TRAIN" if train else "REALWORLD_MNIST_TEST",
-                               "1920" if train else "500"))
+        n = int(
+            os.environ.get(
+                "REALWORLD_MNIST_TRAIN" if train else "REALWORLD_MNIST_TEST",
+                "1920" if train else "500",
+            )
+        )
         g = torch.Generator().manual_seed(1 if train else 2)
         templates = _templates(10, (28, 28), seed=0)
         targets = torch.randint(0, 10, (n,), generator=g)
