@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .programs import Patch
+from .programs import NANOGPT_ARGS, Patch
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,9 @@ class Bug:
     env: dict[str, str] = field(default_factory=dict)
 
 
-_NANO_ARGS_SHORT = ("--compile=False", "--max_iters=40", "--lr_decay_iters=40")
+NANOGPT_ARGS_TINY_EVAL = tuple(
+    "--eval_iters=1" if a.startswith("--eval_iters=") else a for a in NANOGPT_ARGS
+)
 
 BUGS: tuple[Bug, ...] = (
     Bug(
@@ -152,7 +154,7 @@ BUGS: tuple[Bug, ...] = (
     Bug(
         name="nanogpt_slow_get_batch",
         program="nanogpt",
-        what="get_batch sleeps 50 ms (a slow data fetch between forward and backward)",
+        what="get_batch sleeps 300 ms (a slow data fetch, called between forward and backward)",
         kinds=("dataloader_bound",),
         lines=(
             Line("train.py", "def get_batch(split):"),
@@ -163,9 +165,11 @@ BUGS: tuple[Bug, ...] = (
             Patch(
                 "train.py",
                 "def get_batch(split):\n",
-                "def get_batch(split):\n    time.sleep(0.05)\n",
+                "def get_batch(split):\n    time.sleep(0.3)\n",
             ),
         ),
+        # 300 ms dwarfs a step here even on a loaded machine; 20 steps, one eval batch.
+        args=(*NANOGPT_ARGS_TINY_EVAL, "--compile=False", "--max_iters=20", "--lr_decay_iters=20"),
     ),
     Bug(
         name="mnist_head_only_optimizer",
