@@ -219,7 +219,10 @@ def normalise(text: str, patterns: tuple[str, ...]) -> str:
 
     def blank(m: re.Match[str]) -> str:
         s = m.group(0)
-        return re.sub(r"-?\d[\d.]*", "#", s) if re.search(r"\d", s) else s[:1]
+        if not re.search(r"\d", s):
+            return s[:1]
+        # A number's field width moves the spaces beside it ("{:5.2f}"): those go too.
+        return re.sub(r"\s+", " ", re.sub(r"-?\d[\d.]*", "#", s))
 
     for pattern in patterns:
         text = re.sub(pattern, blank, text)

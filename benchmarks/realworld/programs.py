@@ -287,7 +287,7 @@ PROGRAMS: tuple[Program, ...] = (
         # different weights (the printed losses agree to 4 decimals).
         unstable_files=("out/ckpt.pt",),
         timing=(r"time [\d.]+ms", r"mfu -?[\d.]+%"),
-        timeout=420,
+        timeout=600,
     ),
     Program(
         name="mingpt_adder",
@@ -377,7 +377,7 @@ PROGRAMS: tuple[Program, ...] = (
         # Lightning's rich progress bar (stdout): elapsed, remaining, rate, and the bar whose
         # length follows them.
         timing=(r"\d+:\d\d:\d\d", r"[\d.]+it/s", r"━+"),
-        timeout=300,
+        timeout=600,
     ),
 )
 

@@ -71,6 +71,10 @@ def test_only_the_programs_timing_fields_are_normalised(harness: ModuleType) -> 
     a = "iter 3: loss 2.5012, time 41.20ms, mfu -100.00% ━━━━ 3/3"
     b = "iter 3: loss 2.5012, time 39.87ms, mfu 1.25% ━━━━━━ 3/3"
     assert harness.normalise(a, timing) == harness.normalise(b, timing)
+    padded = (r"time:\s+[\d.]+s",)
+    assert harness.normalise("| time:  9.99s |", padded) == harness.normalise(
+        "| time: 10.05s |", padded
+    )
     c = "iter 3: loss 2.5013, time 39.87ms, mfu 1.25% ━━━━━━ 3/3"
     assert harness.normalise(a, timing) != harness.normalise(c, timing)  # the loss is not
 
