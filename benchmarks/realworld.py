@@ -626,19 +626,30 @@ def mark(ok: bool) -> str:
 
 
 def commit() -> str:
-    head = subprocess.run(
-        ["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True
-    ).stdout.strip()
-    dirty = subprocess.run(
-        ["git", "-C", str(ROOT), "status", "--porcelain", "--", "src"],
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    return head + (" (src/ modified)" if dirty else "")
+    """The last commit that changed torchdoctor itself (src/), and whether src/ is modified."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", "-C", str(ROOT), *args], capture_output=True, text=True
+        ).stdout.strip()
+
+    src = git("log", "-1", "--format=%h %cs", "--abbrev=12", "--", "src")
+    dirty = git("status", "--porcelain", "--", "src")
+    return f"{src} (last commit to src/)" + (", src/ modified" if dirty else "")
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def render(
-    programs: list[ProgramResult], bugs: list[BugResult], checks: list[CheckResult], seconds: float
+    programs: list[ProgramResult],
+    bugs: list[BugResult],
+    checks: list[CheckResult],
+    seconds: float,
+    note: str = "",
+    when: str = "",
+    version: str = "",
 ) -> str:
     ran = [p for p in programs if p.status == "ran"]
     lines = [
@@ -652,8 +663,8 @@ def render(
         "Without that cache the benchmark says so and stops. `--only NAME,...` runs a part",
         "(programs, bugs or checks by name), `--json FILE` keeps the results, `--render-from",
         "FILE` rewrites this page from them.",
-        f"Run {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')} on torchdoctor "
-        f"{commit()}, {os.cpu_count()} CPU cores, {seconds / 60:.1f} min in all.",
+        f"Run {when or now()} on torchdoctor {version or commit()}, {os.cpu_count()} CPU cores, "
+        f"{seconds / 60:.1f} min in all.",
         "",
         "Public training programs (benchmarks/realworld/programs.py: repository, commit, files,",
         "command line, synthetic data) are run plain and under `torchdoctor run`, healthy, then",
@@ -661,6 +672,7 @@ def render(
         "benchmarks/realworld.py. What is normalised: the program's own timing fields in stdout",
         "(listed per program below), nothing else; both runs get PYTHONHASHSEED=0.",
         "",
+        *([note, ""] if note else []),
         "## Healthy runs",
         "",
         f"{len([p for p in ran if p.ok])} of {len(ran)} programs pass every check; "
@@ -807,7 +819,10 @@ def main(argv: list[str] | None = None) -> int:
         total = saved.get("seconds") or sum(
             p.seconds_plain + p.seconds_doctor for p in loaded[0]
         ) + sum(b.seconds for b in loaded[1])
-        (args.out or DOC).write_text(render(*loaded, total))
+        text = render(
+            *loaded, total, saved.get("note", ""), saved.get("when", ""), saved.get("version", "")
+        )
+        (args.out or DOC).write_text(text)
         print(f"scorecard written to {args.out or DOC}")
         return 0
 
@@ -924,6 +939,8 @@ def main(argv: list[str] | None = None) -> int:
                     "bugs": [asdict(b) for b in bugs],
                     "checks": [asdict(c) for c in checks],
                     "seconds": seconds,
+                    "when": now(),
+                    "version": commit(),
                 },
                 indent=1,
                 default=str,
