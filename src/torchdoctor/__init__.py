@@ -2,6 +2,10 @@
 
 Public API (everything else is private):
 
+    with torchdoctor.Session(run_dir, **options) as s: ...
+                                      record a block of code; everything it installs is
+                                      removed on exit (one session at a time, any number
+                                      one after another: what tests use)
     torchdoctor.start(**options)      start the probe in this process (idempotent)
     torchdoctor.stop()                stop it, saving what was recorded
     torchdoctor.watch(model, optimizer=None, name=None)
@@ -23,6 +27,7 @@ from torchdoctor.config import Config
 
 __all__ = [
     "Config",
+    "Session",
     "__version__",
     "configure",
     "explain",
@@ -32,6 +37,14 @@ __all__ = [
     "stop",
     "watch",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Session":  # the session module loads the probe's parts: only when asked
+        from torchdoctor.session import Session
+
+        return Session
+    raise AttributeError(f"module 'torchdoctor' has no attribute {name!r}")
 
 
 def start(config: Config | None = None, **options: Any) -> Any:
@@ -95,13 +108,21 @@ def load_ipython_extension(ipython: Any) -> None:
     load(ipython)
 
 
-def explain(error: BaseException | str) -> Any:
+def explain(error: BaseException | str, here: bool | None = None) -> Any:
     """Explain an exception, or the text of an error message, traceback or log. Returns an
     Explanation (category, summary, meaning, fields, ranked causes, first steps, fixes;
-    .to_dict() for JSON); print() it for the same report as `torchdoctor explain`."""
+    .to_dict() for JSON); print() it for the same report as `torchdoctor explain`. `here`:
+    use this machine (versions, GPUs, driver, the files named) as evidence; by default for an
+    exception, which was raised in this process, not for a text."""
     from torchdoctor.errors.api import explain as _explain
     from torchdoctor.report.explanation import printable
 
+    if here is None:
+        here = isinstance(error, BaseException)
+    if here:
+        from torchdoctor.evidence import explain_here
+
+        return printable(explain_here(error))
     return printable(_explain(error))
 
 
