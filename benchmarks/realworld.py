@@ -408,8 +408,8 @@ def check_program(program: Program, source: Path, scratch: Path) -> ProgramResul
         result.steps_recorded = int(steps[0]["n"]) if steps else 0
     opt = query(
         run_dir,
-        'SELECT optimizer, "primary", count(*) AS n FROM python.optimizer_steps '
-        'GROUP BY optimizer, "primary" ORDER BY optimizer',
+        "SELECT optimizer, is_primary, count(*) AS n FROM python.optimizer_steps "
+        "GROUP BY optimizer, is_primary ORDER BY optimizer",
     )
     if isinstance(opt, str):
         result.differences.append(f"python.optimizer_steps could not be read: {opt}")

@@ -50,7 +50,9 @@ class Program:
     script: str  # relative to workdir
     args: tuple[str, ...]
     expected_steps: Callable[[Run], int]  # optimizer steps of the primary optimizer
-    optimizers: int = 1  # optimizers that must each have rows in python.optimizer_steps
+    # optimizers that must each have rows in python.optimizer_steps (a run of one optimizer has
+    # its updates in python.steps only: 0)
+    optimizers: int = 0
     data: Callable[[Path], None] | None = None  # writes the synthetic data, once
     data_note: str = ""
     env: dict[str, str] = field(default_factory=dict)
