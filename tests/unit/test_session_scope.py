@@ -170,6 +170,8 @@ def test_two_sessions_one_after_another_record_their_own_runs_and_leave_nothing(
             during = installed()
             assert during["current session"] is s and during["registry entry"] is not None
             _train(steps, width)
+            live = s.sql.execute("SELECT count(*) FROM python.steps")  # as the endpoint asks
+            assert live.rows == [(steps,)]
         assert _settled(before) == {}, f"session {name} left these behind"
         # Its own run, complete: every step, its model, its compilation, its ending.
         assert [r["step"] for r in query(run_dir, "SELECT step FROM python.steps")] == list(
@@ -193,3 +195,18 @@ def test_two_sessions_one_after_another_record_their_own_runs_and_leave_nothing(
     # Training after the sessions is recorded nowhere.
     _train(2, 8)
     assert len(query(tmp_path / "b", "SELECT step FROM python.steps")) == 7
+
+
+def test_sessions_in_one_second_get_their_own_default_run_directories(
+    tmp_path: Path, sockets: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    dirs = []
+    for steps in (2, 3, 4):  # a session takes milliseconds: these begin in one second or two
+        with torchdoctor.Session(quiet=True) as s:
+            _train(steps, 4)
+        dirs.append(s.run_dir)
+    assert len(set(dirs)) == 3
+    assert all(d.parent == tmp_path / "torchdoctor-runs" for d in dirs)
+    for d, steps in zip(dirs, (2, 3, 4), strict=True):
+        assert len(query(d, "SELECT step FROM python.steps")) == steps
