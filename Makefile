@@ -14,7 +14,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml constraints.txt pth/torchdoctor.pth
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev]'
-	-$(BIN)/python -m torchdoctor.native  # the C++ collectives kernel; the Python one without
+	-$(BIN)/python -m torchdoctor.native  # the compiled module; without it the Python kernel
 	touch $(STAMP)
 
 demo: install
@@ -30,8 +30,9 @@ typecheck: install
 test: lint typecheck bytecode native
 	$(BIN)/python -m pytest $(PYTEST_ARGS) tests
 
-# The C++ kernel that records python.collectives (a few seconds, once per torch version; see
-# docs/distributed.md). The tests run collective tracing with it and with the Python kernel.
+# The compiled module: the C++ kernel that records python.collectives, sum_of_squares (once per
+# torch version; see docs/distributed.md). The tests run collective tracing with it and with the
+# Python kernel.
 native: install
 	$(BIN)/python -m torchdoctor.native
 
@@ -52,6 +53,7 @@ bench: native
 	$(BIN)/python benchmarks/nan_guard.py
 	$(BIN)/python benchmarks/report.py
 	$(BIN)/python benchmarks/ddp_overhead.py
+	$(BIN)/python benchmarks/sum_of_squares.py
 	$(BIN)/python benchmarks/doctor_share.py
 
 # The scorecard on public training programs (docs/accuracy.md, ~15 min on 2 cores). The
