@@ -225,3 +225,20 @@ def shared_launch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable
         yield from _launcher(clean_env(sockets / "s"), tmp_path_factory.mktemp("shared"))
     finally:
         shutil.rmtree(sockets, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _no_session_left_running() -> Iterator[None]:
+    """A test that leaves a probe running in this process would hand it to the next test on
+    the worker (torchdoctor.start returns the running one): stop it and fail the test that left
+    it, not the one that meets it."""
+    import sys
+
+    yield
+    session_module = sys.modules.get("torchdoctor.session")
+    if session_module is None:
+        return
+    left = session_module.current()
+    if left is not None:
+        left.stop()
+        pytest.fail(f"the test left a torchdoctor session running (run directory {left.run_dir})")
