@@ -5,7 +5,18 @@ from __future__ import annotations
 import json
 from typing import Any
 
-_SKIP = {"threads", "causes", "history", "inputs", "bad_gradients", "holders", "loss_graph"}
+from torchdoctor.diagnose.record import CODE_ELSEWHERE
+
+_SKIP = {
+    "threads",
+    "causes",
+    "history",
+    "inputs",
+    "bad_gradients",
+    "holders",
+    "loss_graph",
+    "fixes",
+}
 
 
 def render_full(records: list[dict[str, Any]]) -> str:
@@ -23,10 +34,29 @@ def render_full(records: list[dict[str, Any]]) -> str:
         if shown:
             lines.append("  evidence: " + ", ".join(f"{k}={_short(v)}" for k, v in shown.items()))
         fixes = r.get("fix") or ""
+        code = _codes(evidence)
         for i, fix in enumerate(fixes.splitlines() if isinstance(fixes, str) else fixes, 1):
-            lines.append(f"  {i}. {fix}")
+            if fix.endswith(CODE_ELSEWHERE) and fix[: -len(CODE_ELSEWHERE)] in code:
+                title = fix[: -len(CODE_ELSEWHERE)]
+                lines.append(f"  {i}. {title}:")
+                lines += [f"       {line}".rstrip() for line in code[title].splitlines()]
+            else:
+                lines.append(f"  {i}. {fix}")
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)
+
+
+def _codes(evidence: dict[str, Any]) -> dict[str, str]:
+    """Fix title -> its code, for the fixes whose code is too long for their line (a crash's
+    fixes from the explain catalog)."""
+    fixes = evidence.get("fixes")
+    if not isinstance(fixes, list):
+        return {}
+    return {
+        f["title"]: f["code"]
+        for f in fixes
+        if isinstance(f, dict) and isinstance(f.get("title"), str) and f.get("code")
+    }
 
 
 def _short(value: Any) -> str:
