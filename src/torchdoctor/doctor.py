@@ -23,7 +23,7 @@ from torchdoctor.diagnose.memory_leak import with_holders
 from torchdoctor.diagnose.record import SEVERITIES, Diagnosis
 from torchdoctor.memory.holders import find_holders
 from torchdoctor.store.tables import Tables
-from torchdoctor.telemetry import stacks
+from torchdoctor.telemetry import gap_sampler, stacks
 from torchdoctor.views import TrainingView
 
 TICK = 1.0
@@ -120,6 +120,8 @@ class Doctor:
                     f"{module.__name__} failed: {type(exc).__name__}: {exc}",
                 )
         self._ask_for_detail(found)
+        if not final:
+            self._ask_for_samples(inputs)
         return [d for d in found if self.is_new(d) and self.report(self._enrich(d))]
 
     def _ask_for_detail(self, found: list[Diagnosis]) -> None:
@@ -128,6 +130,13 @@ class Doctor:
         for d in found:
             if d.kind in _NEEDS_MODULES and d.location is None and training is not None:
                 training.request_trace()
+
+    def _ask_for_samples(self, inputs: Inputs) -> None:
+        """Much of the step outside every phase: sample where it goes (an input function of the
+        loop's own is then counted as data_wait, and dataloader_bound names it)."""
+        training = self.host.telemetry
+        if training is not None and gap_sampler.worth_sampling(inputs.steps):
+            training.request_gap_samples()
 
     def is_new(self, diagnosis: Diagnosis) -> bool:
         with self._lock:

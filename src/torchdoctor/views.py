@@ -74,6 +74,12 @@ class TrainingView(Protocol):
         """Trace the next step's module calls (a diagnosis wants per-module detail)."""
         ...
 
+    def request_gap_samples(self) -> bool:
+        """Take stack samples of the time outside every phase, for a short window (gap_sampler:
+        an input function of the loop's own is then found and counted as data); False when a
+        window runs or the run has had its windows."""
+        ...
+
     def settle_collectives(self) -> None:
         """End the collectives whose work has completed since they were last looked at (any
         thread): a rank stopped between two calls must not show its last one as pending."""

@@ -32,7 +32,7 @@ class Models:
 
     def models(self) -> list[tuple[Any, str]]:
         """Roots that own parameters: the models (loss modules are roots without any)."""
-        return [(m, label) for m, label in self.roots() if _has_params(m)]
+        return [(m, label) for m, label in self.roots() if has_params(m)]
 
     def add(self, module: Any, label: str | None = None) -> bool:
         """Record a root module; True when it was new."""
@@ -46,7 +46,7 @@ class Models:
         except TypeError:
             return False
         self._root_ids.add(id(module))
-        primary = len(self.models()) <= 1 and _has_params(module)
+        primary = len(self.models()) <= 1 and has_params(module)
         prefix = "" if primary else f"{label}."
         self._names[id(module)] = label
         for name, sub in module.named_modules():
@@ -87,7 +87,7 @@ class Models:
         return rows
 
 
-def _has_params(module: Any) -> bool:
+def has_params(module: Any) -> bool:
     return next(iter(module.parameters()), None) is not None
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import threading
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 from torchdoctor.telemetry import invisible
 from torchdoctor.telemetry.invisible import compiling, tracing
@@ -192,6 +192,8 @@ def install(rec: Any, torch: Any, hooks: Hooks) -> None:
         optimizer_pre,
         optimizer_post,
         model_call,
+        model_return,
+        loss_call,
         invisible.ModelHook.__call__,
         global_pre,
         global_post,
@@ -201,9 +203,22 @@ def install(rec: Any, torch: Any, hooks: Hooks) -> None:
     )
 
 
-def model_hook(rec: Any) -> invisible.ModelHook:
-    """The forward pre-hook put on each model."""
-    return invisible.ModelHook(functools.partial(model_call, rec))
+class ModelHooks(NamedTuple):
+    """The hooks put on each root module: a model gets `pre` (its forward pre-hook: the
+    forward phase opens) and `post` (its forward hook: it closes); a root without parameters
+    (a loss module) gets `loss` (its calls are kept for a NaN replay, in no phase)."""
+
+    pre: invisible.ModelHook
+    post: invisible.ModelHook
+    loss: invisible.ModelHook
+
+
+def model_hooks(rec: Any) -> ModelHooks:
+    return ModelHooks(
+        invisible.ModelHook(functools.partial(model_call, rec)),
+        invisible.ModelHook(functools.partial(model_return, rec)),
+        invisible.ModelHook(functools.partial(loss_call, rec)),
+    )
 
 
 def model_call(rec: Any, module: Any, args: Any, kwargs: Any) -> None:
@@ -211,6 +226,25 @@ def model_call(rec: Any, module: Any, args: Any, kwargs: Any) -> None:
         return
     try:
         rec.on_model_call(module, args, kwargs)
+    except Exception as exc:
+        rec.switch.fail(exc)
+
+
+def model_return(rec: Any, module: Any, args: Any, output: Any) -> None:
+    # plan.depth: a model called inside a model while the global hooks are on (they ran first)
+    if tracing() or not rec.switch.on or _get_ident() != rec.train_thread or rec.plan.depth:
+        return
+    try:
+        rec.on_model_return(_now())
+    except Exception as exc:
+        rec.switch.fail(exc)
+
+
+def loss_call(rec: Any, module: Any, args: Any, kwargs: Any) -> None:
+    if tracing() or not rec.switch.on or _get_ident() != rec.train_thread:
+        return
+    try:
+        rec.on_loss_call(module, args, kwargs)
     except Exception as exc:
         rec.switch.fail(exc)
 

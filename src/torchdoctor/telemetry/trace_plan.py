@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 from torchdoctor.telemetry import torch_hooks
+from torchdoctor.telemetry.models import has_params
 from torchdoctor.telemetry.patches import Hooks
 
 
@@ -22,10 +23,12 @@ class TracePlan:
         self.discovering = True  # this step's outermost module calls are the models
         self.requested = False  # a diagnosis asked for the next step to be traced
         self.depth = 0  # nesting of module calls, while the global hooks are on
+        self.opened: Any = None  # a model not hooked yet whose call opened the forward phase
         self.hooks = Hooks()
 
     def global_hooks(self, on: bool) -> None:
         self.depth = 0
+        self.opened = None
         if on and not len(self.hooks):
             torch_hooks.add_global_module_hooks(self, self.hooks)
         elif not on:
@@ -62,8 +65,14 @@ class TracePlan:
         rec = self.rec
         top = self.depth == 0
         self.depth += 1
-        if top and not rec.models.is_root(module):
-            rec.on_model_call(module, args, {})  # an outermost call: a model, seen first here
+        if top and not rec.roots.is_hooked(module):
+            # an outermost call of a module not hooked yet: a model (or a loss module), seen
+            # first here; its own hooks are put on at the step's end
+            if has_params(module):
+                rec.on_model_call(module, args, {})
+                self.opened = module
+            else:
+                rec.on_loss_call(module, args, {})
             rec.roots.found_in_step(module)
         if self.shaping:
             rec.shapes.enter(module, rec.models.name_of(module), args)
@@ -72,6 +81,9 @@ class TracePlan:
 
     def on_global_post(self, module: Any, output: Any) -> None:
         self.depth = max(0, self.depth - 1)
+        if not self.depth and self.opened is module:
+            self.opened = None
+            self.rec.on_model_return(time.perf_counter())
         if self.shaping:
             self.rec.shapes.exit(module, output)
         if self.tracing:
