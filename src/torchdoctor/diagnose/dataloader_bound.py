@@ -9,7 +9,6 @@ that calls it, names it, and its fixes are for a loop that feeds itself."""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
@@ -70,7 +69,7 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
             summary=summary,
             location=location,
             evidence=evidence,
-            fix=input_fixes(found) if found is not None else fixes(loader),
+            fix=fixes(loader, inputs.cpus) if found is None else input_fixes(found, inputs.cpus),
             key="dataloader_bound",
         )
     ]
@@ -86,15 +85,15 @@ def input_function(inputs: Inputs) -> dict[str, Any] | None:
     return None
 
 
-def input_fixes(found: dict[str, Any]) -> list[str]:
+def input_fixes(found: dict[str, Any], cpus: int | None) -> list[str]:
+    """`cpus`: the recording machine's (None: unknown, then the advice does without)."""
     name = found["function"]
     defined = f" ({found['file']}:{found['line']})" if found.get("file") else ""
-    cpus = os.cpu_count() or 1
+    workers = f"num_workers={min(8, max(2, cpus - 1))}" if cpus else "num_workers=N"
     return [
         f"fetch the next batch while the model trains: wrap {name}(){defined} in an "
-        f"IterableDataset and iterate a DataLoader(..., num_workers={min(8, max(2, cpus - 1))}, "
-        "pin_memory=True) over it, or run it in a background thread that fills a queue of a "
-        "few batches",
+        f"IterableDataset and iterate a DataLoader(..., {workers}, pin_memory=True) over it, "
+        "or run it in a background thread that fills a queue of a few batches",
         f"make {name}() cheaper: open memory-mapped files once rather than per batch, index a "
         "whole batch at once rather than slice by slice in Python, and convert without copies "
         "(torch.from_numpy)",
@@ -103,17 +102,25 @@ def input_fixes(found: dict[str, Any]) -> list[str]:
     ]
 
 
-def fixes(loader: dict[str, Any]) -> list[str]:
+def fixes(loader: dict[str, Any], cpus: int | None) -> list[str]:
+    """`cpus`: the recording machine's (None: unknown, then the advice does without)."""
     out = []
     workers = loader.get("num_workers")
-    cpus = os.cpu_count() or 1
     if not workers:
-        out.append(
-            f"load in parallel: DataLoader(..., num_workers={min(8, max(2, cpus - 1))}) "
-            f"(this machine has {cpus} CPUs; about 4 per GPU is a common start)"
-        )
-    else:
+        if cpus:
+            out.append(
+                f"load in parallel: DataLoader(..., num_workers={min(8, max(2, cpus - 1))}) "
+                f"(the machine that ran it has {cpus} CPUs; about 4 per GPU is a common start)"
+            )
+        else:
+            out.append(
+                "load in parallel: DataLoader(..., num_workers=N), N up to the machine's CPUs "
+                "less one (about 4 per GPU is a common start)"
+            )
+    elif cpus:
         out.append(f"more workers: num_workers={workers} now; try {min(cpus, workers * 2)}")
+    else:
+        out.append(f"more workers: num_workers={workers} now; try {workers * 2} if CPUs allow")
     if not loader.get("pin_memory"):
         out.append("pin_memory=True, and .to(device, non_blocking=True) for the batch (on GPU)")
     if workers and not loader.get("persistent_workers"):

@@ -113,10 +113,20 @@ class PhaseTimer:
         """A model's top-level call returned (its forward hook): the forward phase closes when
         it was the outermost model call."""
         opened = self._open
-        if opened and opened[-1][0] == "forward":
+        if opened:
             top = opened[-1]
-            if top[2] > 1:
-                top[2] -= 1
+            if top[0] == "forward":  # the usual case, inline: it runs every step
+                if top[2] > 1:
+                    top[2] -= 1
+                    return
+                opened.pop()
+                if top[1] is not None:
+                    totals["forward"] += now - top[1]
+                if opened:
+                    opened[-1][1] = now
+                else:
+                    self.after = "forward"
+                    self.since = now
                 return
         self.exit("forward", now, totals)
 

@@ -40,6 +40,7 @@ def _guarded(rec: Any, method: Any, *args: Any) -> None:
 def install(rec: Any, torch: Any, hooks: Hooks) -> None:
     switch = rec.switch
     counter = rec.optimizers
+    updates = rec.updates
 
     def on_train_thread() -> bool:
         return switch.on and _get_ident() == rec.train_thread
@@ -81,14 +82,14 @@ def install(rec: Any, torch: Any, hooks: Hooks) -> None:
         counter.count_call()  # GradScaler.step compares the count to see a skipped step
         if switch.on:
             try:
-                rec.on_optimizer(optimizer, _now())
+                updates.begin(optimizer, _now())
             except Exception as exc:
                 switch.fail(exc)
 
     def optimizer_post(optimizer: Any, args: Any, kwargs: Any) -> None:
         if not compiling() and switch.on:
             try:
-                rec.on_optimizer_done(optimizer, _now())
+                updates.end(optimizer, _now())
             except Exception as exc:
                 switch.fail(exc)
 
@@ -149,7 +150,7 @@ def install(rec: Any, torch: Any, hooks: Hooks) -> None:
             before = counter.calls
             out = original_step(scaler, optimizer, *args, **kwargs)
             if switch.on and counter.calls == before:
-                _guarded(rec, rec.on_scaler_skipped, optimizer, _now())
+                _guarded(rec, updates.skipped, optimizer, _now())
             return out
 
         hooks.patch(scaler_cls, "scale", scale)
@@ -191,9 +192,7 @@ def install(rec: Any, torch: Any, hooks: Hooks) -> None:
         rec.on_data_done,
         optimizer_pre,
         optimizer_post,
-        model_call,
-        model_return,
-        loss_call,
+        *(hook._fn for hook in rec.model_hook),  # model_hooks' closures
         invisible.ModelHook.__call__,
         global_pre,
         global_post,
@@ -206,7 +205,8 @@ def install(rec: Any, torch: Any, hooks: Hooks) -> None:
 class ModelHooks(NamedTuple):
     """The hooks put on each root module: a model gets `pre` (its forward pre-hook: the
     forward phase opens) and `post` (its forward hook: it closes); a root without parameters
-    (a loss module) gets `loss` (its calls are kept for a NaN replay, in no phase)."""
+    (a loss module) gets `loss` (its calls are kept for a NaN replay, in no phase). Each is
+    one call layer: a model's run every step."""
 
     pre: invisible.ModelHook
     post: invisible.ModelHook
@@ -214,39 +214,40 @@ class ModelHooks(NamedTuple):
 
 
 def model_hooks(rec: Any) -> ModelHooks:
+    switch, on_model_call, on_model_return = rec.switch, rec.on_model_call, rec.on_model_return
+    plan = rec.plan
+
+    def model_call(module: Any, args: Any, kwargs: Any) -> None:
+        if tracing() or not switch.on or _get_ident() != rec.train_thread:
+            return
+        try:
+            on_model_call(module, args, kwargs)
+        except Exception as exc:
+            switch.fail(exc)
+
+    def model_return(module: Any, args: Any, output: Any) -> None:
+        # plan.depth: a model called inside a model while the global hooks are on (they ran
+        # first, so a top-level call is back at 0 here)
+        if tracing() or not switch.on or _get_ident() != rec.train_thread or plan.depth:
+            return
+        try:
+            on_model_return(_now())
+        except Exception as exc:
+            switch.fail(exc)
+
+    def loss_call(module: Any, args: Any, kwargs: Any) -> None:
+        if tracing() or not switch.on or _get_ident() != rec.train_thread:
+            return
+        try:
+            rec.on_loss_call(module, args, kwargs)
+        except Exception as exc:
+            switch.fail(exc)
+
     return ModelHooks(
-        invisible.ModelHook(functools.partial(model_call, rec)),
-        invisible.ModelHook(functools.partial(model_return, rec)),
-        invisible.ModelHook(functools.partial(loss_call, rec)),
+        invisible.ModelHook(model_call),
+        invisible.ModelHook(model_return),
+        invisible.ModelHook(loss_call),
     )
-
-
-def model_call(rec: Any, module: Any, args: Any, kwargs: Any) -> None:
-    if tracing() or not rec.switch.on or _get_ident() != rec.train_thread:
-        return
-    try:
-        rec.on_model_call(module, args, kwargs)
-    except Exception as exc:
-        rec.switch.fail(exc)
-
-
-def model_return(rec: Any, module: Any, args: Any, output: Any) -> None:
-    # plan.depth: a model called inside a model while the global hooks are on (they ran first)
-    if tracing() or not rec.switch.on or _get_ident() != rec.train_thread or rec.plan.depth:
-        return
-    try:
-        rec.on_model_return(_now())
-    except Exception as exc:
-        rec.switch.fail(exc)
-
-
-def loss_call(rec: Any, module: Any, args: Any, kwargs: Any) -> None:
-    if tracing() or not rec.switch.on or _get_ident() != rec.train_thread:
-        return
-    try:
-        rec.on_loss_call(module, args, kwargs)
-    except Exception as exc:
-        rec.switch.fail(exc)
 
 
 def global_pre(plan: Any, module: Any, args: Any) -> None:
