@@ -89,7 +89,7 @@ def test_a_crash_fix_is_not_cut_after_its_block_header() -> None:
 def test_a_fix_with_a_newline_stays_one_fix() -> None:
     d = Diagnosis("nan", "error", "s", fix=["first\n  second", "third"])
     assert d.fix == ["first second", "third"]
-    assert d.row()[-1].splitlines() == ["first second", "third"]
+    assert d.row()[8].splitlines() == ["first second", "third"]  # the fix column
 
 
 def test_brief_code_is_whole_or_says_what_is_left() -> None:

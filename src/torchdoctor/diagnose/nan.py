@@ -15,6 +15,7 @@ import numpy as np
 
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
+from torchdoctor.diagnose.story import LOWER_LR, lr_now
 
 _LOG = ("log", "log2", "log10", "log1p", "xlogy")
 _SQRT = ("sqrt", "rsqrt", "pow")
@@ -231,27 +232,34 @@ def rank_causes(o: NanOrigin, history: dict[str, Any] | None = None) -> list[dic
             "cross-entropy on probabilities",
             "use F.cross_entropy on raw logits; clamp before log; guard divisions with an eps",
         )
+    # An op the replay caught making the first NaN from finite values (log, sqrt, a norm, a
+    # division, exp) is a cause of its own: the learning rate is blamed only when the history
+    # shows the run growing first.
+    local = bool(causes) and stage in ("forward", "backward", "loss")
     history = history or {}
     losses = [v for v in history.get("loss", []) if v is not None and math.isfinite(v) and v > 0]
-    if len(losses) >= 3 and losses[-1] > 1e3 * min(losses):
+    diverged = len(losses) >= 3 and losses[-1] > 1e3 * min(losses)
+    if diverged:
         add(
             0.97,
             f"the run diverged first: the loss grew {losses[-1] / min(losses):.3g}x in "
             f"{len(losses)} steps before overflowing",
-            f"lower the learning rate (now {o.lr}), add warm-up and gradient clipping",
+            f"{LOWER_LR} {lr_now(o.lr)}, add warm-up and gradient clipping",
         )
     norms = [n for n in history.get("grad_norm", []) if n is not None and math.isfinite(n)]
     rising = len(norms) >= 4 and norms[-1] > 10 * (np.median(norms[: len(norms) // 2]) or 1e-12)
-    add(
-        0.75 if rising else 0.35,
-        "learning rate too high" + (" (the gradient norm grew before the NaN)" if rising else ""),
-        f"lower the learning rate (now {o.lr}) or add warm-up",
-    )
-    add(
-        0.6 if rising else 0.3,
-        "no gradient clipping: one large batch can push the weights to Inf",
-        "clip: torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)",
-    )
+    if rising or diverged or not local:
+        add(
+            0.75 if rising else 0.35,
+            "learning rate too high"
+            + (" (the gradient norm grew before the NaN)" if rising else ""),
+            f"{LOWER_LR} {lr_now(o.lr)} or add warm-up",
+        )
+        add(
+            0.6 if rising else 0.3,
+            "no gradient clipping: one large batch can push the weights to Inf",
+            "clip: torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)",
+        )
     if stage not in ("data",):
         add(
             0.2,

@@ -26,6 +26,8 @@ class Diagnosis:
     time: float = dataclasses.field(default_factory=time.time)
     key: str | None = None  # what makes two findings the same one (default: kind + location)
     job: bool = False  # compares ranks: `rank` is the rank it is about, not the one reporting
+    resolved: int | None = None  # the step from which it no longer held (None: it holds)
+    follows: str | None = None  # the kind of the earlier finding it follows from (story.py)
 
     def __post_init__(self) -> None:
         if self.severity not in SEVERITIES:
@@ -50,6 +52,8 @@ class Diagnosis:
             self.summary,
             dumps(self.evidence),
             "\n".join(self.fix),
+            self.resolved,
+            self.follows,
         )
 
 

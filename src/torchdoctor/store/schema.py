@@ -265,6 +265,20 @@ DIAGNOSES = TableSpec(
         _c("summary", STR),
         _c("evidence", STR, "JSON object of the measured numbers"),
         _c("fix", STR, "ranked remedies, one per line"),
+        _c(
+            "resolved",
+            INT,
+            "the step from which it no longer held (null: it holds); the latest row of a "
+            "finding is its state",
+            nullable=True,
+        ),
+        _c(
+            "follows",
+            STR,
+            "the kind of the earlier finding it follows from (exploding_gradients -> "
+            "divergence -> nan: one cause, one chain)",
+            nullable=True,
+        ),
     ),
     capacity=100_000,
 )
