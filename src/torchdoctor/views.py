@@ -29,6 +29,14 @@ class ModelIndex(Protocol):
         ...
 
 
+def indexed(module: Any) -> bool:
+    """A container whose modules are named by their index (Sequential, ModuleList): its
+    modules' names (`4`) do not say which model they are in without the model's own name
+    (`net.4`), wherever modules and parameters are named."""
+    first = next(iter(getattr(module, "_modules", None) or {}), None)
+    return isinstance(first, str) and first.isdigit()
+
+
 class TrainingView(Protocol):
     @property
     def step(self) -> int:

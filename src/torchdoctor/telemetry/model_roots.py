@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from torchdoctor.frames import caller_frame
 from torchdoctor.telemetry import discovery
 from torchdoctor.telemetry.models import has_params
 from torchdoctor.telemetry.patches import Hooks
@@ -32,6 +33,7 @@ class ModelRoots:
         self.random = True  # keep the random state per step (until the models are known)
         self._random_known = False
         self.scanned = False  # looked for models in the training code's frames
+        self.call_site: tuple[str, int] | None = None  # the line that called the first model
 
     def hook(self, modules: list[Any], hooks: Any) -> None:
         """Put `hooks` (torch_hooks.ModelHooks) on each of `modules`."""
@@ -50,11 +52,32 @@ class ModelRoots:
                     self.tables["modules"].extend(self.models.module_rows(module, label))
                     self.event("model", {"name": label, "type": type(module).__name__})
 
-    def found_in_step(self, module: Any) -> None:
-        """An outermost module call seen by the global hooks: a model, hooked at the step's
-        end (hooking it now would run our pre-hook in the middle of its call)."""
-        if self.models.add(module):
+    def found_in_step(self, module: Any, frame: Any) -> None:
+        """An outermost module call seen by the global hooks (`frame`: a frame inside the
+        call): a model, hooked at the step's end (hooking it now would run our pre-hook in the
+        middle of its call). The code that called it names it when it holds it in a module of
+        its own (Lightning's `self.net` in training_step: `net`, its modules `net.0`, ...), and
+        its line is where the step's loss is said to be, when a library calls backward()."""
+        caller, _mine = caller_frame(frame)
+        if self.models.add(module, held_as=discovery.path_in_owner(module, caller)):
             self.pending.append(module)
+
+    def note_call_site(self, module: Any, frame: Any) -> None:
+        """The line that called a model (`frame`: a frame inside its outermost call), the first
+        time one is seen: where a library's backward() call is said to be (loss_site)."""
+        caller, _mine = caller_frame(frame)
+        if caller is not None and has_params(module):
+            self.call_site = (caller.f_code.co_filename, caller.f_lineno)
+
+    def loss_site(self, frame: Any) -> tuple[str, int] | None:
+        """Where the loss backward() runs on is said to be: the line that called backward()
+        when it is the user's; when a library calls it (Lightning's automatic optimization, HF
+        Trainer, Accelerate), the line that called the model (training_step; compute_loss
+        under HF Trainer), never the launcher's (`trainer.fit(...)`)."""
+        caller, mine = caller_frame(frame)
+        if caller is not None and (mine or self.call_site is None):
+            return (caller.f_code.co_filename, caller.f_lineno)
+        return self.call_site
 
     def is_hooked(self, module: Any) -> bool:
         return id(module) in self._hooked

@@ -34,7 +34,6 @@ from typing import Any, Protocol
 
 from torchdoctor._failsafe import Switch, warn_once
 from torchdoctor._json import dumps
-from torchdoctor.frames import user_frame
 from torchdoctor.telemetry import collectives, compile_events, process_group, torch_hooks
 from torchdoctor.telemetry.clock import CpuClock, CudaClock
 from torchdoctor.telemetry.cycle_steps import CycleSteps
@@ -314,8 +313,7 @@ class Recorder(RunView):
         if self.plan.tracing:
             self.memory_row("forward")
         # from the frame that called backward()'s wrapper: ours and torch's are not the place
-        caller = user_frame(sys._getframe(3))
-        site = (caller.f_code.co_filename, caller.f_lineno) if caller else None
+        site = self.roots.loss_site(sys._getframe(3))
         self.state.note_loss(loss, site, self.rows.cuda, self.timer.inside("optimizer"))
 
     def _late_nonfinite(self, step: int, grad_norm: float | None, loss: float | None) -> None:

@@ -7,6 +7,7 @@ on the others the models' own pre-hooks are all there is, and under torch.compil
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import Any
 
@@ -70,6 +71,8 @@ class TracePlan:
         rec = self.rec
         top = self.depth == 0
         self.depth += 1
+        if top and rec.roots.call_site is None:
+            rec.roots.note_call_site(module, sys._getframe())
         if top and not rec.roots.is_hooked(module):
             # an outermost call of a module not hooked yet: a model (or a loss module), seen
             # first here; its own hooks are put on at the step's end
@@ -78,7 +81,7 @@ class TracePlan:
                 self.opened = module
             else:
                 rec.on_loss_call(module, args, {})
-            rec.roots.found_in_step(module)
+            rec.roots.found_in_step(module, sys._getframe())
         if self.shaping:
             rec.shapes.enter(module, rec.models.name_of(module), args)
         if self.tracing:
