@@ -61,7 +61,7 @@ def test_dropout_alone_is_found_in_its_module(env, tmp_path) -> None:
     assert code == 1, err
     first = r["first_difference"]
     assert first["step"] == 0 and first["what"] == "op"
-    assert (first["op"], first["module"], first["module_type"]) == ("dropout", "2", "Dropout")
+    assert (first["op"], first["module"], first["module_type"]) == ("dropout", "model.2", "Dropout")
     assert first["site"].endswith(f"repro_train.py:{_line('model(x + noise)')}")
     assert r["fix"] == ["torch.manual_seed(0)"]  # no random.seed: it is not used here
     out = cli("repro", "nothere.py", env=env, cwd=tmp_path)
