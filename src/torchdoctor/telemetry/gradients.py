@@ -52,6 +52,7 @@ def parameters(optimizer: Any) -> list[Any]:
 
 
 _FEW = 32
+_NATIVE_MAX = 1 << 18  # elements summed natively in one pass (sum_of_squares)
 _SMALL = 1 << 20
 
 
@@ -66,11 +67,23 @@ class NormPlan:
     def __init__(self) -> None:
         self._count = -1
         self._cat = False
+        self._small = False
+
+    def small(self, grads: list[Any]) -> bool:
+        """Few enough elements for one native pass to beat torch's kernels (up to a few
+        hundred thousand: past that, torch's vectorised, threaded norm wins)."""
+        if len(grads) != self._count:
+            self._decide(grads)
+        return self._small
+
+    def _decide(self, grads: list[Any]) -> None:
+        self._count = len(grads)
+        self._cat = _cat_fits(grads)
+        self._small = sum(g.numel() for g in grads) <= _NATIVE_MAX
 
     def __call__(self, torch: Any, grads: list[Any]) -> Any:
         if len(grads) != self._count:
-            self._count = len(grads)
-            self._cat = _cat_fits(grads)
+            self._decide(grads)
         if self._cat:
             try:  # one C call flattens them all (no view() per gradient from Python)
                 return torch.linalg.vector_norm(torch._C._nn.flatten_dense_tensors(grads))
