@@ -95,7 +95,7 @@ def caller_frame(frame: Any) -> tuple[Any, bool]:
         path = frame.f_code.co_filename
         kind = known.get(path)
         if kind is None:
-            kind = _kind(path)
+            kind = file_kind(path)
         if kind != _LIBRARY:
             return frame, kind == _USER
         frame = frame.f_back
