@@ -227,8 +227,9 @@ def model_hooks(rec: Any) -> ModelHooks:
 
     def model_return(module: Any, args: Any, output: Any) -> None:
         # plan.depth: a model called inside a model while the global hooks are on (they ran
-        # first, so a top-level call is back at 0 here)
-        if tracing() or not switch.on or _get_ident() != rec.train_thread or plan.depth:
+        # first, so a top-level call is back at 0 here). compiling() alone, not tracing():
+        # under torch.jit.trace the pre-hook opened nothing, so there is nothing to close.
+        if compiling() or not switch.on or _get_ident() != rec.train_thread or plan.depth:
             return
         try:
             on_model_return(_now())
