@@ -71,9 +71,8 @@ def write_run(path: Path, steps: int, spike_at: int, nan_at: int, rank: int = 0)
         (nan_at, "nan", "the loss is NaN"),
     ):
         evidence = json.dumps({"step": int(at), "history": list(range(300))})
-        tables["diagnoses"].append(
-            (float(time[at]), int(at), rank, kind, "error", "head", summary, evidence, "fix it")
-        )
+        fields = (float(time[at]), int(at), rank, kind, "error", "head", summary, evidence)
+        tables["diagnoses"].append((*fields, "fix it", None, None))  # not resolved, no cause
     tables["events"].append((T0, 0, "model", json.dumps({"name": "model", "type": "Model"})))
     for depth, name in enumerate(("", *MODULES[1:])):
         tables["modules"].append(("model", name, "Linear", 10, 10, "cpu", "float32", min(depth, 1)))

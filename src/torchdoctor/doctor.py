@@ -9,6 +9,7 @@ so it survives a crash) and, unless quiet, an alert on stderr.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import statistics
 import sys
@@ -18,13 +19,13 @@ from typing import Any, Protocol
 
 from torchdoctor._failsafe import warn_once
 from torchdoctor.config import Config
-from torchdoctor.diagnose import load_modules
+from torchdoctor.diagnose import load_modules, story
 from torchdoctor.diagnose.inputs import HangCapture, Inputs, JobInputs
 from torchdoctor.diagnose.memory_leak import with_holders
 from torchdoctor.diagnose.record import SEVERITIES, Diagnosis
 from torchdoctor.memory.holders import find_holders
 from torchdoctor.store.tables import Tables
-from torchdoctor.telemetry import stacks
+from torchdoctor.telemetry import gap_sampler, stacks
 from torchdoctor.views import TrainingView
 
 TICK = 1.0
@@ -37,6 +38,7 @@ SHARE = 0.01
 LONGEST_WAIT = 10.0
 _NEEDS_MODULES = ("exploding_gradients", "vanishing_gradients")
 STARTUP_GRACE = 300.0  # before the first step: imports, data set loading, compilation
+RESOLVE_PASSES = 2  # passes in a row without a finding before it is marked resolved
 
 
 class Host(Protocol):
@@ -69,6 +71,9 @@ class Doctor:
         self.host = host
         self.modules = load_modules()
         self.reported: dict[str, Diagnosis] = {}
+        self._resolves: dict[str, str] = {}  # identity -> the module whose finding it is, when
+        # that module's findings resolve (RESOLVES: they describe the run as it stands)
+        self._absent: dict[str, int] = {}  # identity -> passes in a row that did not find it
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._samples: list[tuple[int, float]] = []  # (main thread's stack signature, time)
@@ -110,18 +115,76 @@ class Doctor:
 
     # -- one pass ----------------------------------------------------------------------------
     def examine(self, final: bool = False) -> list[Diagnosis]:
+        """One pass: every module over the tables; what is new is reported, what stopped being
+        true is marked resolved, and the findings are told as one story (story.py)."""
         inputs = self.inputs(final)
         found: list[Diagnosis] = []
+        ran: set[str] = set()
         for module in self.modules:
             try:
-                found.extend(module.diagnose(inputs))
+                out = module.diagnose(inputs)
             except Exception as exc:
                 warn_once(
                     f"diagnose:{module.__name__}",
                     f"{module.__name__} failed: {type(exc).__name__}: {exc}",
                 )
+                continue
+            ran.add(module.__name__)
+            if getattr(module, "RESOLVES", False):
+                self._resolves.update((d.identity, module.__name__) for d in out)
+            found.extend(out)
         self._ask_for_detail(found)
-        return [d for d in found if self.is_new(d) and self.report(self._enrich(d))]
+        if not final:
+            self._ask_for_samples(inputs)
+        new = [self._own(self._enrich(d)) for d in found if self.is_new(d)]
+        return self._settle(new, {d.identity for d in found}, ran, inputs, final)
+
+    def _settle(
+        self,
+        new: list[Diagnosis],
+        holding: set[str],
+        ran: set[str],
+        inputs: Inputs,
+        final: bool,
+    ) -> list[Diagnosis]:
+        """Report `new`; mark resolved the findings of modules that ran and no longer return
+        them (`holding`: what this pass found); record every finding the story changed."""
+        now = time.time()
+        last = int(inputs.steps.data["step"][-1]) if inputs.steps.rows else None
+        with self._lock:
+            current = dict(self.reported)
+        draft = dict(current)
+        resolved: set[str] = set()
+        for identity, d in current.items():
+            if d.resolved is not None or self._resolves.get(identity) not in ran:
+                continue
+            if identity in holding:
+                self._absent.pop(identity, None)
+                continue
+            # Gone from two passes in a row (or from the last): a share hovering at a
+            # threshold does not flip a finding back and forth.
+            self._absent[identity] = self._absent.get(identity, 0) + 1
+            if self._absent[identity] >= RESOLVE_PASSES or final:
+                draft[identity] = dataclasses.replace(d, resolved=last, time=now)
+                resolved.add(identity)
+                self._absent.pop(identity, None)
+        # A module may return a finding twice (a warning, then an error at a later step):
+        # each is reported, in order; the story is told over the last of each.
+        draft.update((d.identity, d) for d in new)
+        told = {d.identity: d for d in story.tell(list(draft.values()))}
+        reported = []
+        for d in new:
+            story_of = told[d.identity]
+            if d is not draft[d.identity]:
+                story_of = dataclasses.replace(d, follows=story_of.follows)
+            if self.report(story_of):
+                reported.append(story_of)
+        fresh = {d.identity for d in new}
+        for identity, d in told.items():
+            if identity not in fresh and _state(d) != _state(current[identity]):
+                changed = d if identity in resolved else dataclasses.replace(d, time=now)
+                self._record(changed, alert=identity in resolved)
+        return reported
 
     def _ask_for_detail(self, found: list[Diagnosis]) -> None:
         """A gradient problem without a module yet: trace the next step to find it."""
@@ -130,11 +193,18 @@ class Doctor:
             if d.kind in _NEEDS_MODULES and d.location is None and training is not None:
                 training.request_trace()
 
+    def _ask_for_samples(self, inputs: Inputs) -> None:
+        """Much of the step outside every phase: sample where it goes (an input function of the
+        loop's own is then counted as data_wait, and dataloader_bound names it)."""
+        training = self.host.telemetry
+        if training is not None and gap_sampler.worth_sampling(inputs.steps):
+            training.request_gap_samples()
+
     def is_new(self, diagnosis: Diagnosis) -> bool:
         with self._lock:
             old = self.reported.get(diagnosis.identity)
-        if old is None:
-            return True
+        if old is None or old.resolved is not None:
+            return True  # never seen, or back after it was resolved
         located = old.location is None and diagnosis.location is not None
         return located or SEVERITIES.index(diagnosis.severity) > SEVERITIES.index(old.severity)
 
@@ -159,12 +229,24 @@ class Doctor:
             inputs.job = self.host.job()
         return inputs
 
-    def report(self, diagnosis: Diagnosis) -> bool:
-        """Record a diagnosis unless it was reported already (a rise in severity is new)."""
+    def _own(self, diagnosis: Diagnosis) -> Diagnosis:
+        """The finding with this process's rank (a job-level finding keeps the rank it is
+        about)."""
         if self.host.telemetry is not None and diagnosis.rank == 0 and not diagnosis.job:
             diagnosis.rank = self.host.telemetry.rank
+        return diagnosis
+
+    def report(self, diagnosis: Diagnosis) -> bool:
+        """Record a diagnosis unless it was reported already (a rise in severity is new)."""
+        self._own(diagnosis)
         if not self.is_new(diagnosis):
             return False
+        self._record(diagnosis, alert=True)
+        return True
+
+    def _record(self, diagnosis: Diagnosis, alert: bool) -> None:
+        """A row of python.diagnoses and a line of diagnoses.jsonl: the finding's state from
+        now on (the latest row of a finding is what readers show)."""
         with self._lock:
             self.reported[diagnosis.identity] = diagnosis
         self.host.tables["diagnoses"].append(diagnosis.row())
@@ -172,8 +254,8 @@ class Doctor:
             self.host.save_diagnoses()
         except Exception as exc:
             warn_once("diagnoses-file", f"cannot write diagnoses.jsonl: {exc}")
-        self.host.alert(diagnosis)
-        return True
+        if alert:
+            self.host.alert(diagnosis)
 
     def found(self) -> list[Diagnosis]:
         with self._lock:
@@ -233,3 +315,8 @@ class Doctor:
         if not calls.rows:
             return []
         return [r for r in calls.to_records() if r["state"] == "issued"]
+
+
+def _state(d: Diagnosis) -> tuple[object, ...]:
+    """What a later row of the same finding may change."""
+    return (d.severity, d.resolved, d.follows, tuple(d.fix), d.location)

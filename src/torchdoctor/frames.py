@@ -84,6 +84,24 @@ def user_frame(frame: Any) -> Any:
     return fallback
 
 
+def caller_frame(frame: Any) -> tuple[Any, bool]:
+    """(the innermost frame from `frame` outwards that is not torch's, torchdoctor's or
+    generated: the code that called into torch; whether it is the user's code) or (None,
+    False). Called on the hot path (every backward()): cached per file, and it stops at the
+    first such frame where user_frame walks on to the user's (a launcher's line, under a trainer
+    library)."""
+    known = _KIND
+    while frame is not None:
+        path = frame.f_code.co_filename
+        kind = known.get(path)
+        if kind is None:
+            kind = file_kind(path)
+        if kind != _LIBRARY:
+            return frame, kind == _USER
+        frame = frame.f_back
+    return None, False
+
+
 def site(frame: Any) -> str | None:
     return f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else None
 

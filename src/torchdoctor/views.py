@@ -29,6 +29,14 @@ class ModelIndex(Protocol):
         ...
 
 
+def indexed(module: Any) -> bool:
+    """A container whose modules are named by their index (Sequential, ModuleList): its
+    modules' names (`4`) do not say which model they are in without the model's own name
+    (`net.4`), wherever modules and parameters are named."""
+    first = next(iter(getattr(module, "_modules", None) or {}), None)
+    return isinstance(first, str) and first.isdigit()
+
+
 class TrainingView(Protocol):
     @property
     def step(self) -> int:
@@ -72,6 +80,12 @@ class TrainingView(Protocol):
 
     def request_trace(self) -> None:
         """Trace the next step's module calls (a diagnosis wants per-module detail)."""
+        ...
+
+    def request_gap_samples(self) -> bool:
+        """Take stack samples of the time outside every phase, for a short window (gap_sampler:
+        an input function of the loop's own is then found and counted as data); False when a
+        window runs or the run has had its windows."""
         ...
 
     def settle_collectives(self) -> None:

@@ -73,7 +73,7 @@ CASES = [
     ("diag_fp16_overflow.py", "nan", "proj", 8, {"stage": "forward", "dtype": "float16"}),
     ("diag_lr_schedule.py", "divergence", None, 20, {}),
     ("diag_lr_schedule.py", "exploding_gradients", "*", 20, {}),
-    ("diag_deep_sigmoid.py", "vanishing_gradients", "0", 1, {}),
+    ("diag_deep_sigmoid.py", "vanishing_gradients", "model.0", 1, {}),  # a Sequential: named
     ("diag_frozen_by_mistake.py", "no_gradient", "image.0", 1, {}),
     ("diag_lr_zero.py", "not_learning", None, 100, {"lr": 0.0}),
     ("diag_slow_loader.py", "dataloader_bound", None, 10, {}),

@@ -81,7 +81,7 @@ def test_dropout_alone_is_found_in_its_module(tmp_path) -> None:  # type: ignore
     assert r["identical"] is False
     first = r["first_difference"]
     assert first["step"] == 0 and first["what"] == "op"
-    assert (first["op"], first["module"], first["module_type"]) == ("dropout", "2", "Dropout")
+    assert (first["op"], first["module"], first["module_type"]) == ("dropout", "model.2", "Dropout")
     assert first["site"].endswith(f"repro_train.py:{_line('model(x + noise)')}")
     assert r["fix"] == ["torch.manual_seed(0)"]  # no random.seed: it is not used here
     out = td("repro", "nothere.py", cwd=tmp_path)

@@ -29,10 +29,11 @@ def main() -> None:
             best_loss, best = loss.item(), copy.deepcopy(model)
         show(f"step {step} loss", loss.item())
     print("ema hooks", len(ema._forward_pre_hooks), "best hooks", len(best._forward_pre_hooks))
+    print("forward hooks", len(ema._forward_hooks), len(best._forward_hooks))
     print("ema", params_digest(ema), "best", params_digest(best))
     show("ema output", ema(x).sum().item())
     clone = copy.copy(model)
-    print("shallow copy hooks", len(clone._forward_pre_hooks))
+    print("shallow copy hooks", len(clone._forward_pre_hooks), len(clone._forward_hooks))
 
 
 if __name__ == "__main__":

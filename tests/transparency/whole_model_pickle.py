@@ -38,6 +38,8 @@ def main() -> None:
     again = pickle.loads(raw)
     print("pickle mentions torchdoctor", b"torchdoctor" in raw)
     print("loaded hooks", len(loaded._forward_pre_hooks), len(again._forward_pre_hooks))
+    print("loaded forward hooks", len(loaded._forward_hooks), len(again._forward_hooks))
+    print("always called", len(loaded._forward_hooks_always_called))
     show("loaded output", loaded(x).sum().item())
     show("unpickled output", again(x).sum().item())
     buffer = io.BytesIO()

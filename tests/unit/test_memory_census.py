@@ -49,15 +49,16 @@ def _by(census: object, kind: str, names: set[str]) -> int:
 def test_census_matches_the_model_and_optimizer_to_the_byte() -> None:
     model, optimizer = _trained()
     census = take_census([(model, "model")], [optimizer])
-    names = {n for n, _ in model.named_parameters()}
+    # a Sequential's parameters are named with the model's name: `0.weight` alone says nothing
+    names = {f"model.{n}" for n, _ in model.named_parameters()}
     assert _by(census, "parameter", names) == _nbytes(model.parameters())
     assert _by(census, "gradient", names) == _nbytes(p.grad for p in model.parameters())
     state = [v for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v)]
     state_names = {f"{k} of {n}" for n in names for k in ("step", "exp_avg", "exp_avg_sq")}
     assert _by(census, "optimizer_state", state_names) == _nbytes(state)
-    buffers = {n for n, _ in model.named_buffers()}
+    buffers = {f"model.{n}" for n, _ in model.named_buffers()}
     assert _by(census, "buffer", buffers) == _nbytes(model.buffers())
-    assert {"exp_avg of 0.weight", "3.running_mean"} <= {r.name for r in census.records}
+    assert {"exp_avg of model.0.weight", "model.3.running_mean"} <= {r.name for r in census.records}
     assert "AdamW" in census.optimizers
 
 

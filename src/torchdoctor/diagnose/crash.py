@@ -13,7 +13,7 @@ import dataclasses
 from typing import Any
 
 from torchdoctor.diagnose.inputs import Inputs
-from torchdoctor.diagnose.record import Diagnosis
+from torchdoctor.diagnose.record import Diagnosis, fix_with_code
 
 FLOW_CALLS = 8  # module calls shown before the one that raised
 
@@ -98,8 +98,7 @@ def flow_window(flow: list[dict[str, Any]], module: str | None) -> list[dict[str
 
 
 def _fix_line(fix: dict[str, str]) -> str:
-    code = [x for x in fix.get("code", "").splitlines() if x.strip() and not x.startswith("#")]
-    return f"{fix['title']}: {code[0]}" if code else fix["title"]
+    return fix_with_code(fix["title"], fix.get("code", ""))
 
 
 def _cut(text: str, limit: int) -> str:

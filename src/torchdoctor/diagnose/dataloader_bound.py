@@ -1,5 +1,11 @@
 """`dataloader_bound`: a large share of step time spent waiting for the next batch, with the
-loader's settings and the fixes in order."""
+loader's settings and the fixes in order.
+
+The wait is a DataLoader's `__next__`, or the loop's own input function (`get_batch` over
+memory-mapped shards, a generator that slices tensors) that stack samples found in the gaps
+between phases (telemetry/gap_sampler.py: its time is data_wait from the step it was found,
+and the `gap_samples` event names it). With such a function, the finding is at the loop's line
+that calls it, names it, and its fixes are for a loop that feeds itself."""
 
 from __future__ import annotations
 
@@ -9,6 +15,10 @@ import numpy as np
 
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
+
+# Its findings describe the run as it stands (the share over the recent steps):
+# one it no longer returns has stopped being true, and the doctor marks it resolved.
+RESOLVES = True
 
 WARMUP = 3  # the first batches include worker start-up
 WINDOW = 50
@@ -31,26 +41,68 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
         return []
     loaders = inputs.events_of("dataloader")
     loader: dict[str, Any] = loaders[-1]["data"] if loaders else {}
+    found = input_function(inputs)
     severity = "warning" if share >= WARNING_SHARE else "info"
+    summary = (
+        f"{share:.0%} of step time is spent waiting for data "
+        f"({float(wait.mean()) * 1e3:.1f} ms per step): the model is starved."
+    )
+    evidence = {
+        "data_wait_share": share,
+        "data_wait_per_step": float(wait.mean()),
+        "step_time": float(np.median(duration)),
+        "steps": int(wait.size),
+        "loader": loader,
+    }
+    location = None
+    if found is not None:
+        line = f" (`{found['code']}`)" if found.get("code") else ""
+        summary = (
+            f"{share:.0%} of step time is spent waiting for data "
+            f"({float(wait.mean()) * 1e3:.1f} ms per step), in {found['function']}() called "
+            f"at {found['site']}{line}: the loop fetches its own batches, not through a "
+            "DataLoader, and the model waits while it does."
+        )
+        evidence["input_function"] = found
+        location = found["site"]
     return [
         Diagnosis(
             kind="dataloader_bound",
             severity=severity,
             step=int(inputs.column("step")[-1]),
-            summary=(
-                f"{share:.0%} of step time is spent waiting for data "
-                f"({float(wait.mean()) * 1e3:.1f} ms per step): the model is starved."
-            ),
-            evidence={
-                "data_wait_share": share,
-                "data_wait_per_step": float(wait.mean()),
-                "step_time": float(np.median(duration)),
-                "steps": int(wait.size),
-                "loader": loader,
-            },
-            fix=fixes(loader, inputs.cpus),
+            summary=summary,
+            location=location,
+            evidence=evidence,
+            fix=fixes(loader, inputs.cpus) if found is None else input_fixes(found, inputs.cpus),
             key="dataloader_bound",
         )
+    ]
+
+
+def input_function(inputs: Inputs) -> dict[str, Any] | None:
+    """The loop's own input function, as the latest stack samples found it (None when they
+    found none, or were never taken)."""
+    for event in reversed(inputs.events_of("gap_samples")):
+        found = event["data"].get("input")
+        if found:
+            return dict(found)
+    return None
+
+
+def input_fixes(found: dict[str, Any], cpus: int | None) -> list[str]:
+    """`cpus`: the recording machine's (None: unknown, then the advice does without)."""
+    name = found["function"]
+    defined = f" ({found['file']}:{found['line']})" if found.get("file") else ""
+    workers = f"num_workers={min(8, max(2, cpus - 1))}" if cpus else "num_workers=N"
+    return [
+        f"fetch the next batch while the model trains: wrap {name}(){defined} in an "
+        f"IterableDataset and iterate a DataLoader(..., {workers}, pin_memory=True) over it, "
+        "or run it in a background thread that fills a queue of a few batches",
+        f"make {name}() cheaper: open memory-mapped files once rather than per batch, index a "
+        "whole batch at once rather than slice by slice in Python, and convert without copies "
+        "(torch.from_numpy)",
+        "on a GPU: pin the batch (x.pin_memory()) and copy it with .to(device, "
+        "non_blocking=True), so the copy overlaps the step",
     ]
 
 

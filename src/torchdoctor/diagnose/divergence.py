@@ -38,6 +38,8 @@ from torchdoctor.diagnose.series import (
     median5_summary,
     run_lengths,
 )
+from torchdoctor.diagnose.story import LOWER_LR
+from torchdoctor.diagnose.story import lr_now as said_lr
 
 RISES = 4  # consecutive rises of the geometric rule
 RISE = 1.5  # each at least this factor
@@ -217,9 +219,7 @@ def _diagnosis(
     else:
         summary += "."
     fixes = [
-        f"lower the learning rate (now {lr_now:g}); a tenth is a good first try"
-        if lr_now
-        else "lower the learning rate",
+        f"{LOWER_LR} {said_lr(lr_now)}; a tenth is a good first try",
         "add gradient clipping: torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)",
     ]
     if not warmup:

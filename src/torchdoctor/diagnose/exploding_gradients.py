@@ -28,6 +28,7 @@ import numpy as np
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
 from torchdoctor.diagnose.series import finite, median5, median5_summary
+from torchdoctor.diagnose.story import LOWER_LR
 
 HISTORY = 10  # steps of history for the usual level to count as one
 SUSTAINED = 3  # consecutive steps above FACTOR
@@ -150,7 +151,7 @@ def _diagnosis(
         evidence=evidence,
         fix=[
             "clip the gradient norm: torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)",
-            "lower the learning rate or lengthen the warm-up",
+            f"{LOWER_LR} or lengthen the warm-up",
             "check for a missing normalisation (LayerNorm/BatchNorm) or a residual without "
             "scaling in the module named",
             "under float16, use torch.amp.GradScaler (it skips steps with Inf gradients)",

@@ -10,6 +10,10 @@ from torchdoctor.diagnose.record import Diagnosis
 from torchdoctor.diagnose.series import slope
 from torchdoctor.units import human
 
+# Its findings describe the run as it stands (the recent steps' memory):
+# one it no longer returns has stopped being true, and the doctor marks it resolved.
+RESOLVES = True
+
 WARMUP = 10
 MIN_STEPS = 30
 WINDOW = 400

@@ -15,6 +15,7 @@ import numpy as np
 
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
+from torchdoctor.diagnose.story import LOWER_LR, lr_now
 
 _LOG = ("log", "log2", "log10", "log1p", "xlogy")
 _SQRT = ("sqrt", "rsqrt", "pow")
@@ -132,6 +133,11 @@ def _summary(o: NanOrigin) -> str:
         )
     if o.stage == "optimizer":
         weights = o.bad_weights or [{}]
+        if step == 0:
+            return (
+                f"Step 0: the weights of {weights[0].get('module')} are non-finite before the "
+                "first update: the model was loaded or initialised with them."
+            )
         return (
             f"Step {step}: the weights of {weights[0].get('module')} are already non-finite: "
             "an earlier optimizer update put them there (its gradients were finite)."
@@ -216,12 +222,22 @@ def rank_causes(o: NanOrigin, history: dict[str, Any] | None = None) -> list[dic
             "check the dataset and its transforms; drop or repair bad samples "
             "(assert torch.isfinite(x).all() in the loader while debugging)",
         )
-    if stage == "optimizer":
+    loaded = stage == "optimizer" and o.step == 0  # no update has run yet
+    if loaded:
+        add(
+            1.0,
+            "the weights were non-finite before any update: a damaged checkpoint, or an "
+            "initialisation that overflows",
+            "find them before training: assert all(torch.isfinite(p).all() for p in "
+            "model.parameters()) after loading; load the checkpoint again from a good copy, or "
+            "fix the initialisation",
+        )
+    elif stage == "optimizer":
         add(
             0.95,
             "the update itself: finite gradients but a step so large (or an Adam eps so small) "
             "that the weights overflowed",
-            "lower the learning rate (add warm-up), clip gradients "
+            f"{LOWER_LR} {lr_now(o.lr)} (add warm-up), clip gradients "
             "(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)), keep Adam eps >= 1e-8",
         )
     if stage == "loss":
@@ -231,28 +247,37 @@ def rank_causes(o: NanOrigin, history: dict[str, Any] | None = None) -> list[dic
             "cross-entropy on probabilities",
             "use F.cross_entropy on raw logits; clamp before log; guard divisions with an eps",
         )
+    # An op the replay caught making the first NaN from finite values (log, sqrt, a norm, a
+    # division) is a cause of its own: the learning rate is blamed only when the history shows
+    # the run growing first.
+    local = any(any(k in name for k in ops) for ops in (_LOG, _SQRT, _NORM, _DIV))
+    local = local and stage in ("forward", "backward")
     history = history or {}
     losses = [v for v in history.get("loss", []) if v is not None and math.isfinite(v) and v > 0]
-    if len(losses) >= 3 and losses[-1] > 1e3 * min(losses):
+    diverged = len(losses) >= 3 and losses[-1] > 1e3 * min(losses)
+    if diverged:
         add(
             0.97,
             f"the run diverged first: the loss grew {losses[-1] / min(losses):.3g}x in "
             f"{len(losses)} steps before overflowing",
-            f"lower the learning rate (now {o.lr}), add warm-up and gradient clipping",
+            f"{LOWER_LR} {lr_now(o.lr)}, add warm-up and gradient clipping",
         )
     norms = [n for n in history.get("grad_norm", []) if n is not None and math.isfinite(n)]
     rising = len(norms) >= 4 and norms[-1] > 10 * (np.median(norms[: len(norms) // 2]) or 1e-12)
-    add(
-        0.75 if rising else 0.35,
-        "learning rate too high" + (" (the gradient norm grew before the NaN)" if rising else ""),
-        f"lower the learning rate (now {o.lr}) or add warm-up",
-    )
-    add(
-        0.6 if rising else 0.3,
-        "no gradient clipping: one large batch can push the weights to Inf",
-        "clip: torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)",
-    )
-    if stage not in ("data",):
+    # the update's own cause already says it; before any update, nothing the rate did
+    if stage != "optimizer" and (rising or diverged or not local):
+        add(
+            0.75 if rising else 0.35,
+            "learning rate too high"
+            + (" (the gradient norm grew before the NaN)" if rising else ""),
+            f"{LOWER_LR} {lr_now(o.lr)} or add warm-up",
+        )
+        add(
+            0.6 if rising else 0.3,
+            "no gradient clipping: one large batch can push the weights to Inf",
+            "clip: torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)",
+        )
+    if stage not in ("data",) and not loaded:
         add(
             0.2,
             "bad samples in the data",

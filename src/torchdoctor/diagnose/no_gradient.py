@@ -8,6 +8,10 @@ from collections import defaultdict
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
 
+# Its findings describe the run as it stands (every traced step so far):
+# one it no longer returns has stopped being true, and the doctor marks it resolved.
+RESOLVES = True
+
 MIN_TRACED = 2
 
 

@@ -1,5 +1,6 @@
 """`not_learning`: after a warm-up the loss has not moved from where it started, while
-gradients do flow (a run that improved and then converged is not flagged)."""
+gradients do flow (a run that improved and then converged is not flagged). It describes the
+run as it stands: once the loss falls, it is resolved (`RESOLVES`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import numpy as np
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
 from torchdoctor.diagnose.series import finite
+from torchdoctor.diagnose.story import RAISE_LR, lr_now
 
+RESOLVES = True  # a finding it no longer returns has stopped being true (the doctor marks it)
 MIN_STEPS = 100
 WINDOW = 20
 IMPROVEMENT = 0.02  # less than 2% better than at the start counts as flat
@@ -32,14 +35,14 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
     _s, norms = finite(inputs, "grad_norm")
     if not norms.size or float(np.median(norms[-WINDOW:])) <= 0:
         return []  # no gradients at all: other diagnoses say why
-    _l, lr = finite(inputs, "lr")
-    lr_now = float(lr[-1]) if lr.size else None
+    _l, lrs = finite(inputs, "lr")
+    lr = float(lrs[-1]) if lrs.size else None
     fixes = []
-    if lr_now == 0:
+    if lr == 0:
         fixes.append("the learning rate is 0: check the scheduler and the optimizer's lr")
     fixes += [
         "overfit one batch: a correct model drives the loss near zero within ~100 steps on it",
-        f"try a larger learning rate (now {lr_now:g})" if lr_now else "check the learning rate",
+        f"{RAISE_LR} {lr_now(lr)}" if lr != 0 else "check the learning rate",
         "check that the optimizer holds this model's parameters (built after re-creating the "
         "model?) and that no needed layer is frozen",
         "check the loss against the outputs: CrossEntropyLoss wants raw logits and class "
@@ -60,7 +63,7 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
                 "loss": last,
                 "best_loss": best,
                 "steps": int(loss.size),
-                "lr": lr_now,
+                "lr": lr,
                 "grad_norm": float(np.median(norms[-WINDOW:])),
             },
             fix=fixes,

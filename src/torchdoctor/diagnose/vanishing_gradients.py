@@ -12,6 +12,10 @@ from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
 from torchdoctor.diagnose.series import finite
 
+# Its findings describe the run as it stands (the recent gradients):
+# one it no longer returns has stopped being true, and the doctor marks it resolved.
+RESOLVES = True
+
 COLLAPSE = 1e-4  # total norm below this fraction of its early level
 RELATIVE = 1e-5  # a module's grad/weight ratio below this fraction of the model's median
 MIN_TRACED = 2

@@ -171,12 +171,13 @@ def step_columns(block: Block) -> dict[str, np.ndarray]:
 
 
 def fetch_diagnoses(execute: Execute) -> tuple[list[dict[str, Any]], int]:
-    """The diagnoses worth showing: the latest report of each (rank, kind, location), the most
-    severe first when there are too many; and how many were left out."""
+    """The diagnoses worth showing: the latest report of each (rank, kind, location) (its
+    state: resolved, the finding it follows), the most severe first when there are too many;
+    and how many were left out."""
     names, rows = _run(
         execute,
-        "SELECT time, step, rank, kind, severity, location, summary, evidence, fix "
-        "FROM python.diagnoses ORDER BY time",
+        "SELECT time, step, rank, kind, severity, location, summary, evidence, fix, "
+        "resolved, follows FROM python.diagnoses ORDER BY time",
     )
     latest: dict[tuple[Any, ...], dict[str, Any]] = {}
     for row in rows:
@@ -198,6 +199,8 @@ def fetch_diagnoses(execute: Execute) -> tuple[list[dict[str, Any]], int]:
                 "time": _num(r["time"]),
                 "evidence": _evidence(r["evidence"]),
                 "fixes": [f for f in str(r["fix"] or "").splitlines() if f.strip()],
+                "resolved": _int(r["resolved"]),
+                "follows": r["follows"],
             }
         )
     return out, len(found) - len(shown)

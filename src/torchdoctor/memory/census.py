@@ -27,7 +27,7 @@ import sys
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from torchdoctor.views import TrainingView
+from torchdoctor.views import TrainingView, indexed
 
 KINDS = ("parameter", "gradient", "optimizer_state", "buffer", "activation", "other")
 GRAPH_NODE_LIMIT = 200_000  # autograd nodes visited when looking for saved tensors
@@ -288,7 +288,7 @@ def take_census(
     param_names: dict[int, str] = {}
     params: list[tuple[Any, str]] = []
     for index, (module, label) in enumerate(named):
-        prefix = "" if index == 0 else f"{label}."
+        prefix = "" if index == 0 and not indexed(module) else f"{label}."
         try:
             for pname, p in module.named_parameters():
                 if id(p) not in param_names:
@@ -332,7 +332,7 @@ def take_census(
 
     # Buffers.
     for index, (module, label) in enumerate(named):
-        prefix = "" if index == 0 else f"{label}."
+        prefix = "" if index == 0 and not indexed(module) else f"{label}."
         try:
             for bname, buf in module.named_buffers():
                 b.add(buf, "buffer", prefix + bname)

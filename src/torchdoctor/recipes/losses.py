@@ -45,6 +45,7 @@ class LossWatch:
         self.last: LossCall | None = None  # the step's last loss call
         self.names: dict[str, int] = {}  # loss name -> calls
         self.reductions: dict[str, int] = {}
+        self.sums: list[float] = []  # this step's losses with reduction='sum', as values
         self.findings: dict[str, dict[str, Any]] = {}  # kind -> the first evidence of it
         self.label_smoothing = 0.0
         functional = torch.nn.functional
@@ -67,9 +68,39 @@ class LossWatch:
                 watch._observe(name, args, kwargs)
             except Exception:  # a finding is a nicety: never the reason the script fails
                 pass
-            return original(*args, **kwargs)
+            out = original(*args, **kwargs)
+            if kwargs.get("reduction") == "sum":
+                watch._summed(out)
+            return out
 
         return loss
+
+    def _summed(self, out: Any) -> None:
+        """A loss summed over its elements: whether backward() runs on the sum itself is told
+        at the step's end (step_ended), against the loss backward() ran on."""
+        try:
+            if isinstance(out, self.torch.Tensor) and out.numel() == 1:
+                self.sums.append(float(out.detach()))
+        except Exception:
+            pass
+
+    def step_ended(self, losses: list[Any]) -> None:
+        """The losses backward() ran on this step: a sum that is one of them counts as
+        reduction='sum'; one divided before backward() (Hugging Face's causal-LM loss sums,
+        then divides by the number of items) is a mean, as far as the gradient is concerned."""
+        if not self.sums:
+            return
+        ran = []
+        for value in losses:
+            try:
+                ran.append(float(value))
+            except (TypeError, ValueError):
+                continue
+        for total in self.sums:
+            same = any(abs(total - v) <= 1e-4 * max(abs(total), abs(v), 1e-12) for v in ran)
+            kind = "sum" if same else "sum, divided before backward()"
+            self.reductions[kind] = self.reductions.get(kind, 0) + 1
+        self.sums = []
 
     def _observe(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         torch = self.torch
@@ -79,7 +110,8 @@ class LossWatch:
         smoothing = float(kwargs.get("label_smoothing", 0.0) or 0.0)
         call = LossCall(name, reduction, smoothing)
         self.names[name] = self.names.get(name, 0) + 1
-        self.reductions[reduction] = self.reductions.get(reduction, 0) + 1
+        if reduction != "sum":  # a sum is counted at the step's end (step_ended)
+            self.reductions[reduction] = self.reductions.get(reduction, 0) + 1
         self.label_smoothing = max(self.label_smoothing, smoothing)
         self.last = call
         if not isinstance(prediction, torch.Tensor) or not isinstance(target, torch.Tensor):

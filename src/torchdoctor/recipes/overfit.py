@@ -45,7 +45,9 @@ class OverfitMode:
     # -- every step -----------------------------------------------------------------------------
     def _on_step(self, state: Any, step: int) -> None:
         self.steps = step + 1
-        self.series["loss"].append(_mean(state.step_losses()))
+        losses = state.step_losses()
+        self.series["loss"].append(_mean(losses))
+        self.losses.step_ended(losses)
         last = self.losses.last
         self.series["accuracy"].append(last.accuracy if last is not None else None)
         norm = state.grad_norm_value

@@ -7,6 +7,8 @@ from __future__ import annotations
 import textwrap
 from typing import Any
 
+from torchdoctor.report.explanation import code_lines
+
 WIDTH = 100
 
 
@@ -38,7 +40,7 @@ def render_crash(evidence: dict[str, Any]) -> str:
     if fixes:
         fix = fixes[0]
         out.append(_wrap(fix["title"], "  fix: ", "    "))
-        out += [f"    {line}".rstrip() for line in fix["code"].splitlines()[:6]]
+        out += code_lines(fix["code"], "    ")
     out.append(
         "  (all of it: `torchdoctor diagnoses RUN_DIR`; the module calls with their shapes: "
         "`torchdoctor shapes RUN_DIR`)"

@@ -16,6 +16,7 @@ from torchdoctor.errors.catalog import entries, pick, placeholders
 WIDTH = 100
 MAX_CAUSES = 6
 MAX_FIXES = 5
+BRIEF_CODE_LINES = 12  # the longest fix of the catalog has 7
 
 
 def _wrap(text: str, indent: str = "  ", first: str | None = None) -> str:
@@ -140,9 +141,19 @@ def _brief(e: Any) -> str:
         out.append(_wrap(fix["title"], "    ", "  fix: "))
         if fix.get("check"):
             out.append(_wrap(f"(check first: {fix['check']})", "    "))
-        out += [f"    {line}".rstrip() for line in fix["code"].splitlines()[:6]]
+        out += code_lines(fix["code"], "    ")
     out.append("  (the whole story: save the output and run `torchdoctor explain FILE`)")
     return "\n".join(out)
+
+
+def code_lines(code: str, indent: str, limit: int = BRIEF_CODE_LINES) -> list[str]:
+    """A fix's code for a brief output: whole, unless it is longer than `limit` lines (then
+    the lines that fit and how many more there are: a block never ends at its header)."""
+    lines = code.splitlines()
+    out = [f"{indent}{line}".rstrip() for line in lines[:limit]]
+    if len(lines) > limit:
+        out.append(f"{indent}# ... {len(lines) - limit} more lines: `torchdoctor explain`")
+    return out
 
 
 def render_json(explanation: Any) -> str:

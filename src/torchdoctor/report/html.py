@@ -206,8 +206,17 @@ def _diagnoses(digest: dict[str, Any]) -> str:
             f'data-kind="{e(str(d["kind"]))}" data-step="{e(str(d.get("step")))}">'
             f'<h3><span class="badge {sev}">{sev}</span>{e(str(d["kind"]))} '
             f"<small>{' '.join(where)}</small></h3>"
-            f"<p>{e(str(d['summary']))}</p>"
         )
+        if d.get("resolved") is not None:
+            out.append(
+                f'<p class="note">Resolved: it no longer holds from step {int(d["resolved"])}.</p>'
+            )
+        if d.get("follows"):
+            out.append(
+                f'<p class="note">It follows <code>{e(str(d["follows"]))}</code>: one cause, '
+                "read that finding first.</p>"
+            )
+        out.append(f"<p>{e(str(d['summary']))}</p>")
         evidence = d.get("evidence") or {}
         short = {k: _value(v) for k, v in evidence.items() if len(_value(v)) <= _SHORT}
         if short:

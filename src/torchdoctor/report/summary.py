@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from torchdoctor.diagnose.story import chains
 from torchdoctor.report.alerts import render_alert
 
 _LABELS = {
@@ -47,9 +48,7 @@ def render_summary(summary: dict[str, Any]) -> str:
         )
     found = summary["diagnoses"]
     if found:
-        lines.append(f"  {len(found)} diagnos{'i' if len(found) == 1 else 'e'}s:")
-        for diagnosis in found:
-            lines.extend("  " + line for line in render_alert(diagnosis, fixes=1).splitlines())
+        lines += ["  " + line for line in story_lines(found)]
     elif summary.get("crashed"):
         lines.append("  the script crashed: see the error above")  # never "no problems found"
     else:
@@ -57,3 +56,20 @@ def render_summary(summary: dict[str, Any]) -> str:
     lines.append(f"  run directory: {summary['run_dir']}")
     lines.append(f'  query it: torchdoctor query {summary["run_dir"]} "SELECT * FROM python.steps"')
     return "\n".join(lines)
+
+
+def story_lines(found: list[Any]) -> list[str]:
+    """The findings as one story: a chain of findings of one cause as its first finding and
+    what followed; the findings that no longer hold last, one line each."""
+    holding = [d for d in found if d.resolved is None]
+    resolved = [d for d in found if d.resolved is not None]
+    noun = f"diagnos{'i' if len(found) == 1 else 'e'}s"
+    head = f"{len(found)} {noun}" + (f" ({len(resolved)} resolved)" if resolved else "") + ":"
+    lines = [head]
+    for chain in chains(holding, lambda d: d.kind, lambda d: d.follows):
+        lines += render_alert(chain[0], fixes=1).splitlines()
+        for later in chain[1:]:
+            when = f" at step {later.step}" if later.step is not None else ""
+            lines.append(f"  then [{later.kind}]{when}, from the same cause: {later.summary}")
+    lines += [render_alert(d) for d in resolved]
+    return lines

@@ -87,11 +87,21 @@ STEPS = TableSpec(
         _c("step", INT, "optimizer steps counted from 0"),
         _c("time", FLOAT, "wall-clock time at the end of the step (Unix seconds)"),
         _c("duration", FLOAT, "from the end of the previous step to the end of this one"),
-        _c("data_wait", FLOAT, "time inside DataLoader iterators"),
-        _c("forward", FLOAT, "time inside top-level module calls"),
+        _c(
+            "data_wait",
+            FLOAT,
+            "time inside DataLoader iterators, and in the loop's own input function once stack "
+            "samples found one (get_batch, a generator)",
+        ),
+        _c("forward", FLOAT, "time inside the models' top-level calls"),
         _c("backward", FLOAT, "time inside backward()"),
         _c("optimizer", FLOAT, "time inside optimizer.step()"),
-        _c("other", FLOAT, "the rest of the step: logging, zero_grad, your own code"),
+        _c(
+            "other",
+            FLOAT,
+            "the rest of the step: a loss computed after the model returns, zero_grad, "
+            "logging, your own code",
+        ),
         _c("loss", FLOAT, "value of the tensor backward() was called on (unscaled)", True),
         _c("grad_norm", FLOAT, "total L2 norm of the gradients before the update", True),
         _c("lr", FLOAT, "learning rate of the first parameter group", True),
@@ -256,6 +266,20 @@ DIAGNOSES = TableSpec(
         _c("summary", STR),
         _c("evidence", STR, "JSON object of the measured numbers"),
         _c("fix", STR, "ranked remedies, one per line"),
+        _c(
+            "resolved",
+            INT,
+            "the step from which it no longer held (null: it holds); the latest row of a "
+            "finding is its state",
+            nullable=True,
+        ),
+        _c(
+            "follows",
+            STR,
+            "the kind of the earlier finding it follows from (exploding_gradients -> "
+            "divergence -> nan: one cause, one chain)",
+            nullable=True,
+        ),
     ),
     capacity=100_000,
 )

@@ -60,3 +60,24 @@ def outermost(modules: list[Any]) -> list[Any]:
             if sub is not module:
                 inner.add(id(sub))
     return [m for m in modules if id(m) not in inner]
+
+
+def path_in_owner(module: Any, frame: Any) -> str | None:
+    """The attribute path of `module` inside the module the calling frame runs a method of
+    (`self.net(x)` in a LightningModule's training_step: `net`), or None."""
+    if frame is None or not frame.f_code.co_argcount:
+        return None
+    try:
+        owner = frame.f_locals.get(frame.f_code.co_varnames[0])
+    except Exception:
+        return None
+    named = getattr(owner, "named_modules", None)
+    if owner is module or named is None:
+        return None
+    try:
+        for name, sub in named():
+            if sub is module and name:
+                return str(name)
+    except Exception:
+        return None
+    return None

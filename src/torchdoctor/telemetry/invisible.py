@@ -1,9 +1,9 @@
 """What torchdoctor attaches to a user's objects stays invisible to everything that reads them.
 
 - Copies and files: the one thing put on a user's module is a `ModelHook` in its forward
-  pre-hooks. `nn.Module.__getstate__` (which `copy.deepcopy`, `pickle` and `torch.save` use)
-  is wrapped to leave ModelHooks out, so a copy is a copy of the unprobed model and no file
-  ever holds a reference to torchdoctor.
+  pre-hooks and in its forward hooks. `nn.Module.__getstate__` (which `copy.deepcopy`,
+  `pickle` and `torch.save` use) is wrapped to leave ModelHooks out, so a copy is a copy of
+  the unprobed model and no file ever holds a reference to torchdoctor.
 - TorchScript: `torch.jit.script` compiles a module's hooks; it is wrapped to lift the
   ModelHooks off for the duration. `torch.jit.trace` and `torch.export` run the hooks, which
   return at once while a tracer is active (`tracing()`). (A traced archive's debug tables,
@@ -42,8 +42,14 @@ def tracing() -> bool:
     return bool(compiling() or _jit_tracing_state() is not None)
 
 
+# Where a module keeps its hooks: the hooks (id -> hook), and the sets (or dicts) of ids
+# that hold options of some of them.
 _PRE = "_forward_pre_hooks"
-_PRE_KW = "_forward_pre_hooks_with_kwargs"
+_POST = "_forward_hooks"
+_OPTIONS = {
+    _PRE: ("_forward_pre_hooks_with_kwargs",),
+    _POST: ("_forward_hooks_with_kwargs", "_forward_hooks_always_called"),
+}
 
 
 class ModelHook:
@@ -59,44 +65,45 @@ class ModelHook:
         self._fn(module, args, kwargs)
 
 
+def _ours(hooks: Any) -> list[Any]:
+    return [k for k, h in hooks.items() if type(h) is ModelHook] if hooks else []
+
+
 def _without_ours(state: dict[str, Any]) -> dict[str, Any]:
-    pre = state.get(_PRE)
-    if not pre or not any(type(h) is ModelHook for h in pre.values()):
-        return state
-    kept = OrderedDict((k, h) for k, h in pre.items() if type(h) is not ModelHook)
-    state[_PRE] = kept
-    with_kwargs = state.get(_PRE_KW)
-    if with_kwargs:
-        state[_PRE_KW] = OrderedDict((k, v) for k, v in with_kwargs.items() if k in kept)
+    for name, options in _OPTIONS.items():
+        hooks = state.get(name)
+        ours = set(_ours(hooks))
+        if not ours or hooks is None:
+            continue
+        state[name] = OrderedDict((k, h) for k, h in hooks.items() if k not in ours)
+        for option in options:
+            held = state.get(option)
+            if held:
+                state[option] = OrderedDict((k, v) for k, v in held.items() if k not in ours)
     return state
 
 
 @contextlib.contextmanager
 def _lifted(root: Any) -> Iterator[None]:
     """ModelHooks taken off every module under `root`, put back in their places afterwards."""
-    saved = []
+    saved: list[tuple[Any, list[Any]]] = []  # (a hook dict or an option dict, its items)
     for module in root.modules():
-        pre = module.__dict__.get(_PRE)
-        if pre and any(type(h) is ModelHook for h in pre.values()):
-            with_kwargs = module.__dict__.get(_PRE_KW)
-            saved.append((pre, list(pre.items()), with_kwargs, dict(with_kwargs or {})))
-            _without_ours_in_place(pre, with_kwargs)
+        for name, options in _OPTIONS.items():
+            hooks = module.__dict__.get(name)
+            ours = _ours(hooks)
+            if not ours:
+                continue
+            for held in (hooks, *(module.__dict__.get(o) for o in options)):
+                if held is not None:
+                    saved.append((held, list(held.items())))
+                    for key in ours:
+                        held.pop(key, None)
     try:
         yield
     finally:
-        for pre, items, with_kwargs, kw_items in saved:
-            pre.clear()
-            pre.update(items)
-            if with_kwargs is not None:
-                with_kwargs.clear()
-                with_kwargs.update(kw_items)
-
-
-def _without_ours_in_place(pre: Any, with_kwargs: Any) -> None:
-    for key in [k for k, h in pre.items() if type(h) is ModelHook]:
-        del pre[key]
-        if with_kwargs is not None:
-            with_kwargs.pop(key, None)
+        for held, items in saved:
+            held.clear()
+            held.update(items)
 
 
 def install(torch: Any, hooks: Hooks) -> None:

@@ -1,7 +1,9 @@
 """The models of a run, as the telemetry hooks them: found as the outermost module calls of
 the first step (global module hooks), named with watch(), or, under torch.compile, looked for
-in the frames of the code that calls backward() (discovery.py). Each model gets one forward
-pre-hook (the start of the forward pass on every step) and its rows in python.modules.
+in the frames of the code that calls backward() (discovery.py). Each model gets a forward
+pre-hook and a forward hook (its top-level call is the forward phase, on every step) and its
+rows in python.modules; a root without parameters (a loss module) gets a pre-hook that keeps
+its calls for a NaN replay.
 
 Whether the models draw random numbers (dropout) is known once they are found: only then does
 each step keep the CPU random state, which a NaN replay needs to draw the same masks.
@@ -12,7 +14,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from torchdoctor.frames import caller_frame
 from torchdoctor.telemetry import discovery
+from torchdoctor.telemetry.models import has_params
 from torchdoctor.telemetry.patches import Hooks
 
 _RANDOM_MODULES = ("Dropout", "RReLU", "Transformer", "MultiheadAttention")
@@ -23,35 +27,69 @@ class ModelRoots:
         self.models = models
         self.tables = tables
         self.event = event
-        self.hooks = Hooks()  # the pre-hook on each model
+        self.hooks = Hooks()  # the hooks on each root
+        self._hooked: set[int] = set()  # ids of the roots hooked
         self.pending: list[Any] = []  # found in the step in progress: hooked once it ends
         self.random = True  # keep the random state per step (until the models are known)
         self._random_known = False
         self.scanned = False  # looked for models in the training code's frames
+        self.call_site: tuple[str, int] | None = None  # the line that called the first model
 
-    def hook(self, modules: list[Any], pre_hook: Any) -> None:
+    def hook(self, modules: list[Any], hooks: Any) -> None:
+        """Put `hooks` (torch_hooks.ModelHooks) on each of `modules`."""
         for module in modules:
-            self.hooks.handle(module.register_forward_pre_hook(pre_hook, with_kwargs=True))
+            if id(module) in self._hooked:
+                continue
+            self._hooked.add(id(module))
+            if has_params(module):
+                self.hooks.handle(module.register_forward_pre_hook(hooks.pre, with_kwargs=True))
+                self.hooks.handle(module.register_forward_hook(hooks.post, always_call=True))
+            else:
+                self.hooks.handle(module.register_forward_pre_hook(hooks.loss, with_kwargs=True))
             self.random = self.random or _has_randomness(module)
             for root, label in self.models.models():
                 if root is module:
                     self.tables["modules"].extend(self.models.module_rows(module, label))
                     self.event("model", {"name": label, "type": type(module).__name__})
 
-    def found_in_step(self, module: Any) -> None:
-        """An outermost module call seen by the global hooks: a model, hooked at the step's
-        end (hooking it now would run our pre-hook in the middle of its call)."""
-        if self.models.add(module):
+    def found_in_step(self, module: Any, frame: Any) -> None:
+        """An outermost module call seen by the global hooks (`frame`: a frame inside the
+        call): a model, hooked at the step's end (hooking it now would run our pre-hook in the
+        middle of its call). The code that called it names it when it holds it in a module of
+        its own (Lightning's `self.net` in training_step: `net`, its modules `net.0`, ...), and
+        its line is where the step's loss is said to be, when a library calls backward()."""
+        caller, _mine = caller_frame(frame)
+        if self.models.add(module, held_as=discovery.path_in_owner(module, caller)):
             self.pending.append(module)
 
-    def step_ended(self, pre_hook: Any) -> None:
+    def note_call_site(self, module: Any, frame: Any) -> None:
+        """The line that called a model (`frame`: a frame inside its outermost call), the first
+        time one is seen: where a library's backward() call is said to be (loss_site)."""
+        caller, _mine = caller_frame(frame)
+        if caller is not None and has_params(module):
+            self.call_site = (caller.f_code.co_filename, caller.f_lineno)
+
+    def loss_site(self, frame: Any) -> tuple[str, int] | None:
+        """Where the loss backward() runs on is said to be: the line that called backward()
+        when it is the user's; when a library calls it (Lightning's automatic optimization, HF
+        Trainer, Accelerate), the line that called the model (training_step; compute_loss
+        under HF Trainer), never the launcher's (`trainer.fit(...)`)."""
+        caller, mine = caller_frame(frame)
+        if caller is not None and (mine or self.call_site is None):
+            return (caller.f_code.co_filename, caller.f_lineno)
+        return self.call_site
+
+    def is_hooked(self, module: Any) -> bool:
+        return id(module) in self._hooked
+
+    def step_ended(self, hooks: Any) -> None:
         if self.pending:
             roots, self.pending = self.pending, []
             if not self._random_known:
                 self.random, self._random_known = False, True
-            self.hook(roots, pre_hook)
+            self.hook(roots, hooks)
 
-    def scan_frames(self, module_cls: Any, frame: Any, pre_hook: Any) -> None:
+    def scan_frames(self, module_cls: Any, frame: Any, hooks: Any) -> None:
         """No model call was seen (compiled code, or global hooks off): look at what the
         training code holds, once (again after a new torch.compile)."""
         if self.scanned:
@@ -62,7 +100,7 @@ class ModelRoots:
         found = discovery.modules_in_reach(module_cls, frame)
         new = [m for m in found if self.models.add(m)]
         if new:
-            self.hook(new, pre_hook)
+            self.hook(new, hooks)
 
     def unfinished_rows(self) -> None:
         """The run ended during the first step: the rows of the models found in it."""

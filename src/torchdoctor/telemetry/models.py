@@ -8,6 +8,7 @@ import weakref
 from typing import Any
 
 from torchdoctor.store.schema import MODULES
+from torchdoctor.views import indexed
 
 
 class Models:
@@ -32,22 +33,27 @@ class Models:
 
     def models(self) -> list[tuple[Any, str]]:
         """Roots that own parameters: the models (loss modules are roots without any)."""
-        return [(m, label) for m, label in self.roots() if _has_params(m)]
+        return [(m, label) for m, label in self.roots() if has_params(m)]
 
-    def add(self, module: Any, label: str | None = None) -> bool:
-        """Record a root module; True when it was new."""
+    def add(self, module: Any, label: str | None = None, held_as: str | None = None) -> bool:
+        """Record a root module; True when it was new. Its modules are named as the script
+        reaches them: `held_as` (its path in the module the calling code holds, Lightning's
+        `self.net`) and the model's name are their prefix when the names alone would not say
+        where they are (`net.4`, not `4`); a model whose modules have names of their own keeps
+        them (`transformer.h.3.attn`)."""
         if id(module) in self._root_ids:
             return False
         if id(module) in self._names and label is None:
             return False  # a submodule of a known model called on its own
-        label = label or _label_for(module, {lbl for _, lbl in self._roots})
+        label = label or held_as or _label_for(module, {lbl for _, lbl in self._roots})
         try:
             self._roots.append((weakref.ref(module), label))
         except TypeError:
             return False
         self._root_ids.add(id(module))
-        primary = len(self.models()) <= 1 and _has_params(module)
-        prefix = "" if primary else f"{label}."
+        primary = len(self.models()) <= 1 and has_params(module)
+        bare = held_as is not None or indexed(module)
+        prefix = "" if primary and not bare else f"{label}."
         self._names[id(module)] = label
         for name, sub in module.named_modules():
             if name:
@@ -87,7 +93,7 @@ class Models:
         return rows
 
 
-def _has_params(module: Any) -> bool:
+def has_params(module: Any) -> bool:
     return next(iter(module.parameters()), None) is not None
 
 

@@ -1,10 +1,16 @@
-"""Exclusive time per phase of the step in progress.
+"""Exclusive time per phase of the step in progress, and the gaps between phases.
 
 Phases nest: the closure LBFGS calls inside `optimizer.step()` runs a forward and a backward,
 and their time is not the optimizer's. Opening a phase pauses the one around it; closing it
-resumes the outer one. `forward` is a segment rather than a call: it opens at a model call
-and ends when anything else starts (backward, a data fetch, an optimizer step) or the step
-ends, so it covers the forward pass and the loss computation.
+resumes the outer one. `forward` is the time inside the models' top-level calls: it opens at a
+model's forward pre-hook and closes at its forward hook (a model called inside a model counts
+once). What runs after the model returns and before backward() (a loss computed outside the
+model, fetching the next batch) is no phase: it is `other`.
+
+A gap is the time while no phase is open; it is named by the phase that closed last ("start"
+for the gap that opens the step). When stack samples found that a gap is spent in an input
+function that is not a DataLoader (gap_sampler.py), `input_shares` holds that gap's share, and
+that share of each such gap is booked as data_wait from then on.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ COLUMN = {
     "optimizer": "optimizer",
 }
 PHASES = tuple(COLUMN.values())
+START = "start"  # the gap that opens a step (before its first phase)
 
 
 def zero() -> dict[str, float]:
@@ -26,15 +33,25 @@ def zero() -> dict[str, float]:
 
 
 class PhaseTimer:
-    __slots__ = ("_open",)
+    __slots__ = ("_open", "after", "input_shares", "since")
 
     def __init__(self) -> None:
-        self._open: list[list[Any]] = []  # [phase, running since (None while paused)]
+        # [phase, running since (None while paused), model calls open (forward only)]
+        self._open: list[list[Any]] = []
+        self.after = START  # the gap running now (while no phase is open) follows this phase
+        self.since = 0.0  # ... since then
+        self.input_shares: dict[str, float] = {}  # gap -> share of it booked as data_wait
 
     @property
     def phase(self) -> str:
         """What runs now: data, forward, backward, optimizer or other."""
         return self._open[-1][0] if self._open else "other"
+
+    @property
+    def gap(self) -> str | None:
+        """The gap running now (named by the phase that closed before it), or None while a
+        phase is open (read from other threads: the gap sampler)."""
+        return None if self._open else self.after
 
     # The hot path calls these a few times per step: plain loops, no helper calls.
     def inside(self, phase: str) -> bool:
@@ -45,50 +62,92 @@ class PhaseTimer:
 
     def enter(self, phase: str, now: float, totals: dict[str, float]) -> None:
         opened = self._open
-        if opened and opened[-1][0] == "forward":  # anything else starting ends the forward
-            totals["forward"] += now - opened.pop()[1]
         if opened:
             top = opened[-1]
             if top[1] is not None:
                 totals[COLUMN[top[0]]] += now - top[1]
             top[1] = None
-        opened.append([phase, now])
+        elif self.input_shares:  # a gap ends: an input function's share of it is data
+            share = self.input_shares.get(self.after)
+            if share:
+                totals["data_wait"] += (now - self.since) * share
+        opened.append([phase, now, 1])
 
     def exit(self, phase: str, now: float, totals: dict[str, float]) -> None:
         opened = self._open
-        if opened and opened[-1][0] == "forward" and phase != "forward":
-            self.end_forward(now, totals)
         if opened and opened[-1][0] == phase:  # the usual case: it is the innermost
             since = opened.pop()[1]
             if since is not None:
                 totals[COLUMN[phase]] += now - since
             if opened:
                 opened[-1][1] = now
+            else:
+                self.after = phase
+                self.since = now
             return
         if not self.inside(phase):
             return  # opened before a reset (the telemetry was switched on mid-call)
         while opened:
-            name, since = opened.pop()
-            if since is not None:
-                totals[COLUMN[name]] += now - since
-            if name == phase:
+            entry = opened.pop()
+            if entry[1] is not None:
+                totals[COLUMN[entry[0]]] += now - entry[1]
+            if entry[0] == phase:
                 break
         if opened:
             opened[-1][1] = now
+        else:
+            self.after = phase
+            self.since = now
 
     def begin_forward(self, now: float, totals: dict[str, float]) -> bool:
-        """Open the forward segment unless it is open; True when it was opened now."""
-        if self._open and self._open[-1][0] == "forward":
+        """A model's top-level call begins: the forward phase opens, unless a model call is
+        open already (a model called inside a model); True when it was opened now."""
+        opened = self._open
+        if opened and opened[-1][0] == "forward":
+            opened[-1][2] += 1
             return False
         self.enter("forward", now, totals)
         return True
 
     def end_forward(self, now: float, totals: dict[str, float]) -> None:
-        if self._open and self._open[-1][0] == "forward":
-            _name, since = self._open.pop()
-            totals["forward"] += now - since
-            if self._open:
-                self._open[-1][1] = now
+        """A model's top-level call returned (its forward hook): the forward phase closes when
+        it was the outermost model call."""
+        opened = self._open
+        if opened:
+            top = opened[-1]
+            if top[0] == "forward":  # the usual case, inline: it runs every step
+                if top[2] > 1:
+                    top[2] -= 1
+                    return
+                opened.pop()
+                if top[1] is not None:
+                    totals["forward"] += now - top[1]
+                if opened:
+                    opened[-1][1] = now
+                else:
+                    self.after = "forward"
+                    self.since = now
+                return
+        self.exit("forward", now, totals)
+
+    def step_ended(self, now: float, totals: dict[str, float]) -> None:
+        """The step's end: a model call still open (it raised past its hook, or the step ended
+        inside it) closes; the gap running now is booked; the next step opens with its own."""
+        opened = self._open
+        if opened and opened[-1][0] == "forward":
+            since = opened.pop()[1]
+            if since is not None:
+                totals["forward"] += now - since
+            if opened:
+                opened[-1][1] = now
+        if not opened:
+            if self.input_shares:
+                share = self.input_shares.get(self.after)
+                if share:
+                    totals["data_wait"] += (now - self.since) * share
+            self.after = START
+            self.since = now
 
     def reset(self) -> None:
         self._open.clear()
+        self.after = START

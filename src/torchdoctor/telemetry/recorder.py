@@ -2,11 +2,14 @@
 
 The Recorder turns the events the hooks deliver (torch_hooks.py: thin adapters, one per place
 torch is entered) into rows. Where each phase of a step is measured:
-  data_wait  DataLoader iterators' __next__
-  forward    from a model call to backward() (the model's pre-hook; see phases.py)
+  data_wait  DataLoader iterators' __next__, and the share of the gaps between phases that
+             stack samples found in an input function of the loop's own (gap_sampler.py)
+  forward    inside the models' top-level calls (each model's forward pre-hook and forward
+             hook; see phases.py)
   backward   torch.autograd.backward (which Tensor.backward calls)
   optimizer  optimizer.step() (global optimizer step pre/post hooks)
-  other      the rest of the step (zero_grad, logging, your own code)
+  other      the rest of the step (a loss computed outside the model, zero_grad, logging,
+             your own code)
 
 Where a step ends, decided by one of three modes, chosen as the run shows itself:
   optimizer  an update of the primary optimizer (optimizers.py: the first that steps, or
@@ -31,10 +34,10 @@ from typing import Any, Protocol
 
 from torchdoctor._failsafe import Switch, warn_once
 from torchdoctor._json import dumps
-from torchdoctor.frames import user_frame
 from torchdoctor.telemetry import collectives, compile_events, process_group, torch_hooks
 from torchdoctor.telemetry.clock import CpuClock, CudaClock
 from torchdoctor.telemetry.cycle_steps import CycleSteps
+from torchdoctor.telemetry.gap_sampler import GapSampler
 from torchdoctor.telemetry.gradient_check import Check, GradientCheck
 from torchdoctor.telemetry.invisible import compile_in_use
 from torchdoctor.telemetry.local_shards import local
@@ -107,7 +110,8 @@ class Recorder(RunView):
         self._memory_at_setup = False  # python.memory's "setup" row was written
         self._next_rank_poll = 0.0  # perf_counter time of the next process_group.poll()
         self._compile_watch: Any = None
-        self.model_hook = torch_hooks.model_hook(self)
+        self.model_hook = torch_hooks.model_hooks(self)
+        self.gaps = GapSampler(self)  # stack samples of the gaps, when the doctor asks
 
     # -- install / remove ------------------------------------------------------------------
     def install(self) -> None:
@@ -126,6 +130,7 @@ class Recorder(RunView):
         self.hooks.on_remove(lambda: self.plan.global_hooks(False))
         self.memory.start()
         self.hooks.on_remove(self.memory.close)
+        self.hooks.on_remove(self.gaps.stop)
 
     def remove(self) -> None:
         try:
@@ -247,6 +252,15 @@ class Recorder(RunView):
         if self.timer.begin_forward(now, state.phases) and state.start is None:
             state.start = now
 
+    def on_model_return(self, now: float) -> None:
+        """A model's top-level call returned (its forward hook): the forward phase closes."""
+        self.timer.end_forward(now, self.state.phases)
+
+    def on_loss_call(self, module: Any, args: Any, kwargs: Any) -> None:
+        """A root module without parameters (a loss module) is called: no phase of its own (a
+        loss computed outside the model is `other`); kept for a NaN replay."""
+        self.state.keep_call(module, args, kwargs, self.torch, self.roots.random)
+
     def on_backward(self, tensors: Any, now: float) -> None:
         loss = tensors  # the one scalar tensor backward() ran on, if that is what it got
         if isinstance(loss, (tuple, list)):
@@ -299,8 +313,7 @@ class Recorder(RunView):
         if self.plan.tracing:
             self.memory_row("forward")
         # from the frame that called backward()'s wrapper: ours and torch's are not the place
-        caller = user_frame(sys._getframe(3))
-        site = (caller.f_code.co_filename, caller.f_lineno) if caller else None
+        site = self.roots.loss_site(sys._getframe(3))
         self.state.note_loss(loss, site, self.rows.cuda, self.timer.inside("optimizer"))
 
     def _late_nonfinite(self, step: int, grad_norm: float | None, loss: float | None) -> None:
@@ -310,7 +323,7 @@ class Recorder(RunView):
     # -- step boundary -----------------------------------------------------------------------
     def end_step(self, now: float, skipped: bool) -> None:
         state = self.state
-        self.timer.end_forward(now, state.phases)
+        self.timer.step_ended(now, state.phases)
         self.state = StepState(time.perf_counter())
         self._finish(state, now, skipped)
 

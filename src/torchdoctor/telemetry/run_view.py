@@ -23,6 +23,7 @@ class RunView:
     state: Any
     switch: Any
     collective_calls: Any
+    gaps: Any
     steps_done: int
     rank: int
     mode: str
@@ -63,6 +64,11 @@ class RunView:
     def request_trace(self) -> None:
         """Trace the next step (a diagnosis wants per-module detail now)."""
         self.plan.requested = True
+
+    def request_gap_samples(self) -> bool:
+        """Sample the training thread's stack while no phase is open, for a short window (the
+        step spends much outside every phase: its input may come from the loop's own code)."""
+        return bool(self.gaps.request())
 
     def arm_sync_check(self) -> None:
         """CUDA: read the gradient norm before each update from now on (a NaN was seen late:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import threading
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 from torchdoctor.telemetry import invisible
 from torchdoctor.telemetry.invisible import compiling, tracing
@@ -192,7 +192,7 @@ def install(rec: Any, torch: Any, hooks: Hooks) -> None:
         rec.on_data_done,
         optimizer_pre,
         optimizer_post,
-        rec.model_hook._fn,  # model_hook's closure (one code object for all of them)
+        *(hook._fn for hook in rec.model_hook),  # model_hooks' closures
         invisible.ModelHook.__call__,
         global_pre,
         global_post,
@@ -202,9 +202,20 @@ def install(rec: Any, torch: Any, hooks: Hooks) -> None:
     )
 
 
-def model_hook(rec: Any) -> invisible.ModelHook:
-    """The forward pre-hook put on each model (one call layer: it runs every step)."""
-    switch, on_model_call = rec.switch, rec.on_model_call
+class ModelHooks(NamedTuple):
+    """The hooks put on each root module: a model gets `pre` (its forward pre-hook: the
+    forward phase opens) and `post` (its forward hook: it closes); a root without parameters
+    (a loss module) gets `loss` (its calls are kept for a NaN replay, in no phase). Each is
+    one call layer: a model's run every step."""
+
+    pre: invisible.ModelHook
+    post: invisible.ModelHook
+    loss: invisible.ModelHook
+
+
+def model_hooks(rec: Any) -> ModelHooks:
+    switch, on_model_call, on_model_return = rec.switch, rec.on_model_call, rec.on_model_return
+    plan = rec.plan
 
     def model_call(module: Any, args: Any, kwargs: Any) -> None:
         if tracing() or not switch.on or _get_ident() != rec.train_thread:
@@ -214,7 +225,30 @@ def model_hook(rec: Any) -> invisible.ModelHook:
         except Exception as exc:
             switch.fail(exc)
 
-    return invisible.ModelHook(model_call)
+    def model_return(module: Any, args: Any, output: Any) -> None:
+        # plan.depth: a model called inside a model while the global hooks are on (they ran
+        # first, so a top-level call is back at 0 here). compiling() alone, not tracing():
+        # under torch.jit.trace the pre-hook opened nothing, so there is nothing to close.
+        if compiling() or not switch.on or _get_ident() != rec.train_thread or plan.depth:
+            return
+        try:
+            on_model_return(_now())
+        except Exception as exc:
+            switch.fail(exc)
+
+    def loss_call(module: Any, args: Any, kwargs: Any) -> None:
+        if tracing() or not switch.on or _get_ident() != rec.train_thread:
+            return
+        try:
+            rec.on_loss_call(module, args, kwargs)
+        except Exception as exc:
+            switch.fail(exc)
+
+    return ModelHooks(
+        invisible.ModelHook(model_call),
+        invisible.ModelHook(model_return),
+        invisible.ModelHook(loss_call),
+    )
 
 
 def global_pre(plan: Any, module: Any, args: Any) -> None:

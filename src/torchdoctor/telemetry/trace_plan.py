@@ -7,10 +7,12 @@ on the others the models' own pre-hooks are all there is, and under torch.compil
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import Any
 
 from torchdoctor.telemetry import torch_hooks
+from torchdoctor.telemetry.models import has_params
 from torchdoctor.telemetry.patches import Hooks
 
 
@@ -22,11 +24,13 @@ class TracePlan:
         self.discovering = True  # this step's outermost module calls are the models
         self.requested = False  # a diagnosis asked for the next step to be traced
         self.depth = 0  # nesting of module calls, while the global hooks are on
+        self.opened: Any = None  # a model not hooked yet whose call opened the forward phase
         self.hooks = Hooks()
         self.hooks_on = False
 
     def global_hooks(self, on: bool) -> None:
         self.depth = 0
+        self.opened = None
         if on and not self.hooks_on:
             torch_hooks.add_global_module_hooks(self, self.hooks)
         elif not on:
@@ -67,9 +71,17 @@ class TracePlan:
         rec = self.rec
         top = self.depth == 0
         self.depth += 1
-        if top and not rec.models.is_root(module):
-            rec.on_model_call(module, args, {})  # an outermost call: a model, seen first here
-            rec.roots.found_in_step(module)
+        if top and rec.roots.call_site is None:
+            rec.roots.note_call_site(module, sys._getframe())
+        if top and not rec.roots.is_hooked(module):
+            # an outermost call of a module not hooked yet: a model (or a loss module), seen
+            # first here; its own hooks are put on at the step's end
+            if has_params(module):
+                rec.on_model_call(module, args, {})
+                self.opened = module
+            else:
+                rec.on_loss_call(module, args, {})
+            rec.roots.found_in_step(module, sys._getframe())
         if self.shaping:
             rec.shapes.enter(module, rec.models.name_of(module), args)
         if self.tracing:
@@ -77,6 +89,9 @@ class TracePlan:
 
     def on_global_post(self, module: Any, output: Any) -> None:
         self.depth = max(0, self.depth - 1)
+        if not self.depth and self.opened is module:
+            self.opened = None
+            self.rec.on_model_return(time.perf_counter())
         if self.shaping:
             self.rec.shapes.exit(module, output)
         if self.tracing:

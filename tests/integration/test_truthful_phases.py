@@ -1,0 +1,83 @@
+"""Phases that are true for any loop shape, on real loops recorded in this process: forward is
+the time inside the model's top-level calls; what runs between the model's return and
+backward() is not forward; input that does not come through a DataLoader (nanoGPT's
+`get_batch` between forward and backward, a generator of the loop's own) is found by stack
+samples of the gaps, counted as data_wait from then on, and named by dataloader_bound with the
+line that calls it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from helpers import SCRIPTS
+from recording import record
+
+from torchdoctor.store.saved import open_run
+
+
+def _recorded(
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> tuple[Any, dict[str, list[float]], list[dict[str, Any]]]:
+    recorded = record(name, run_dir=tmp_path / "run")
+    assert recorded.code == 0, recorded.exception
+    said = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    return open_run(recorded.run_dir), said, recorded.diagnoses()
+
+
+def _samples(run: Any) -> dict[str, Any]:
+    events = [e for e in run.block("events").to_records() if e["kind"] == "gap_samples"]
+    assert events, "no stack samples were taken"
+    found = json.loads(events[-1]["data"])
+    assert "input" in found, json.dumps(found, indent=1)
+    return found
+
+
+def _line(script: str, text: str) -> int:
+    lines = (SCRIPTS / script).read_text().splitlines()
+    return next(i for i, line in enumerate(lines, 1) if text in line)
+
+
+def test_get_batch_between_forward_and_backward_is_data(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run, said, found = _recorded("input_get_batch.py", tmp_path, capsys)
+    steps = run.block("steps").data
+    # Forward is the model's call, not the fetch after it (it was 5-8x the model before).
+    assert steps["forward"].sum() < 1.5 * sum(said["model"]) + 0.02
+    assert steps["forward"].sum() < 0.5 * sum(said["fetch"])
+    samples = _samples(run)
+    where = samples["input"]
+    assert where["function"] == "get_batch"
+    assert where["site"].endswith(f"input_get_batch.py:{_line('input_get_batch.py', '    X, Y')}")
+    assert where["gaps"]["forward"] >= 0.9  # the gap after the model's return
+    # From the step it was found on, the fetch is data_wait (row N's gap holds fetch N).
+    start = where["from_step"] + 1
+    booked = float(steps["data_wait"][start:].sum())
+    fetched = sum(said["fetch"][start:])
+    assert booked == pytest.approx(fetched, rel=0.15)
+    assert float(np.median(steps["other"][start:])) < 0.25 * float(np.median(said["fetch"]))
+    bound = [d for d in found if d["kind"] == "dataloader_bound"][-1]
+    assert bound["severity"] == "warning"
+    assert "get_batch()" in bound["summary"] and "not through a DataLoader" in bound["summary"]
+    assert bound["location"] == where["site"]
+    assert "IterableDataset" in bound["fix"]
+
+
+def test_a_generator_of_the_loop_is_data(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run, said, found = _recorded("input_generator.py", tmp_path, capsys)
+    where = _samples(run)["input"]
+    assert where["function"] == "batches"
+    assert where["code"] == "x, y = next(stream)"
+    assert where["gaps"]["start"] >= 0.8  # the gap that opens the step
+    steps = run.block("steps").data
+    start = where["from_step"] + 1
+    booked = float(steps["data_wait"][start:].sum())
+    assert booked == pytest.approx(sum(said["fetch"][start:]), rel=0.2)
+    bound = [d for d in found if d["kind"] == "dataloader_bound"][-1]
+    assert bound["location"].endswith(f"input_generator.py:{_line('input_generator.py', 'next(')}")
