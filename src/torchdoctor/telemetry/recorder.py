@@ -18,7 +18,8 @@ Where a step ends, decided by one of three modes, chosen as the run shows itself
 Parts, each the only writer of its state: the step in progress (step.py: a StepState replaced
 whole when the step ends), its phases (phases.py), the gradient check and --guard
 (gradient_check.py), the optimizers (optimizers.py), the models and their hooks
-(model_roots.py), the rows (step_rows.py), module tracing (tracer.py, shapes.py).
+(model_roots.py), the rows (step_rows.py), module tracing (tracer.py, shapes.py), the
+silent-error checks on sampled steps (silent/: called behind `if self.silent.active`).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from torchdoctor.telemetry.readback import Readback
 from torchdoctor.telemetry.run_view import RunView
 from torchdoctor.telemetry.safe_point import SafePoint
 from torchdoctor.telemetry.shapes import ShapeRecorder
+from torchdoctor.telemetry.silent import SilentChecks
 from torchdoctor.telemetry.step import StepState
 from torchdoctor.telemetry.step_rows import StepRow, StepRows
 from torchdoctor.telemetry.trace_plan import TracePlan
@@ -106,6 +108,7 @@ class Recorder(RunView):
         self._next_rank_poll = 0.0  # perf_counter time of the next process_group.poll()
         self._compile_watch: Any = None
         self._model_hook = torch_hooks.model_hook(self)
+        self.silent = SilentChecks(self)  # silent-error checks on sampled steps (silent/)
 
     # -- install / remove ------------------------------------------------------------------
     def install(self) -> None:
@@ -124,6 +127,7 @@ class Recorder(RunView):
         self.hooks.on_remove(lambda: self.plan.global_hooks(False))
         self.memory.start()
         self.hooks.on_remove(self.memory.close)
+        self.silent.install(self.hooks)
 
     def remove(self) -> None:
         try:
@@ -219,6 +223,8 @@ class Recorder(RunView):
         if state.start is None:
             state.start = now
         self.timer.enter("data", now, state.phases)
+        if self.silent.active:
+            self.silent.on_data()
 
     def on_data_done(self, now: float) -> None:
         self.timer.exit("data", now, self.state.phases)
@@ -240,6 +246,8 @@ class Recorder(RunView):
         state.keep_call(module, args, kwargs, self.torch, self.roots.random)
         if self.timer.begin_forward(now, state.phases) and state.start is None:
             state.start = now
+        if self.silent.active or not module.training:
+            self.silent.on_model_call(module, args, kwargs)
 
     def on_backward(self, tensors: Any, now: float) -> None:
         loss = tensors  # the one scalar tensor backward() ran on, if that is what it got
@@ -257,6 +265,8 @@ class Recorder(RunView):
         self.timer.enter("backward", now, state.phases)
         if loss is not None:
             self._note_loss(local(loss))
+        if self.silent.active:
+            self.silent.on_backward(loss)
 
     def on_backward_done(self, now: float) -> None:
         state = self.state
@@ -302,10 +312,14 @@ class Recorder(RunView):
             if self.host.config.guard and guard_update(check):
                 self.event("guard_skip", {"optimizer": optimizers.label(optimizer)})
         optimizers.begin(optimizer, now, check)
+        if self.silent.active:
+            self.silent.before_update(optimizer)
 
     def on_optimizer_done(self, optimizer: Any, now: float) -> None:
         state = self.state
         self.timer.exit("optimizer", now, state.phases)
+        if self.silent.active:
+            self.silent.after_update(optimizer)
         t0, check = self.optimizers.end(optimizer, now)
         if optimizer is not self.optimizers.primary:
             self._update_row(optimizer, now - t0, check)
