@@ -72,7 +72,7 @@ CASES = [
     case("silent_batch_collapsed.py", "batch_collapsed", "model", 3, batch_sizes=[16]),
 ]  # fmt: skip
 
-FIXED = sorted({c.values[0] for c in CASES if c.values[0][0] != "silent_worker_seed.py"})
+FIXED = sorted({c.values[0] for c in CASES})
 LEGIT = [
     ("silent_legit_gan.py",),
     ("silent_legit_accumulation.py",),
@@ -89,7 +89,13 @@ def _found(tmp_path: Path, args: tuple[str, ...]) -> list[dict[str, Any]]:
 
 
 def _loud(found: list[dict[str, Any]]) -> list[tuple[str, str]]:
-    return [(d["kind"], d["summary"]) for d in found if SEVERITY[d["severity"]] > 0]
+    # How long a tiny model waits for its DataLoader (dataloader_bound) depends on the load of
+    # the machine running the tests, not on the bug: left out.
+    return [
+        (d["kind"], d["summary"])
+        for d in found
+        if SEVERITY[d["severity"]] > 0 and d["kind"] != "dataloader_bound"
+    ]
 
 
 @pytest.mark.parametrize(("args", "kind", "where", "step", "evidence"), CASES)
@@ -111,13 +117,6 @@ def test_silent_bug_is_caught_with_its_cause_place_and_step(  # type: ignore[no-
 @pytest.mark.parametrize("args", FIXED, ids=[" ".join(a) for a in FIXED])
 def test_fixed_twin_raises_nothing_above_info(tmp_path, args) -> None:  # type: ignore[no-untyped-def]
     assert not _loud(_found(tmp_path, (*args, "--fixed")))
-
-
-def test_fixed_worker_seeding_raises_no_silent_finding(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    # Two workers feeding a small model: how long it waits for them (dataloader_bound) depends
-    # on the machine's load; the repeated batches are what this twin fixes.
-    found = _found(tmp_path, ("silent_worker_seed.py", "--fixed"))
-    assert not [x for x in _loud(found) if x[0] != "dataloader_bound"]
 
 
 @pytest.mark.parametrize("args", LEGIT, ids=[" ".join(a) for a in LEGIT])

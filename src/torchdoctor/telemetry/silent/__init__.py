@@ -5,9 +5,10 @@ Each check measures a fact of the live process on a few sampled steps and writes
 event `silent.<check>`; a pure diagnosis module judges it (diagnose/<kind>.py). The Recorder
 calls in here behind one test, `if silent.active`, true on the sampled steps only: steps 1-3,
 then two steps in every PERIOD (PERIOD, PERIOD + 1, 2 * PERIOD, ...), which gives the checks
-that compare one step with the next a pair of consecutive steps each time; and the three steps
-after the first optimizer update, where that came late (a loop whose first steps were told
-from the gradient reset, before any optimizer stepped). On the other steps
+that compare one step with the next a pair of consecutive steps each time (the others look at
+the first step of the pair only: `full`); and the three steps after the first optimizer
+update, where that came late (a loop whose first steps were told from the gradient reset,
+before any optimizer stepped). On the other steps
 nothing runs but that test and, per model call, a read of `module.training` (a model called
 in eval mode is looked at: see modes.py).
 
@@ -52,12 +53,19 @@ def sampled(step: int) -> bool:
     return 1 <= step <= 3 or (step >= PERIOD and step % PERIOD in (0, 1))
 
 
+def full(step: int) -> bool:
+    """Whether every check looks at step `step`: on the second step of a periodic pair only
+    those that compare it with the first one do (the gradient reset, the batches)."""
+    return 1 <= step <= 3 or (step >= PERIOD and step % PERIOD == 0)
+
+
 class SilentChecks:
     def __init__(self, rec: Any) -> None:
         self.rec = rec
         self.torch = rec.torch
         self.switch = Switch("silent-error checks")
         self.active = False  # the step in progress is sampled
+        self.full = False  # ... and every check looks at it
         self.first_update: int | None = None  # the step of the primary optimizer's first update
         self.fetches = 0  # DataLoader fetches in the step in progress (sampled steps)
         self._emitted: set[Any] = set()
@@ -147,7 +155,8 @@ class SilentChecks:
                 self.modes.on_eval_call(module)
             if self.active:
                 self.batches.on_model_call(module, args, kwargs)
-                self.graphs.on_model_call(module)
+                if self.full:
+                    self.graphs.on_model_call(module)
         except Exception as exc:
             self.fail(exc)
 
@@ -159,8 +168,9 @@ class SilentChecks:
             if scaled is not None and loss is not None and scaled[0] is loss:
                 loss = scaled[1]
             self.resets.on_backward()
-            self.modes.on_backward()
-            self.graphs.on_backward(loss)
+            if self.full:
+                self.modes.on_backward()
+                self.graphs.on_backward(loss)
         except Exception as exc:
             self.fail(exc)
 
@@ -171,10 +181,11 @@ class SilentChecks:
             step = self.rec.step
             primary = optimizer is self.rec.optimizers.primary
             self.resets.before_update(optimizer, step, primary)
-            self.updates.before_update(optimizer, step)
-            if primary:
-                self.graphs.before_update(step)
-                self.coverage.before_update(step)
+            if self.full:
+                self.updates.before_update(optimizer, step)
+                if primary:
+                    self.graphs.before_update(step)
+                    self.coverage.before_update(step)
         except Exception as exc:
             self.fail(exc)
 
@@ -192,6 +203,10 @@ class SilentChecks:
         first = self.first_update
         return sampled(step) or (first is not None and 1 <= step - first <= 3)
 
+    def full_at(self, step: int) -> bool:
+        first = self.first_update
+        return full(step) or (first is not None and 1 <= step - first <= 3)
+
     def on_step_end(self, state: Any, step: int) -> None:
         """A step listener: whether the next step is sampled; the sampled step's summaries."""
         if self.first_update is None and state.update is not None:
@@ -203,4 +218,5 @@ class SilentChecks:
             except Exception as exc:
                 self.fail(exc)
         self.active = self.switch.on and self.sampled(step + 1)
+        self.full = self.active and self.full_at(step + 1)
         self.fetches = 0

@@ -1,8 +1,8 @@
 """The batches a model is given: the same one again, or its batch dimension collapsed to 1.
 
 On a sampled step, the tensors passed to the step's first CALLS model calls are fingerprinted:
-for each, its shape and three float64 sums over its elements (plain, squared, and weighted by
-a fixed cosine ramp, so that a reordering changes it). Two steps with equal fingerprints had
+for each, its shape and three float64 sums over its elements (plain, and weighted by two fixed
+ramps, so that a reordering changes them). Two steps with equal fingerprints had
 the same batch. (Several calls, because an RL update's first call is the policy on an
 episode's first observation, which a deterministic reset repeats; the next ones differ.)
 Computed on the batch's device and read back through the Readback; tensors over 4M elements
@@ -80,11 +80,16 @@ class Batches:
             n = flat.numel()
         v = flat.to(torch.float64)
         key = (n, v.device)
-        ramp = self._ramps.get(key)
-        if ramp is None:
-            ramp = torch.cos(torch.arange(n, device=v.device, dtype=torch.float64) * 0.6180339)
-            self._ramps = {key: ramp}  # one size at a time: batches keep their size
-        return torch.stack([v.sum(), (v * v).sum(), (v * ramp).sum()])
+        weights = self._ramps.get(key)
+        if weights is None:
+            i = torch.arange(n, device=v.device, dtype=torch.float64)
+            weights = torch.stack(
+                [torch.ones_like(i), torch.cos(i * 0.6180339), torch.sin(i * 0.3)]
+            )
+            if len(self._ramps) > 8:  # sizes seen: batches mostly keep theirs
+                self._ramps.clear()
+            self._ramps[key] = weights
+        return torch.mv(weights, v)
 
     def step_ended(self, step: int, next_sampled: bool) -> None:
         """A sampled step ended: when the next is not sampled, the window is closed."""

@@ -16,7 +16,7 @@ GradScaler's unscaling scale them all alike):
 A match is a relative residual under 1e-3 where the other reading misses by over 1e-2;
 anything else (gradients cleared part-way, as a GAN's discriminator gets the generator's
 backward in between) decides nothing. The arithmetic runs on the gradients' device and is
-read back through the Readback (no host sync).
+read back through the Readback (no host sync); on CPU it runs in numpy.
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ import dataclasses
 import functools
 import math
 from typing import Any
+
+import numpy as np
 
 from torchdoctor.telemetry.local_shards import local
 
@@ -38,12 +40,11 @@ class Probe:
     label: str
     step: int  # the update after which the probes were taken
     params: list[Any]
-    bounds: list[tuple[int, int]]  # each probe's elements in the vectors below
     before: Any  # B
-    total: Any  # F
-    last: Any  # L
     handles: list[Any]
-    last_backward: int = -1
+    incoming: list[tuple[int, int, Any]] = dataclasses.field(default_factory=list)
+    # (backward() call, probe index, its slice) for every gradient brought in since
+    broken: bool = False
 
     def remove(self) -> None:
         for handle in self.handles:
@@ -77,22 +78,8 @@ class GradientResets:
         if not candidates:
             return
         params = sorted(candidates, key=lambda p: p.numel())[:PROBES]
-        slices = [_slice(p.grad) for p in params]
-        bounds, start = [], 0
-        for s in slices:
-            bounds.append((start, start + s.numel()))
-            start += s.numel()
-        before = torch.cat(slices)
-        probe = Probe(
-            self.host.label(optimizer),
-            step,
-            params,
-            bounds,
-            before,
-            torch.zeros_like(before),
-            torch.zeros_like(before),
-            [],
-        )
+        before = _slices(torch, [p.grad for p in params])
+        probe = Probe(self.host.label(optimizer), step, params, before, [])
         for i, p in enumerate(params):
             probe.handles.append(p.register_hook(functools.partial(self._incoming, probe, i)))
         old = self.armed.pop(id(optimizer), None)
@@ -101,42 +88,41 @@ class GradientResets:
         self.armed[id(optimizer)] = probe
 
     def _incoming(self, probe: Probe, i: int, grad: Any) -> None:
-        """A gradient backward() brings to probe parameter `i` (before it is accumulated)."""
+        """A gradient backward() brings to probe parameter `i` (before it is accumulated):
+        copied, since autograd may make this very tensor the parameter's .grad."""
         try:
-            if probe.last_backward != self.backwards:
-                probe.last.zero_()
-                probe.last_backward = self.backwards
-            a, b = probe.bounds[i]
-            part = _slice(grad)
-            probe.total[a:b] += part
-            probe.last[a:b] += part
+            part = local(grad).detach().reshape(-1)[:SLICE].double()
+            probe.incoming.append((self.backwards, i, part))
         except Exception:  # never break the user's backward(): this probe decides nothing
-            probe.bounds = []
+            probe.broken = True
 
     def before_update(self, optimizer: Any, step: int, primary: bool) -> None:
         probe = self.armed.pop(id(optimizer), None)
         if probe is None:
             return
         probe.remove()
-        if probe.step != step - 1 or not probe.bounds:
+        if probe.step != step - 1 or probe.broken:
             return
         grads = [p.grad for p in probe.params]
-        if any(g is None for g in grads):
-            return  # set to None since: cleared
+        if any(g is None for g in grads) or not probe.incoming:
+            return  # set to None since (cleared), or nothing came in
         torch = self.host.torch
-        now = torch.cat([_slice(g) for g in grads])
+        now = _slices(torch, grads)
         if now.shape != probe.before.shape:
             return
-        values = torch.stack(
-            [
-                _residual(torch, now, probe.before + probe.total),
-                _residual(torch, now, probe.total),
-                _residual(torch, now, probe.last),
-                _factor(torch, now, probe.before + probe.total),
-                torch.linalg.vector_norm(probe.before) / _norm(torch, now),
-                torch.linalg.vector_norm(probe.total),
-            ]
-        )
+        on_cpu = now.device.type == "cpu"  # numpy's small-array arithmetic costs less there
+        xp: Any = np if on_cpu else torch
+        g, before = (now.numpy(), probe.before.numpy()) if on_cpu else (now, probe.before)
+        sizes = [min(SLICE, p.numel()) for p in probe.params]
+        starts = [sum(sizes[:i]) for i in range(len(sizes))]
+        total, last = xp.zeros_like(g), xp.zeros_like(g)
+        final = probe.incoming[-1][0]
+        for call, i, part in probe.incoming:
+            part = part.numpy() if on_cpu else part
+            total[starts[i] : starts[i] + sizes[i]] += part
+            if call == final:
+                last[starts[i] : starts[i] + sizes[i]] += part
+        values = _readings(xp, g, before, total, last)
         rec = self.host.rec
         micro = int(rec.state.micro) if primary else 0
         site = self.host.user_site()
@@ -146,7 +132,10 @@ class GradientResets:
         def done(v: list[float]) -> None:
             self._judge(key, probe, step, site, micro, fetches, v)
 
-        rec.readback.submit(values.float(), done)
+        if on_cpu:
+            done([float(x) for x in values])
+        else:
+            rec.readback.submit(values.float(), done)
 
     def _judge(
         self,
@@ -158,8 +147,8 @@ class GradientResets:
         fetches: int,
         v: list[float],
     ) -> None:
-        kept, cleared, last, factor, share, incoming = v
-        if not all(math.isfinite(x) for x in v) or incoming == 0 or key in self.done:
+        kept, cleared, last, factor, share, _incoming = v
+        if not all(math.isfinite(x) for x in v) or key in self.done:
             return
         data = {
             "optimizer": probe.label,
@@ -187,19 +176,20 @@ class GradientResets:
         self.armed.clear()
 
 
-def _slice(t: Any) -> Any:
-    return local(t).detach().reshape(-1)[:SLICE].double()
+def _slices(torch: Any, tensors: list[Any]) -> Any:
+    """The first SLICE elements of each tensor, end to end, in float64."""
+    return torch.cat([local(t).detach().reshape(-1)[:SLICE] for t in tensors]).double()
 
 
-def _norm(torch: Any, a: Any) -> Any:
-    return torch.linalg.vector_norm(a).clamp_min(1e-300)
-
-
-def _factor(torch: Any, a: Any, b: Any) -> Any:
-    """c minimising |a - c b|."""
-    return (a * b).sum() / (b * b).sum().clamp_min(1e-300)
-
-
-def _residual(torch: Any, a: Any, b: Any) -> Any:
-    """|a - c b| / |a| at the best c: 0 when a is a multiple of b."""
-    return torch.linalg.vector_norm(a - _factor(torch, a, b) * b) / _norm(torch, a)
+def _readings(xp: Any, g: Any, before: Any, total: Any, last: Any) -> Any:
+    """[residual kept, residual cleared, residual last, factor kept, |B|/|G|, |F|] (numpy
+    arrays or torch tensors alike): each residual |g - c b| / |g| at the best c, from dot
+    products, in a handful of operations whatever the number of probes."""
+    rows = xp.stack([before + total, total, last, before])
+    dots = rows @ g
+    norms2 = (rows * rows).sum(1).clip(min=1e-300)
+    g2 = (g * g).sum().clip(min=1e-300)
+    residual = ((g2 - dots * dots / norms2).clip(min=0) / g2) ** 0.5
+    factor = dots[0] / norms2[0]
+    share = (norms2[3] / g2) ** 0.5
+    return xp.stack([residual[0], residual[1], residual[2], factor, share, norms2[1] ** 0.5])

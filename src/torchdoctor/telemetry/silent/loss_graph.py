@@ -1,8 +1,9 @@
 """The loss's autograd graph, read when backward() is called on a sampled step (the graph is
 whole then), and what it tells:
 
-- detached: the loss reaches no parameter of any optimizer (a walk towards the leaves that
-  stops at the first parameter it finds): backward() gives the model no gradient at all. The
+- detached: the loss reaches no parameter at all (a walk towards the leaves that stops at the
+  first parameter it finds; one that no optimizer holds is unoptimized_parameters' case):
+  backward() gives the model no gradient. The
   usual cause is a loss rebuilt from plain numbers (`loss.item()`, `.detach()`, `.data`) and
   made to require grad again so that backward() stops complaining.
 - accumulation: how each micro-batch's loss is scaled before backward(): divided (or
@@ -101,11 +102,11 @@ class LossGraphs:
         ids = self.host.param_ids()
         if not ids:
             return
-        reaches, leaves = _reaches(root, ids)
+        reaches, leaves = _reaches(root, ids, self.host.torch.nn.Parameter)
         if reaches is None:
             return  # too big to walk: unknown
-        if reaches:
-            self.detached = 0
+        if reaches or any(leaf["parameter"] for leaf in leaves):
+            self.detached = 0  # parameters no optimizer holds: unoptimized_parameters' case
             return
         self.detached += 1
         if self.detached < CONFIRM:
@@ -306,9 +307,10 @@ def _near(root: Any, limit: int) -> Iterator[tuple[Any, Any]]:
         queue.extend((n, node) for n, _ in node.next_functions)
 
 
-def _reaches(root: Any, ids: set[int]) -> tuple[bool | None, list[dict[str, Any]]]:
+def _reaches(root: Any, ids: set[int], parameter: type) -> tuple[bool | None, list[dict[str, Any]]]:
     """Whether the graph reaches one of the parameters `ids` (None: too big to tell), and a
-    few of the leaves it does reach when it reaches none."""
+    few of the leaves it does reach when it reaches none (the walk stops at the first other
+    `parameter`)."""
     if root is None:
         return False, []
     leaves: list[dict[str, Any]] = []
@@ -320,10 +322,11 @@ def _reaches(root: Any, ids: set[int]) -> tuple[bool | None, list[dict[str, Any]
             continue
         if id(variable) in ids:
             return True, []
-        if len(leaves) < 3:
-            leaves.append(
-                {"shape": list(variable.shape), "parameter": type(variable).__name__ == "Parameter"}
-            )
+        is_parameter = isinstance(variable, parameter)
+        if is_parameter or len(leaves) < 3:
+            leaves.append({"shape": list(variable.shape), "parameter": is_parameter})
+        if is_parameter:
+            return False, leaves
     if count >= WALK:
         return None, []
     return False, leaves

@@ -66,13 +66,12 @@ class Modes:
         rec = self.host.rec
         ids = self.host.param_ids()
         models = rec.models.models()
-        inner = {id(m) for root, _ in models for m in root.modules() if m is not root}
         for root, label in models:
-            if id(root) in inner:
-                continue  # a part of another model called on its own (a parametrization)
             if root.training:
                 self.in_eval.pop(label, None)
                 continue
+            if any(root is not m and _contains(m, root) for m, _ in models):
+                continue  # a part of another model called on its own (a parametrization)
             if not any(id(p) in ids for p in root.parameters()):
                 continue  # a teacher, a target network: no optimizer trains it
             count = self.in_eval.get(label, 0) + 1
@@ -214,6 +213,10 @@ def _make_watch(torch: Any) -> Any:
             return 0.0
 
     return DropoutWatch
+
+
+def _contains(model: Any, module: Any) -> bool:
+    return any(m is module for m in model.modules())
 
 
 def _mode_dependent(root: Any) -> dict[str, Any]:
