@@ -6,14 +6,15 @@ STAMP := $(VENV)/.installed
 # Integration tests run real training subprocesses; two workers suit a 2-core machine.
 PYTEST_ARGS ?= -n 2 --durations=30
 
-.PHONY: install demo test lint typecheck bytecode native unit integration bench clean chromium
+.PHONY: install demo test lint typecheck bytecode native unit integration bench realworld \
+	realworld-populate clean chromium
 
 install: $(STAMP)
 
 $(STAMP): pyproject.toml constraints.txt pth/torchdoctor.pth
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev]'
-	-$(BIN)/python -m torchdoctor.native  # the C++ collectives kernel; the Python one without
+	-$(BIN)/python -m torchdoctor.native  # the compiled module; without it the Python kernel
 	touch $(STAMP)
 
 demo: install
@@ -29,8 +30,9 @@ typecheck: install
 test: lint typecheck bytecode native
 	$(BIN)/python -m pytest $(PYTEST_ARGS) tests
 
-# The C++ kernel that records python.collectives (a few seconds, once per torch version; see
-# docs/distributed.md). The tests run collective tracing with it and with the Python kernel.
+# The compiled module: the C++ kernel that records python.collectives, sum_of_squares (once per
+# torch version; see docs/distributed.md). The tests run collective tracing with it and with the
+# Python kernel.
 native: install
 	$(BIN)/python -m torchdoctor.native
 
@@ -51,7 +53,18 @@ bench: native
 	$(BIN)/python benchmarks/nan_guard.py
 	$(BIN)/python benchmarks/report.py
 	$(BIN)/python benchmarks/ddp_overhead.py
+	$(BIN)/python benchmarks/sum_of_squares.py
 	$(BIN)/python benchmarks/doctor_share.py
+
+# The scorecard on public training programs (docs/accuracy.md, ~15 min on 2 cores). The
+# programs live in a cache that is never committed (~/.cache/torchdoctor/realworld, or
+# TORCHDOCTOR_REALWORLD_CACHE); realworld-populate fills it from local mirrors of their
+# repositories (/work/.mirror, made by the search tool's fetch). Without it, realworld says so.
+realworld: native
+	$(BIN)/python benchmarks/realworld.py
+
+realworld-populate: install
+	$(BIN)/python benchmarks/realworld.py --populate
 
 # Headless Chromium (Debian's package) for the test that renders the HTML report; without it
 # that test skips and says why.

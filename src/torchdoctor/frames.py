@@ -49,11 +49,14 @@ def is_library(path: str) -> bool:
     return path.startswith("<") or is_own(path) or is_torch(path)
 
 
-_KIND: dict[str, int] = {}  # file -> 2 user's, 1 another library's, 0 torch's or ours
+_KIND: dict[str, int] = {}  # file -> its file_kind
 _USER, _OTHER, _LIBRARY = 2, 1, 0
 
 
-def _kind(path: str) -> int:
+def file_kind(path: str) -> int:
+    """2: the user's file, 1: another library's (a trainer's), 0: torch's, torchdoctor's or
+    generated code (user_frame's rule; the C++ collectives kernel asks it once per code
+    object). Cached per file."""
     kind = _KIND.get(path)
     if kind is None:
         kind = _USER if is_user_file(path) else _LIBRARY if is_library(path) else _OTHER
@@ -72,7 +75,7 @@ def user_frame(frame: Any) -> Any:
         path = frame.f_code.co_filename
         kind = known.get(path)
         if kind is None:
-            kind = _kind(path)
+            kind = file_kind(path)
         if kind == _USER:
             return frame
         if fallback is None and kind == _OTHER:

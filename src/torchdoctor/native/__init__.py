@@ -1,32 +1,71 @@
-"""torchdoctor's compiled part: the C++ kernel that records python.collectives (collectives.cpp).
+"""torchdoctor's compiled part: a Python module built from the C++ here, for the two places
+where Python costs too much per call: the kernel that records python.collectives
+(collectives.cpp, its Python half telemetry/collectives_native.py) and the step's gradient norm
+of a few small tensors (squares.cpp: sum_of_squares).
 
 Optional: used wherever it is built (TORCHDOCTOR_NATIVE=0 turns it off). Built once per torch
 and Python version, by `python -m torchdoctor.native` (which `make install`, `make test` and
 `make bench` run), with the system's C++ compiler, into a private cache directory. Without it,
 collective tracing runs its Python kernel (telemetry/collectives.py): the same rows, at several
-times the cost per call (docs/benchmarks.md). Nothing is ever compiled inside a training
-process: a probe only loads what is built already.
+times the cost per call (docs/benchmarks.md), and sum_of_squares answers None (the caller asks
+torch). Nothing is ever compiled inside a training process: a probe only loads what is built.
+
+The boundary is typed: the module's functions (listed once, with their signatures, in
+module.cpp) are `Kernels` below; the journal line the kernel writes has the layout of
+store/journal.py and the schema, through the header generated from them (layout.py).
 
 Where the library goes: $TORCHDOCTOR_NATIVE_DIR, else $XDG_CACHE_HOME/torchdoctor/native
-(~/.cache/torchdoctor/native), in a directory named by a hash of the source, torch's version and
-the interpreter's; it is loaded only from a directory of the user's own that nobody else may
-write (a library is code: another user's would run in the training process).
+(~/.cache/torchdoctor/native), in a directory named by a hash of the sources, the generated
+layout, torch's version and the interpreter's; it is loaded only from a directory of the user's
+own that nobody else may write (a library is code: another user's would run in the training
+process).
 """
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
+import importlib.machinery
+import importlib.util
 import os
 import shutil
 import subprocess
 import sys
 import sysconfig
 import tempfile
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
-SOURCE = Path(__file__).with_name("collectives.cpp")
-LIBRARY = "collectives.so"
+from torchdoctor.native import layout
+
+HERE = Path(__file__).parent
+# compiled each on its own (in parallel), then linked; -O3 where a loop is worth vectorizing
+UNITS = {"collectives.cpp": "-O2", "squares.cpp": "-O3", "module.cpp": "-O2"}
+HEADERS = ("native.h",)
+LIBRARY = "_kernels.so"
+MODULE = "torchdoctor.native._kernels"  # module.cpp's PyInit__kernels
+
+
+class Kernels(Protocol):
+    """The compiled module's functions (module.cpp), as Python sees them."""
+
+    def register(self, ops: list[tuple[str, str, int, int, int, bool, bool]], /) -> bool: ...
+    def unregister(self) -> None: ...
+    def configure(
+        self,
+        *,
+        step: Callable[[], int | None],
+        journal: Callable[[], str | None],
+        group: Callable[[str, int], tuple[str, list[int], int] | None],
+        file_kind: Callable[[str], int],
+        backward_site: Callable[[], str | None],
+    ) -> None: ...
+    def enable(self, on: bool, /) -> None: ...
+    def set_bounds(self, works: int, nbytes: int, /) -> None: ...
+    def poll(self, errors: bool, /) -> int: ...
+    def close(self) -> None: ...
+    def take_failure(self) -> str: ...
+    def sum_of_squares(self, tensors: Sequence[Any], /) -> float | None: ...
 
 
 class BuildError(Exception):
@@ -44,7 +83,11 @@ def cache_root() -> Path:
 def _key() -> str:
     import torch
 
-    digest = hashlib.sha256(SOURCE.read_bytes())
+    digest = hashlib.sha256()
+    for name in (*UNITS, *HEADERS):
+        digest.update(name.encode() + b"\0" + (HERE / name).read_bytes())
+    digest.update(repr(sorted(UNITS.items())).encode())
+    digest.update(layout.header().encode())
     for part in (torch.__version__, sys.version, sys.platform, str(_cxx11_abi())):
         digest.update(b"\0" + part.encode())
     return digest.hexdigest()[:16]
@@ -68,8 +111,8 @@ def compiler() -> str | None:
 
 
 def build(force: bool = False) -> Path:
-    """Compile the kernel for this torch and Python (a few seconds); its path. Raises
-    BuildError with the reason."""
+    """Compile the module for this torch and Python (a few seconds a unit, in parallel); its
+    path. Raises BuildError with the reason."""
     target = library_path()
     if target.exists() and not force:
         return target
@@ -87,15 +130,32 @@ def build(force: bool = False) -> Path:
         raise BuildError(f"Python's headers are missing ({python_include}): install python3-dev")
     _private_dir(target.parent)
     with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
-        out = Path(scratch) / LIBRARY
-        command = [
-            cxx, "-O2", "-shared", "-fPIC", "-std=c++17", "-w",
-            f"-D_GLIBCXX_USE_CXX11_ABI={_cxx11_abi()}",
-            f"-I{include}", f"-I{include / 'torch' / 'csrc' / 'api' / 'include'}",
-            f"-I{python_include}", str(SOURCE), "-o", str(out),
-            f"-L{torch_dir / 'lib'}", "-lc10", "-ltorch_cpu", f"-Wl,-rpath,{torch_dir / 'lib'}",
+        work = Path(scratch)
+        (work / layout.HEADER).write_text(layout.header())
+        flags = [
+            "-fPIC", "-std=c++17", "-w", f"-D_GLIBCXX_USE_CXX11_ABI={_cxx11_abi()}",
+            f"-I{work}", f"-I{HERE}", f"-I{include}",
+            f"-I{include / 'torch' / 'csrc' / 'api' / 'include'}", f"-I{python_include}",
         ]  # fmt: skip
-        done = subprocess.run(command, capture_output=True, text=True)
+        objects = {unit: work / f"{Path(unit).stem}.o" for unit in UNITS}
+        compiles = {
+            unit: subprocess.Popen(
+                [cxx, level, *flags, "-c", str(HERE / unit), "-o", str(objects[unit])],
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            )
+            for unit, level in UNITS.items()
+        }  # fmt: skip
+        said = {unit: process.communicate()[1] for unit, process in compiles.items()}
+        failed = [f"{u}:\n{said[u].strip()[-3000:]}" for u, p in compiles.items() if p.returncode]
+        if failed:
+            raise BuildError(f"{cxx} failed on " + "\n".join(failed))
+        out = work / LIBRARY
+        lib = torch_dir / "lib"
+        link = [
+            cxx, "-shared", *map(str, objects.values()), "-o", str(out), f"-L{lib}",
+            "-lc10", "-ltorch_cpu", "-ltorch_python", f"-Wl,-rpath,{lib}",
+        ]  # fmt: skip
+        done = subprocess.run(link, capture_output=True, text=True)
         if done.returncode != 0:
             raise BuildError(f"{cxx} failed:\n{done.stderr.strip()[-4000:]}")
         os.replace(out, target)  # whole or not at all: a probe may look at the same moment
@@ -130,39 +190,49 @@ def _trusted_dir(path: Path) -> bool:
     return st.st_uid == os.getuid() and not st.st_mode & 0o022
 
 
-_loaded: list[ctypes.PyDLL] = []
+_loaded: list[Kernels | None] = []
 
 
-def load() -> ctypes.PyDLL | None:
-    """The kernel's library, loaded into this process once, where it is built (None where it
+def load() -> Kernels | None:
+    """The compiled module, loaded into this process once, where it is built (None where it
     is not, or with TORCHDOCTOR_NATIVE=0)."""
     if _loaded:
         return _loaded[0]
-    if os.environ.get("TORCHDOCTOR_NATIVE", "1").strip() == "0":
-        return None
-    path = built()
-    if path is None:
-        return None
-    lib = ctypes.PyDLL(str(path))  # its functions that take Python objects hold the GIL
-    _declare(lib)
-    _loaded.append(lib)
-    return lib
+    kernels = None
+    if os.environ.get("TORCHDOCTOR_NATIVE", "1").strip() != "0":
+        path = built()
+        if path is not None:
+            loader = importlib.machinery.ExtensionFileLoader(MODULE, str(path))
+            spec = importlib.util.spec_from_file_location(MODULE, path, loader=loader)
+            assert spec is not None
+            module = importlib.util.module_from_spec(spec)
+            loader.exec_module(module)
+            kernels = cast(Kernels, module)
+    _loaded.append(kernels)
+    return kernels
 
 
-def _declare(lib: ctypes.PyDLL) -> None:
-    c = ctypes
-    lib.td_add_op.argtypes = [c.c_char_p, c.c_char_p, c.c_int, c.c_int, c.c_int, c.c_int, c.c_int]
-    lib.td_register.restype = c.c_int
-    lib.td_configure.argtypes = [c.py_object] * 5
-    lib.td_enable.argtypes = [c.c_int]
-    lib.td_set_bounds.argtypes = [c.c_long, c.c_long]
-    lib.td_open.argtypes = [c.c_char_p]
-    lib.td_take_failure.restype = c.c_char_p
+def _not_built(tensors: Sequence[Any]) -> float | None:
+    """sum_of_squares where the module is not built: torch is asked instead."""
+    return None
 
 
-def poll_function(lib: ctypes.PyDLL) -> ctypes._CFuncPtr:  # type: ignore[name-defined]
-    """td_poll without the GIL (works may take a while to answer; other threads go on)."""
-    poll = ctypes.CDLL(lib._name).td_poll
-    poll.argtypes = [ctypes.c_int]
-    poll.restype = ctypes.c_int
-    return poll
+if TYPE_CHECKING:
+
+    def sum_of_squares(tensors: Sequence[Any]) -> float | None:
+        """The sum of the squares of every element of `tensors` (CPU, dense, contiguous
+        float32/float64/bfloat16/float16 tensors or Parameters), accumulated in double, in one
+        call without torch's dispatch; NaN and Inf come through as in a norm. None for anything
+        else (another device, sparse, not contiguous, a subclass such as DTensor, an integer
+        dtype), or where the module is not built: the caller asks torch then."""
+
+
+def __getattr__(name: str) -> Any:
+    # sum_of_squares: the compiled function itself (no Python frame between the caller and
+    # it), bound at the first use, or _not_built
+    if name != "sum_of_squares":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    kernels = load()
+    function = kernels.sum_of_squares if kernels is not None else _not_built
+    globals()[name] = function
+    return function

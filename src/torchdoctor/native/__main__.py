@@ -1,4 +1,5 @@
-"""python -m torchdoctor.native [--force]: build the C++ collectives kernel for this torch."""
+"""python -m torchdoctor.native [--force]: build torchdoctor's compiled module (the C++ collectives
+kernel, sum_of_squares) for this torch."""
 
 from __future__ import annotations
 
@@ -15,15 +16,19 @@ def main() -> int:
     args = parser.parse_args()
     path = native.built()
     if path is not None and not args.force:
-        print(f"torchdoctor: the collectives kernel is built: {path}")
+        print(f"torchdoctor: the compiled module is built: {path}")
         return 0
-    print("torchdoctor: building the collectives kernel (a few seconds)...", flush=True)
+    print("torchdoctor: building the compiled module (the collectives kernel)...", flush=True)
     started = time.monotonic()
     try:
         path = native.build(force=args.force)
     except native.BuildError as exc:
         print(f"torchdoctor: not built: {exc}", file=sys.stderr)
-        print("torchdoctor: collective tracing will use its Python kernel", file=sys.stderr)
+        print(
+            "torchdoctor: collective tracing will use its Python kernel, and the gradient norm"
+            " torch's functions",
+            file=sys.stderr,
+        )
         return 1
     print(f"torchdoctor: built {path} in {time.monotonic() - started:.0f} s")
     return 0

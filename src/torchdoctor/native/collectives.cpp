@@ -2,18 +2,23 @@
 // telemetry/collectives.py, for a fraction of its cost per call (docs/benchmarks.md).
 //
 // A kernel per c10d op at the BackendSelect key: it reads the call (group, tensors, peer) in
-// C++, takes the GIL only for what lives in Python (the step, the issuing line, the switches),
+// C++, takes the GIL only for what lives in Python (the step, the issuing line; see Host),
 // writes the journal's `I` line with one write() before the call goes on, and ends the call:
 // through its future's callback where the backend completes that future when the work is
 // done (CPU tensors: gloo), by polling the work otherwise (NCCL completes its future at
-// launch). The journal's format is store/journal.py's; Python reads it back for live queries.
+// launch). The line's layout is store/journal.py's and the schema's, through the header
+// generated from them (journal_layout.h, see native/layout.py); Python reads it back for live
+// queries.
 //
-// Python drives it through the C functions at the end (ctypes); telemetry/collectives_native.py
-// is the other half. Nothing here raises into the training: a failure turns recording off and
-// is kept for Python to report.
+// Python drives it through the functions of native.h (module.cpp makes them Python's);
+// telemetry/collectives_native.py is the other half. Nothing here raises into the training: a
+// failure turns recording off and is kept for Python to report.
 
 #include <Python.h>
 #include <frameobject.h>
+
+#include "journal_layout.h"
+#include "native.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
@@ -24,6 +29,7 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
 #include <cstdio>
 #include <ctime>
@@ -38,9 +44,15 @@
 
 namespace {
 
+// A JSON value's text, ready for the journal line.
+struct Json {
+  std::string text;
+};
+
 struct Spec {
   std::string c10d;  // the op's name in the c10d namespace
   std::string name;  // as the table names it
+  Json quoted;       // the same, as JSON
   int inputs;        // argument holding this rank's tensors, -1: none
   int group;         // argument holding the process group
   int peer;          // argument holding the peer or root (a group rank), -1: none
@@ -50,7 +62,7 @@ struct Spec {
 
 struct Group {
   c10::weak_intrusive_ptr<c10d::ProcessGroup> alive;  // keeps the address from being reused
-  std::string label;                                  // as JSON
+  Json label;
   std::vector<long> ranks;                            // global rank of each group rank
   std::atomic<long> seq{0};
   std::map<std::pair<std::string, long>, long> p2p;  // (op, peer) -> next number
@@ -66,8 +78,8 @@ struct Pending {
   long bytes;
 };
 
-// Bounds of the works held for polling, set by Python (telemetry/collectives.py: POLL_AT,
-// HELD_BYTES): past them the calling thread polls.
+// Bounds of the works held for polling, set by Python (set_bounds: telemetry/collectives.py's
+// POLL_AT, HELD_BYTES): past them the calling thread polls.
 std::atomic<size_t> g_poll_at{64};
 std::atomic<long> g_held_bytes{256L << 20};
 
@@ -90,13 +102,32 @@ std::mutex g_endings_lock;
 std::vector<std::shared_ptr<struct Ending>>* g_endings = nullptr;  // see Ending
 std::mutex g_failure_lock;
 std::string g_failure;
-// Python's side, held while configured (see td_configure)
-PyObject* g_rec = nullptr;       // the Recorder: .step, .switch.on
-PyObject* g_switch = nullptr;    // collective tracing's own Switch: .on
-PyObject* g_prepare = nullptr;   // prepare(name, size) -> (label JSON, ranks, start) | None
-PyObject* g_kind = nullptr;      // frames._kind(path) -> 2 user's, 1 a library's, 0 ours/torch's
-PyObject* g_fallback = nullptr;  // fallback_site() -> "file:line" | None (threads without Python)
+// What the kernel asks Python: the facts that live only there, each a callable given once per
+// run (configure: the public methods of telemetry/collectives_native.py's KernelHost), called
+// with the GIL held. Why each crossing remains:
+struct Host {
+  // Every call: the step in progress, or None while recording is off. The step and the
+  // switches that turn recording off (the Recorder's, collective tracing's) are Python's.
+  PyObject* step = nullptr;
+  // The run's first call: the journal's path, or None (record nothing). The run directory is
+  // known once the rank is (process_group.py), and the table reads the file back from then on.
+  PyObject* journal = nullptr;
+  // A group's first call: (label, the global rank of each group rank, its first number), or
+  // None. Global ranks and which group is the default live in torch.distributed's Python
+  // bookkeeping, and c10d_ops.group_facts says them for both kernels.
+  PyObject* group = nullptr;
+  // A code object's first issuing frame: 2 the user's file, 1 another library's, 0 torch's or
+  // torchdoctor's: frames.py's rule, the one for every "your line" torchdoctor shows.
+  PyObject* file_kind = nullptr;
+  // A call on a thread with no Python frames (a CUDA backward): the training thread's
+  // backward() line, which only the Recorder saw, as "file:line", or None.
+  PyObject* backward_site = nullptr;
+};
+Host g_host;
 std::unordered_map<PyObject*, int> g_kinds;  // code object (a reference held) -> kind; GIL
+// The journal: asked for at the run's first call, open until the run's end (close).
+enum JournalState { kAsk, kOpen, kDone };
+std::atomic<int> g_journal{kAsk};
 
 c10::DispatchKeySet after_backend_select() {
   return c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, c10::DispatchKey::BackendSelect);
@@ -146,6 +177,58 @@ void json_string(std::string& out, const char* text) {
   out += '"';
 }
 
+Json quoted(const char* text) {
+  Json out;
+  json_string(out.text, text);
+  return out;
+}
+
+const Json kNull{"null"};
+const Json kIssuedState = quoted(journal::kIssuedState);
+
+// A row's values as JSON, set by column (journal_layout.h's constants: a value of another type
+// than the column's, or a null where it may not be, does not compile); written as one line.
+class Row {
+ public:
+  template <bool N>
+  void set(journal::Int<N> c, long value) {
+    text_[c.index] = std::to_string(value);
+  }
+  template <bool N>
+  void set(journal::Str<N> c, const Json& value) {
+    text_[c.index] = value.text;
+  }
+  template <bool N>
+  void set_ns(journal::Float<N> c, long ns) {  // nanoseconds, as seconds ("<ns>e-9")
+    text_[c.index] = std::to_string(ns) + "e-9";
+  }
+  void null(journal::Int<true> c) { text_[c.index] = kNull.text; }
+  void null(journal::Float<true> c) { text_[c.index] = kNull.text; }
+  void null(journal::Str<true> c) { text_[c.index] = kNull.text; }
+
+  // The issued line, or "" where a column was left without a value (a column the schema has
+  // and this kernel does not fill: recording stops, and says which).
+  std::string issued_line(long id) const {
+    std::string line = journal::kIssued;
+    line += '[';
+    line += std::to_string(id);
+    for (int i = 0; i < journal::kColumns; ++i) {
+      if (text_[i].empty()) {
+        fail(std::string("the schema's column ") + journal::kNames[i] +
+             " has no value in the C++ kernel (native/collectives.cpp fills none)");
+        return std::string();
+      }
+      line += ',';
+      line += text_[i];
+    }
+    line += "]\n";
+    return line;
+  }
+
+ private:
+  std::array<std::string, journal::kColumns> text_;
+};
+
 void write_line(const std::string& line) {
   std::lock_guard<std::mutex> hold(g_fd_lock);
   if (g_fd < 0) return;
@@ -162,12 +245,14 @@ void write_line(const std::string& line) {
   }
 }
 
+// E [id, duration, state]; `started` < 0: the duration is not known (null).
 void write_end(long id, long started, const char* state) {
-  char buf[96];
+  char buf[128];
   if (started < 0) {
-    snprintf(buf, sizeof buf, "E [%ld,null,\"%s\"]\n", id, state);
+    snprintf(buf, sizeof buf, "%s[%ld,null,\"%s\"]\n", journal::kEnded, id, state);
   } else {
-    snprintf(buf, sizeof buf, "E [%ld,%.9f,\"%s\"]\n", id, (mono_ns() - started) / 1e9, state);
+    snprintf(buf, sizeof buf, "%s[%ld,%.9f,\"%s\"]\n", journal::kEnded, id,
+             (mono_ns() - started) / 1e9, state);
   }
   write_line(buf);
 }
@@ -205,8 +290,9 @@ void collect(const c10::IValue& value, std::vector<at::Tensor>& out) {
 }
 
 struct Facts {
-  std::string shapes = "null";  // JSON: a string holding the JSON list, or null
-  std::string dtype = "null";
+  bool any = false;  // tensors at all (else shapes and dtype are null)
+  Json shapes;       // a string holding the JSON list of shapes
+  Json dtype;
   long bytes = 0;
   bool cpu = true;
 };
@@ -231,15 +317,15 @@ Facts facts_of(const c10::IValue& value) {
     if (!t.device().is_cpu()) f.cpu = false;
   }
   shapes += ']';
-  f.shapes = '"' + shapes + '"';
+  f.any = true;
+  f.shapes.text = '"' + shapes + '"';  // digits, brackets and commas: nothing to escape
   const char* name = dtype_name(tensors[0].scalar_type());
   std::string lower;
   if (name == nullptr) {  // a rarer dtype: torch's C++ name, lower case
     for (const char* c = c10::toString(tensors[0].scalar_type()); *c; ++c) lower += (char)tolower(*c);
     name = lower.c_str();
   }
-  f.dtype.clear();
-  json_string(f.dtype, name);
+  f.dtype = quoted(name);
   return f;
 }
 
@@ -249,7 +335,7 @@ int kind_of(PyCodeObject* code) {
   auto it = g_kinds.find(reinterpret_cast<PyObject*>(code));
   if (it != g_kinds.end()) return it->second;
   int kind = 0;
-  PyObject* r = PyObject_CallOneArg(g_kind, code->co_filename);
+  PyObject* r = PyObject_CallOneArg(g_host.file_kind, code->co_filename);
   if (r != nullptr) {
     kind = static_cast<int>(PyLong_AsLong(r));
     Py_DECREF(r);
@@ -263,7 +349,7 @@ int kind_of(PyCodeObject* code) {
 }
 
 // The user's line that issued the call (frames.user_frame's rule), as JSON.
-std::string site_json() {
+Json site_json() {
   PyFrameObject* frame = PyEval_GetFrame();  // borrowed
   Py_XINCREF(frame);
   std::string out;
@@ -275,77 +361,74 @@ std::string site_json() {
       const char* path = PyUnicode_AsUTF8(code->co_filename);
       std::string where = std::string(path ? path : "?") + ":" +
                           std::to_string(PyFrame_GetLineNumber(frame));
-      std::string quoted;
-      json_string(quoted, where.c_str());
-      (kind == 2 ? out : fallback) = quoted;
+      (kind == 2 ? out : fallback) = quoted(where.c_str()).text;
     }
     Py_DECREF(code);
     if (!out.empty()) {
       Py_DECREF(frame);
-      return out;
+      return Json{out};
     }
     PyFrameObject* back = PyFrame_GetBack(frame);
     Py_DECREF(frame);
     frame = back;
   }
-  if (!fallback.empty()) return fallback;
-  PyObject* r = PyObject_CallNoArgs(g_fallback);  // a backward on another thread
+  if (!fallback.empty()) return Json{fallback};
+  PyObject* r = PyObject_CallNoArgs(g_host.backward_site);  // a backward on another thread
   if (r != nullptr && PyUnicode_Check(r)) {
     const char* text = PyUnicode_AsUTF8(r);
     if (text != nullptr) json_string(out, text);
   }
   Py_XDECREF(r);
   PyErr_Clear();
-  return out.empty() ? "null" : out;
+  return out.empty() ? kNull : Json{out};
 }
 
-bool attr_true(PyObject* obj, const char* name) {
-  PyObject* v = PyObject_GetAttrString(obj, name);
-  if (v == nullptr) {
-    PyErr_Clear();
-    return false;
+// Host.step: the step in progress; false while recording is off (or Python could not say).
+bool step_now(long* step) {
+  PyObject* r = PyObject_CallNoArgs(g_host.step);
+  bool on = r != nullptr && r != Py_None;
+  if (on) {
+    *step = PyLong_AsLong(r);
+    on = !PyErr_Occurred();
   }
-  int yes = PyObject_IsTrue(v);
-  Py_DECREF(v);
+  Py_XDECREF(r);
   PyErr_Clear();
-  return yes == 1;
-}
-
-bool switches_on() {
-  if (!attr_true(g_switch, "on")) return false;
-  PyObject* rec_switch = PyObject_GetAttrString(g_rec, "switch");
-  if (rec_switch == nullptr) {
-    PyErr_Clear();
-    return false;
-  }
-  bool on = attr_true(rec_switch, "on");
-  Py_DECREF(rec_switch);
   return on;
 }
 
-long step_now() {
-  PyObject* v = PyObject_GetAttrString(g_rec, "step");
-  long step = 0;
-  if (v != nullptr) {
-    step = PyLong_AsLong(v);
-    Py_DECREF(v);
+// Host.journal, at the run's first call: open it; whether the run's journal is open.
+bool journal_open() {
+  int state = g_journal.load();
+  if (state != kAsk) return state == kOpen;
+  PyObject* r = PyObject_CallNoArgs(g_host.journal);
+  const char* path = r != nullptr && PyUnicode_Check(r) ? PyUnicode_AsUTF8(r) : nullptr;
+  int fd = path != nullptr ? open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600) : -1;
+  if (path != nullptr && fd < 0) {
+    fail(std::string("cannot write the collectives journal ") + path + ": " + strerror(errno));
   }
+  Py_XDECREF(r);
   PyErr_Clear();
-  return step;
+  {
+    std::lock_guard<std::mutex> hold(g_fd_lock);
+    if (g_fd >= 0) close(g_fd);
+    g_fd = fd;
+  }
+  g_journal.store(fd >= 0 ? kOpen : kDone);  // None or no file: nothing recorded this run
+  return fd >= 0;
 }
 
-// A group seen for the first time: Python describes it (and opens the journal on the first).
+// A group seen for the first time: Host.group describes it.
 Group* describe(const c10::intrusive_ptr<c10d::ProcessGroup>& pg) {
   std::unique_ptr<Group> group(new Group(pg));
   std::string name = pg->getGroupName();
-  PyObject* r = PyObject_CallFunction(g_prepare, "si", name.c_str(), pg->getSize());
+  PyObject* r = PyObject_CallFunction(g_host.group, "si", name.c_str(), pg->getSize());
   bool ok = false;
   if (r != nullptr && PyTuple_Check(r) && PyTuple_Size(r) == 3) {
     const char* label = PyUnicode_AsUTF8(PyTuple_GetItem(r, 0));
     PyObject* ranks = PyTuple_GetItem(r, 1);
     long start = PyLong_AsLong(PyTuple_GetItem(r, 2));
     if (label != nullptr && PyList_Check(ranks) && !PyErr_Occurred()) {
-      group->label = label;
+      group->label = quoted(label);
       for (Py_ssize_t i = 0; i < PyList_Size(ranks); ++i) {
         group->ranks.push_back(PyLong_AsLong(PyList_GetItem(ranks, i)));
       }
@@ -355,7 +438,7 @@ Group* describe(const c10::intrusive_ptr<c10d::ProcessGroup>& pg) {
   }
   Py_XDECREF(r);
   PyErr_Clear();
-  if (!ok) return nullptr;  // recording is off (None), or Python could not say
+  if (!ok) return nullptr;  // Python could not describe it (and said why)
   std::lock_guard<std::mutex> hold(g_groups_lock);
   auto& slot = (*g_groups)[pg.get()];
   if (!slot || slot->alive.expired()) slot = std::move(group);
@@ -378,7 +461,7 @@ bool raised(const c10::intrusive_ptr<c10d::Work>& work) {
   }
 }
 
-void poll(bool errors) {
+void poll_works(bool errors) {
   std::unique_lock<std::mutex> one(g_poll_lock, std::try_to_lock);
   if (!one.owns_lock()) return;  // another thread polls now
   std::vector<Pending> works;
@@ -396,7 +479,7 @@ void poll(bool errors) {
       done = true;
     }
     if (done) {
-      write_end(p.id, -1, errors && raised(p.work) ? "failed" : "completed");
+      write_end(p.id, -1, errors && raised(p.work) ? journal::kFailed : journal::kCompleted);
     } else {
       still.push_back(std::move(p));
     }
@@ -427,7 +510,7 @@ struct Ending {
 
 void end_once(Ending& e, const c10::ivalue::Future& f) {
   if (e.written.exchange(true)) return;
-  write_end(e.id, e.started, f.hasError() ? "failed" : "completed");
+  write_end(e.id, e.started, f.hasError() ? journal::kFailed : journal::kCompleted);
 }
 
 void write_completed_ends() {
@@ -449,7 +532,7 @@ void write_completed_ends() {
 
 void follow(long id, long started, long bytes, bool cpu, torch::jit::Stack& stack) {
   if (stack.empty() || !stack.back().isCustomClass()) {  // synchronous: over already
-    write_end(id, started, "completed");
+    write_end(id, started, journal::kCompleted);
     return;
   }
   auto work = stack.back().toCustomClass<c10d::Work>();
@@ -478,7 +561,7 @@ void follow(long id, long started, long bytes, bool cpu, torch::jit::Stack& stac
     g_held += bytes;
     crowded = g_pending->size() >= g_poll_at.load() || g_held >= g_held_bytes.load();
   }
-  if (crowded) poll(false);  // a work keeps its tensors alive: few and small
+  if (crowded) poll_works(false);  // a work keeps its tensors alive: few and small
 }
 
 // -- the kernel ----------------------------------------------------------------------------------
@@ -498,20 +581,19 @@ Issued issue(const Spec& spec, const torch::jit::Stack& stack, size_t nargs) {
   long group_rank_peer = spec.peer >= 0 ? args[spec.peer].toInt() : -1;
 
   Group* group = lookup(pg);
-  std::string site;
-  long step;
+  Json site;
+  long step = 0;
   {
     PyGILState_STATE gil = PyGILState_Ensure();
-    if (!switches_on()) {
+    if (!step_now(&step) || !journal_open()) {
       PyGILState_Release(gil);
       return out;
     }
     if (group == nullptr && (group = describe(pg)) == nullptr) {
-      g_enabled.store(false);  // Python could not describe it (and said why): stop asking
+      g_enabled.store(false);  // stop asking
       PyGILState_Release(gil);
       return out;
     }
-    step = step_now();
     site = site_json();
     PyGILState_Release(gil);
   }
@@ -523,17 +605,36 @@ Issued issue(const Spec& spec, const torch::jit::Stack& stack, size_t nargs) {
   } else {
     seq = group->seq++;
   }
-  long rank = group->global(pg->getRank());
-  out.id = g_ids++;
+  namespace column = journal::column;
+  Row row;
+  row.set(column::step, step);
+  row.set(column::group, group->label);
+  row.set(column::seq, seq);
+  row.set(column::op, spec.quoted);
+  if (facts.any) {
+    row.set(column::shapes, facts.shapes);
+    row.set(column::dtype, facts.dtype);
+  } else {
+    row.null(column::shapes);
+    row.null(column::dtype);
+  }
+  row.set(column::bytes, facts.bytes);
+  if (peer >= 0) {
+    row.set(column::peer, peer);
+  } else {
+    row.null(column::peer);
+  }
+  row.set_ns(column::time, wall_ns());
+  row.null(column::duration);
+  row.set(column::state, kIssuedState);
+  row.set(column::site, site);
+  row.set(column::rank, group->global(pg->getRank()));
+  long id = g_ids++;
+  std::string line = row.issued_line(id);
+  if (line.empty()) return out;  // a column without a value: off (fail said which)
+  out.id = id;
   out.bytes = spec.gathers ? facts.bytes * static_cast<long>(group->ranks.size()) : facts.bytes;
   out.cpu = facts.cpu;
-
-  std::string line = "I [";
-  line += std::to_string(out.id) + ',' + std::to_string(step) + ',' + group->label + ',' +
-          std::to_string(seq) + ",\"" + spec.name + "\"," + facts.shapes + ',' + facts.dtype +
-          ',' + std::to_string(facts.bytes) + ',' + (peer >= 0 ? std::to_string(peer) : "null") +
-          ',' + std::to_string(wall_ns()) + "e-9,null,\"issued\"," + site + ',' +
-          std::to_string(rank) + "]\n";
   write_completed_ends();  // the ends of the calls before, ahead of this call's line
   out.started = mono_ns();
   write_line(line);  // on disk before the call that may end the process
@@ -564,7 +665,7 @@ struct Kernel final : public c10::OperatorKernel {
     try {
       op.redispatchBoxed(keys, stack);
     } catch (...) {
-      write_end(call.id, call.started, "failed");
+      write_end(call.id, call.started, journal::kFailed);
       throw;
     }
     try {
@@ -588,6 +689,7 @@ void forget_after_fork() {
   new (&g_failure_lock) std::mutex();
   if (g_fd >= 0) close(g_fd);
   g_fd = -1;
+  g_journal.store(kDone);
   g_pending = new std::vector<Pending>();  // the parent's works: left, never touched
   g_held = 0;
   g_groups = new Groups();
@@ -595,31 +697,37 @@ void forget_after_fork() {
 
 }  // namespace
 
-extern "C" {
+// -- what Python calls (native.h; module.cpp makes them Python functions), the GIL held ----------
 
-int td_add_op(const char* c10d, const char* name, int inputs, int group, int peer, int p2p,
-              int gathers) {
-  g_specs.push_back(Spec{c10d, name, inputs, group, peer, p2p != 0, gathers != 0});
-  return 0;
-}
+namespace td {
 
-void td_set_bounds(long works, long bytes) {
-  g_poll_at.store(static_cast<size_t>(works));
-  g_held_bytes.store(bytes);
-}
+void at_load() { pthread_atfork(nullptr, nullptr, forget_after_fork); }
 
-// Register the kernels (the ops this torch has among those added); -1 on failure (the Python
-// kernel is used then).
-int td_register() {
-  static bool atfork = false;
-  if (!atfork) {
-    pthread_atfork(nullptr, nullptr, forget_after_fork);
-    atfork = true;
+// Register the kernels for the ops this torch has among `ops` (the first call's list is kept:
+// the table of ops is telemetry/c10d_ops.py's, the same every time); False on failure (the
+// Python kernel is used then).
+PyObject* register_ops(PyObject*, PyObject* ops) {
+  if (g_library != nullptr) Py_RETURN_TRUE;
+  if (g_specs.empty()) {
+    PyObject* items = PySequence_Fast(ops, "register: a list of op tuples");
+    if (items == nullptr) return nullptr;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(items); ++i) {
+      const char *c10d, *name;
+      int inputs, group, peer, p2p, gathers;
+      if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(items, i), "ssiiipp", &c10d, &name,
+                            &inputs, &group, &peer, &p2p, &gathers)) {
+        Py_DECREF(items);
+        g_specs.clear();
+        return nullptr;
+      }
+      g_specs.push_back(
+          Spec{c10d, name, quoted(name), inputs, group, peer, p2p != 0, gathers != 0});
+    }
+    Py_DECREF(items);
   }
-  if (g_library != nullptr) return 0;
   try {
-    auto* library = new torch::Library(torch::Library::IMPL, "c10d", c10::DispatchKey::BackendSelect,
-                                       __FILE__, __LINE__);
+    auto library = std::make_unique<torch::Library>(
+        torch::Library::IMPL, "c10d", c10::DispatchKey::BackendSelect, __FILE__, __LINE__);
     for (const Spec& spec : g_specs) {
       if (!c10::Dispatcher::singleton().findOp(c10::OperatorName("c10d::" + spec.c10d, ""))) {
         continue;  // an op this torch does not have
@@ -627,79 +735,99 @@ int td_register() {
       library->impl(spec.c10d.c_str(),
                     torch::CppFunction::makeFromBoxedFunctor(std::make_unique<Kernel>(spec)));
     }
-    g_library = library;
-    return 0;
+    g_library = library.release();
   } catch (const std::exception&) {
-    return -1;
+    Py_RETURN_FALSE;
   }
+  Py_RETURN_TRUE;
 }
 
-void td_unregister() {
+PyObject* unregister(PyObject*, PyObject*) {
   g_enabled.store(false);
   delete g_library;  // the dispatcher forgets the kernels
   g_library = nullptr;
+  Py_RETURN_NONE;
 }
 
-// Python's side (see the globals); the GIL held (ctypes.PyDLL).
-void td_configure(PyObject* rec, PyObject* sw, PyObject* prepare, PyObject* kind,
-                  PyObject* fallback) {
-  PyObject* old[] = {g_rec, g_switch, g_prepare, g_kind, g_fallback};
-  Py_INCREF(rec);
-  Py_INCREF(sw);
-  Py_INCREF(prepare);
-  Py_INCREF(kind);
-  Py_INCREF(fallback);
-  g_rec = rec;
-  g_switch = sw;
-  g_prepare = prepare;
-  g_kind = kind;
-  g_fallback = fallback;
+// A new run: Host's callables (keyword arguments, each required), the journal asked for again
+// at the run's first call, the groups described again.
+PyObject* configure(PyObject*, PyObject* args, PyObject* kwargs) {
+  static const char* names[] = {"step", "journal", "group", "file_kind", "backward_site",
+                                nullptr};
+  Host host;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OOOOO", const_cast<char**>(names),
+                                   &host.step, &host.journal, &host.group, &host.file_kind,
+                                   &host.backward_site)) {
+    return nullptr;
+  }
+  PyObject* given[] = {host.step, host.journal, host.group, host.file_kind, host.backward_site};
+  for (int i = 0; i < 5; ++i) {
+    if (given[i] == nullptr || !PyCallable_Check(given[i])) {
+      PyErr_Format(PyExc_TypeError, "configure: %s must be given, a callable", names[i]);
+      return nullptr;
+    }
+  }
+  g_enabled.store(false);
+  PyObject* old[] = {g_host.step, g_host.journal, g_host.group, g_host.file_kind,
+                     g_host.backward_site};
+  for (PyObject* o : given) Py_INCREF(o);
+  g_host = host;
   for (PyObject* o : old) Py_XDECREF(o);
-  // A new run: groups are described again. The old descriptions are kept (a call on another
-  // thread may hold one this moment); a few per run.
+  g_journal.store(kAsk);
+  // The old descriptions are kept (a call on another thread may hold one this moment); a few
+  // per run.
   static auto* retired = new std::vector<std::unique_ptr<Group>>();  // never freed, as above
   std::lock_guard<std::mutex> hold(g_groups_lock);
   for (auto& entry : *g_groups) retired->push_back(std::move(entry.second));
   g_groups->clear();
+  Py_RETURN_NONE;
 }
 
-void td_enable(int on) { g_enabled.store(on != 0 && g_rec != nullptr); }
-
-int td_open(const char* path) {
-  int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-  if (fd < 0) return -1;
-  std::lock_guard<std::mutex> hold(g_fd_lock);
-  if (g_fd >= 0) close(g_fd);
-  g_fd = fd;
-  return 0;
+PyObject* enable(PyObject*, PyObject* on) {
+  int yes = PyObject_IsTrue(on);
+  if (yes < 0) return nullptr;
+  g_enabled.store(yes == 1 && g_host.step != nullptr);
+  Py_RETURN_NONE;
 }
 
-int td_is_open() {
-  std::lock_guard<std::mutex> hold(g_fd_lock);
-  return g_fd >= 0;
+PyObject* set_bounds(PyObject*, PyObject* args) {
+  long works, bytes;
+  if (!PyArg_ParseTuple(args, "ll", &works, &bytes)) return nullptr;
+  g_poll_at.store(static_cast<size_t>(works));
+  g_held_bytes.store(bytes);
+  Py_RETURN_NONE;
 }
 
-void td_close() {
+// Any thread; the GIL let go while it polls (a work may take a while to answer).
+PyObject* poll(PyObject*, PyObject* errors) {
+  int check = PyObject_IsTrue(errors);
+  if (check < 0) return nullptr;
+  size_t pending = 0;
+  Py_BEGIN_ALLOW_THREADS
+  poll_works(check == 1);
+  {
+    std::lock_guard<std::mutex> hold(g_pending_lock);  // let go before the GIL is taken back
+    pending = g_pending->size();
+  }
+  Py_END_ALLOW_THREADS
+  return PyLong_FromSize_t(pending);
+}
+
+PyObject* close_journal(PyObject*, PyObject*) {
+  g_journal.store(kDone);
   std::lock_guard<std::mutex> hold(g_fd_lock);
   if (g_fd >= 0) close(g_fd);
   g_fd = -1;
+  Py_RETURN_NONE;
 }
 
-// End the calls whose works are seen completed (with `errors`, failed ones as such); the number
-// still pending. Any thread; called without the GIL (ctypes.CDLL).
-int td_poll(int errors) {
-  poll(errors != 0);
-  std::lock_guard<std::mutex> hold(g_pending_lock);
-  return static_cast<int>(g_pending->size());
+PyObject* take_failure(PyObject*, PyObject*) {
+  std::string said;
+  {
+    std::lock_guard<std::mutex> hold(g_failure_lock);
+    said.swap(g_failure);
+  }
+  return PyUnicode_DecodeUTF8(said.data(), static_cast<Py_ssize_t>(said.size()), "replace");
 }
 
-// What turned recording off, once ("" if nothing did).
-const char* td_take_failure() {
-  static std::string said;
-  std::lock_guard<std::mutex> hold(g_failure_lock);
-  said.swap(g_failure);
-  g_failure.clear();
-  return said.c_str();
-}
-
-}  // extern "C"
+}  // namespace td

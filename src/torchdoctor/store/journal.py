@@ -42,7 +42,11 @@ from torchdoctor.store.schema import TableSpec
 from torchdoctor.store.table import RingTable
 
 SUFFIX = ".log"
-ISSUED, ENDED = b"I ", b"E "
+# The layout of a line, defined here once: the Python kernel writes it through JournalTable and
+# the C++ kernel through a header generated from these and the table's spec (native/layout.py).
+ISSUED, ENDED = b"I ", b"E "  # I [id, the row's values in column order]; E [id, duration, state]
+ISSUED_STATE, COMPLETED, FAILED = "issued", "completed", "failed"
+_ISSUED_TEXT, _ENDED_TEXT = ISSUED.decode(), ENDED.decode()
 
 
 def path_of(directory: Path, spec: TableSpec) -> Path:
@@ -86,7 +90,10 @@ class JournalTable(RingTable):
         has a faster way to write them than the general encoder (collectives: every call)."""
         rid = next(self._ids)
         self._open[rid] = row
-        line = _line([rid, *row]) if encoded is None else f"I [{rid},{encoded}]\n".encode()
+        if encoded is None:
+            line = _line([rid, *row])
+        else:  # one f-string: this runs on every collective of the Python kernel
+            line = f"{_ISSUED_TEXT}[{rid},{encoded}]\n".encode()
         self._write(self._take_ends() + line if self._ends else line)
         return rid
 
@@ -238,7 +245,7 @@ def _line(values: Sequence[Any]) -> bytes:
 
 def _end_line(rid: int, duration: float | None, state: str) -> bytes:
     took = "null" if duration is None else repr(float(duration))
-    return f'E [{rid},{took},"{state}"]\n'.encode()
+    return f'{_ENDED_TEXT}[{rid},{took},"{state}"]\n'.encode()
 
 
 def read(path: Path, spec: TableSpec) -> tuple[Block, bool]:
@@ -264,9 +271,6 @@ def read(path: Path, spec: TableSpec) -> tuple[Block, bool]:
                     rows[earlier][state] = COMPLETED
                     del still_open[earlier]
     return Block.from_rows(spec, [tuple(r) for r in rows.values()]), truncated
-
-
-ISSUED_STATE, COMPLETED = "issued", "completed"
 
 
 def _ended_before(spec: TableSpec, open_rows: dict[int, Any], row: Sequence[Any]) -> list[int]:

@@ -47,6 +47,7 @@ import torch
 from torchdoctor import native
 from torchdoctor._failsafe import Switch
 from torchdoctor.frames import site, user_frame
+from torchdoctor.store import journal
 from torchdoctor.telemetry import invisible, process_group
 from torchdoctor.telemetry.c10d_ops import OPS, OpSpec, group_facts
 from torchdoctor.telemetry.invisible import compiling
@@ -55,7 +56,7 @@ from torchdoctor.telemetry.patches import Hooks
 _now = time.perf_counter
 
 
-ISSUED, COMPLETED, FAILED = "issued", "completed", "failed"
+ISSUED, COMPLETED, FAILED = journal.ISSUED_STATE, journal.COMPLETED, journal.FAILED
 # The training thread polls only past these bounds (DDP issues its calls mid-backward and a
 # step's end follows the optimizer: there a poll costs ~50 us per work, the caches cold; the
 # spill thread polls a second's works in one go): works held, and bytes of their tensors times
@@ -313,12 +314,11 @@ def install(rec: Any, hooks: Hooks) -> Any:
     dist = getattr(torch, "distributed", None)
     if dist is None or not dist.is_available():
         return None
-    lib = native.load()
+    lib = native.load()  # the compiled module
     if lib is not None:
         from torchdoctor.telemetry import collectives_native
 
-        bounds = (POLL_AT, HELD_BYTES)
-        installed = collectives_native.install(rec, hooks, lib, native.poll_function(lib), bounds)
+        installed = collectives_native.install(rec, hooks, lib, (POLL_AT, HELD_BYTES))
         if installed is not None:
             _current[:] = [installed]
             hooks.on_remove(functools.partial(_forget, installed))
@@ -339,7 +339,7 @@ def set_kernels(on: bool) -> None:
     if current is not None and not isinstance(current, Collectives):  # the C++ kernel's
         from torchdoctor.telemetry import collectives_native
 
-        collectives_native.set_kernels(current.lib, on)
+        collectives_native.set_kernels(current.kernels, on)
         return
     if on and not _library:
         _library.append(_register())

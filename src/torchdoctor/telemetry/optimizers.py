@@ -16,7 +16,16 @@ from torchdoctor.frames import user_frame
 
 
 class Optimizers:
-    __slots__ = ("_info", "_open", "_primary", "calls", "closure_checked", "named")
+    __slots__ = (
+        "_info",
+        "_last",
+        "_open",
+        "_primary",
+        "calls",
+        "closure_checked",
+        "named",
+        "several",
+    )
 
     def __init__(self) -> None:
         self._primary: weakref.ref[Any] | None = None
@@ -28,6 +37,8 @@ class Optimizers:
         self._open: dict[int, tuple[float, Any]] = {}  # id -> (its step() began, its check)
         self.calls = 0  # optimizer.step() calls so far: GradScaler.step compares it
         self.closure_checked = False  # LBFGS: the first closure's gradients were checked
+        self._last = 0  # id of the optimizer noted last (most steps: the same one again)
+        self.several = False  # more than one optimizer has stepped
 
     @property
     def primary(self) -> Any:
@@ -42,10 +53,6 @@ class Optimizers:
         becomes the primary, unless watch() named one."""
         if not self.named:
             self._primary = None
-
-    @property
-    def several(self) -> bool:
-        return len(self._info) > 1
 
     def count_call(self) -> None:
         self.calls += 1
@@ -68,12 +75,15 @@ class Optimizers:
     def note(self, optimizer: Any, steps_done: int) -> bool:
         """An update begins: True when it is the optimizer's first. Its name is taken from the
         loop that steps it, now, while that loop's frame is on the stack."""
-        if optimizer in self._info:
+        if id(optimizer) == self._last or optimizer in self._info:
+            self._last = id(optimizer)
             return False
+        self._last = id(optimizer)
         taken = {label for label, _lag in self._info.values()}
         label = _label(optimizer, taken, sys._getframe(1))
         lag = 1 if optimizer is not self.primary and steps_done > 0 else 0
         self._info[optimizer] = (label, lag)
+        self.several = len(self._info) > 1
         return True
 
     def known(self) -> list[Any]:
