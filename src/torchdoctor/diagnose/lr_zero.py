@@ -6,6 +6,8 @@ group kept at 0 on purpose while others train (said as info).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from torchdoctor.diagnose.inputs import Inputs
@@ -29,24 +31,24 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
     steps = inputs.column("step")
     first = int(steps[start])
     last = int(steps[start + MIN_STEPS - 1])  # when the run of zeros became long enough
-    others = [
-        e["data"]
-        for e in inputs.events_of("silent.lr_groups")
-        if any((x or 0) > 0 for x in e["data"].get("lrs") or [])
-    ]
+    facts = inputs.events_of("silent.optimizers")
+    optimizers = facts[-1]["data"].get("optimizers", []) if facts else []
+    primary: dict[str, Any] = next((o for o in optimizers if o.get("primary")), {})
+    where = primary.get("optimizer")
+    lrs = primary.get("lrs") or []
     since = "from the first step" if start == 0 else f"since step {first}"
-    if others:
-        lrs = others[-1].get("lrs")
+    if any((x or 0) > 0 for x in lrs):
         return [
             Diagnosis(
                 kind="lr_zero",
                 severity="info",
                 step=last,
+                location=where,
                 summary=(
                     f"The first parameter group's learning rate is 0 {since}; other groups "
                     f"train (learning rates {lrs}): that group is frozen."
                 ),
-                evidence={"first_zero_step": first, "steps": run, "lrs": lrs},
+                evidence={"first_zero_step": first, "steps": run, "optimizer": primary},
                 fix=["nothing, if that group is frozen on purpose"],
                 key="lr_zero",
             )
@@ -56,11 +58,13 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
             kind="lr_zero",
             severity="warning",
             step=last,
+            location=where,
             summary=(
-                f"The learning rate is 0 {since} ({run} steps): updates change nothing, "
-                "the model does not learn."
+                f"The learning rate{' of ' + where if where else ''}"
+                f"{' (' + primary['type'] + ')' if primary.get('type') else ''} is 0 {since} "
+                f"({run} steps): updates change nothing, the model does not learn."
             ),
-            evidence={"first_zero_step": first, "steps": run},
+            evidence={"first_zero_step": first, "steps": run, "optimizer": primary or None},
             fix=[
                 "check the scheduler's factor: integer division (step // warmup) gives 0 "
                 "until the warm-up ends; use a float: min(1.0, (step + 1) / warmup)",

@@ -8,9 +8,8 @@ steps (from step 2, when every optimizer of a GAN has stepped at least once):
   layers and biases, every weight matrix and kernel frozen, the output layer included: a
   `requires_grad = False` loop that froze more than it meant to. Frozen backbones under a
   trainable head are not this.
-- learning rates per parameter group: where an optimizer has several, the groups' learning
-  rates (python.steps holds the first group's only), again whenever which of them are 0
-  changes.
+- the optimizers: their names, classes and each parameter group's learning rate (python.steps
+  holds the primary's first group only), again whenever which groups are at 0 changes.
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ class Coverage:
         self.host = host
         self.missing: dict[str, int] = {}  # model -> sampled steps seen with such parameters
         self.frozen_checked = False
-        self.zeros: dict[str, list[bool]] = {}  # optimizer -> which groups' lr is 0
+        self.zeros: list[list[bool]] = []  # per optimizer: which groups' lr is 0
 
     def before_update(self, step: int) -> None:
         if not self.frozen_checked:
@@ -94,16 +93,25 @@ class Coverage:
             self.host.emit("frozen_model", data, key=label)
 
     def _learning_rates(self) -> None:
-        for optimizer in self.host.rec.optimizers.known():
-            groups = optimizer.param_groups
-            if len(groups) < 2:
-                continue
-            lrs = [_number(g.get("lr")) for g in groups]
-            label = self.host.label(optimizer)
-            zeros = [lr == 0 for lr in lrs]
-            if self.zeros.get(label) != zeros:
-                self.zeros[label] = zeros
-                self.host.emit("lr_groups", {"optimizer": label, "lrs": lrs})
+        """The optimizers, their classes and learning rates (where python.steps has the
+        primary's first group only): once, then whenever which groups are at 0 changes."""
+        rec = self.host.rec
+        primary = rec.optimizers.primary
+        rows = []
+        for optimizer in rec.optimizers.known():
+            lrs = [_number(g.get("lr")) for g in optimizer.param_groups]
+            rows.append(
+                {
+                    "optimizer": self.host.label(optimizer),
+                    "type": type(optimizer).__name__,
+                    "primary": optimizer is primary,
+                    "lrs": lrs,
+                }
+            )
+        zeros = [[lr == 0 for lr in row["lrs"]] for row in rows]
+        if zeros != self.zeros:
+            self.zeros = zeros
+            self.host.emit("optimizers", {"optimizers": rows})
 
 
 def _is_norm(cls: str) -> bool:
