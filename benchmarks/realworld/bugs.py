@@ -2,8 +2,8 @@
 truthful doctor says about it: the kind, the place and the first fix.
 
 Kinds that torchdoctor has no diagnosis for yet are written as the names a fix would use
-(`stale_gradients`, `not_in_optimizer`): the scorecard counts them as not found until a
-diagnosis of one of the accepted kinds appears. Places are module qualified names or
+(`not_in_optimizer`): the scorecard counts them as not found until a diagnosis of one of the
+accepted kinds appears. Places are module qualified names or
 `file:line` (the line found by its text in the patched file), any one of them right.
 """
 
@@ -47,7 +47,7 @@ BUGS: tuple[Bug, ...] = (
         name="mnist_no_zero_grad",
         program="mnist",
         what="optimizer.zero_grad() dropped: gradients pile up across steps",
-        kinds=("stale_gradients", "gradients_not_reset"),
+        kinds=("grad_not_cleared",),
         lines=(
             Line("mnist/main.py", "optimizer.step()"),
             Line("mnist/main.py", "loss.backward()", 0),
@@ -59,7 +59,7 @@ BUGS: tuple[Bug, ...] = (
         name="mingpt_no_zero_grad",
         program="mingpt_adder",
         what="model.zero_grad() dropped from minGPT's Trainer",
-        kinds=("stale_gradients", "gradients_not_reset"),
+        kinds=("grad_not_cleared",),
         lines=(
             Line("mingpt/trainer.py", "self.optimizer.step()"),
             Line("mingpt/trainer.py", "self.loss.backward()"),
@@ -73,7 +73,7 @@ BUGS: tuple[Bug, ...] = (
         name="mnist_lr_zero",
         program="mnist",
         what="learning rate 0 (--lr 0), 120 steps",
-        kinds=("not_learning",),
+        kinds=("lr_zero", "not_learning"),
         lines=(Line("mnist/main.py", "optimizer = optim.Adadelta("),),
         modules=("Adadelta", "optimizer"),
         fix=r"learning rate|\blr\b",
@@ -84,7 +84,7 @@ BUGS: tuple[Bug, ...] = (
         name="lightning_lr_zero",
         program="lightning_transformer",
         what="SGD(lr=0.0) in configure_optimizers, 100 steps",
-        kinds=("not_learning",),
+        kinds=("lr_zero", "not_learning"),
         lines=(Line("examples/pytorch/basics/transformer.py", "torch.optim.SGD("),),
         modules=("SGD", "optimizer"),
         fix=r"learning rate|\blr\b",

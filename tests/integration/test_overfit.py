@@ -108,3 +108,15 @@ def test_bad_targets(env, tmp_path) -> None:
     assert out.returncode == 1
     assert "ended without a training step" in out.stderr
     assert json.loads(out.stdout)["passed"] is False
+
+
+def test_missing_zero_grad_is_named_first_without_learning_rate_advice(env, tmp_path) -> None:
+    # The case: no zero_grad(), so each update applies every earlier gradient again.
+    # The live check knows it for certain, and then the size of the updates says nothing
+    # about the learning rate.
+    _code, r, err = _overfit(env, tmp_path, 30, script("silent_zero_grad.py"))
+    assert r is not None, err
+    kinds = _kinds(r)
+    assert kinds[:1] == ["grad_not_cleared"], r["suspects"]
+    assert not {"lr_too_small", "lr_too_large"} & set(kinds), kinds
+    assert "zero_grad()" in r["suspects"][0]["fix"]

@@ -50,9 +50,40 @@ BUGGY: dict[str, dict[str, tuple[str, str | None, int, int]]] = {
     },
     "vanishing_deep_sigmoid": {"vanishing_gradients": ("warning", "0", 21, 29)},
     "no_gradient_frozen": {"no_gradient": ("warning", "image.0", 21, 24)},
-    "not_learning_lr_zero": {"not_learning": ("warning", None, 100, 149)},
+    "not_learning_lr_zero": {
+        "not_learning": ("warning", None, 100, 149),
+        "lr_zero": ("warning", None, 19, 19),  # the cause, as soon as it is certain
+    },
     "dataloader_bound_slow": {"dataloader_bound": ("warning", None, 40, 40)},
     "memory_leak_eval": {"memory_leak": ("warning", None, 60, 119)},
+    # silent training bugs: the cause, the place, within the first steps (docs/silent-errors.md)
+    "silent_grad_not_cleared": {"grad_not_cleared": ("error", "silent_zero_grad.py:22", 2, 2)},
+    "silent_accumulation": {"accumulation": ("warning", "silent_accumulation.py:29", 2, 3)},
+    "silent_eval_mode": {"eval_mode": ("warning", "silent_eval_mode.py:25", 2, 2)},
+    "silent_train_not_called": {"train_not_called": ("warning", "backbone", 1, 1)},
+    "silent_dropout_in_eval": {"dropout_in_eval": ("warning", "silent_dropout_eval.py:24", 9, 10)},
+    "silent_unoptimized_parameters": {
+        "unoptimized_parameters": ("warning", "fc", 2, 3),
+        "no_gradient": ("warning", "?", 21, 24),  # the replaced head's old tensors
+    },
+    "silent_frozen_model": {"frozen_model": ("warning", "_fc", 1, 1)},
+    "silent_scheduler_order": {
+        "scheduler_order": ("warning", "silent_scheduler_order.py:21", 0, 0)
+    },
+    "silent_scheduler_unused": {
+        "scheduler_unused": ("warning", "silent_scheduler_unused.py:19", 10, 10)
+    },
+    "silent_detached_loss": {
+        "detached_loss": ("error", "silent_detached_loss.py:24", 2, 2),
+        "no_gradient": ("warning", "0", 21, 24),
+    },
+    "silent_repeated_batch": {"repeated_batch": ("warning", "model", 3, 3)},
+    "silent_loss_inputs": {"loss_inputs": ("error", "silent_loss_inputs.py:75", 1, 1)},
+    "silent_ineffective_update": {
+        "ineffective_update": ("error", "silent_update_effect.py:37", 2, 2)
+    },
+    "silent_autocast_unused": {"autocast_unused": ("warning", "silent_autocast.py:31", 1, 1)},
+    "silent_batch_collapsed": {"batch_collapsed": ("warning", "model", 3, 3)},
 }
 
 HEALTHY = (
@@ -61,6 +92,7 @@ HEALTHY = (
     "healthy_frozen",
     "healthy_slow_loader",
     "healthy_eval_leak",
+    *sorted(p.name for p in RUNS.glob("healthy_silent_*")),  # fixed twins, legitimate patterns
 )
 
 

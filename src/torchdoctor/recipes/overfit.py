@@ -41,6 +41,7 @@ class OverfitMode:
         self.no_batch = False
         recorder.step_listeners.append(self._on_step)
         self.hooks.on_remove(lambda: _discard(recorder.step_listeners, self._on_step))
+        recorder.silent.batches_repeat_on_purpose()
 
     # -- every step -----------------------------------------------------------------------------
     def _on_step(self, state: Any, step: int) -> None:
@@ -162,6 +163,7 @@ class OverfitMode:
                 "replayed": self.replay.replayed,
             },
             "no_batch": self.no_batch,
+            "silent": [[kind, data] for kind, data in self.rec.silent.facts],
         }
 
     def _in_optimizer(self) -> dict[int, bool]:

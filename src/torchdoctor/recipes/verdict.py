@@ -93,6 +93,11 @@ def suspects(facts: dict[str, Any], verdict: dict[str, Any]) -> list[dict[str, A
     out: list[dict[str, Any]] = []
     params = facts.get("params") or []
     stepped = int(facts.get("steps") or 0) > 1
+    for kind, data in facts.get("silent") or []:  # what the live checks know for certain
+        said = _SILENT.get(kind)
+        if said is not None:
+            out.append(_suspect(kind, said[0], [], said[1], data))
+    certain = bool(out)  # each of these sets the size of the updates by itself
 
     def names(rows: list[dict[str, Any]]) -> list[str]:
         return [r["name"] for r in rows]
@@ -149,6 +154,8 @@ def suspects(facts: dict[str, Any], verdict: dict[str, Any]) -> list[dict[str, A
     ratios = _finite(facts["series"].get("update_ratio", []))
     if ratios and max(ratios) == 0 and out:
         ratios = []  # nothing moved, and the parameters above say why
+    if certain:
+        ratios = []  # the size of the updates follows from the bug found above
     if ratios:
         ratio = statistics.median(ratios)
         lr = facts.get("lr")
@@ -210,6 +217,31 @@ def suspects(facts: dict[str, Any], verdict: dict[str, Any]) -> list[dict[str, A
         )
     return out
 
+
+# The silent-error checks' facts (telemetry/silent/) that explain a batch not memorised.
+_SILENT = {
+    "grad_not_cleared": (
+        "gradients never cleared between updates: optimizer.zero_grad() is missing, so every "
+        "update applies all earlier gradients again",
+        "call optimizer.zero_grad() once per update (before the forward pass or after step())",
+    ),
+    "detached_loss": (
+        "the loss reaches none of the optimizer's parameters: it was computed from detached "
+        "values and made to require grad again",
+        "compute the loss from the model's output tensor (no .item(), .detach(), .data)",
+    ),
+    "ineffective_update": (
+        "optimizer.step() leaves the weights unchanged although they have gradients",
+        "update the parameters in place in the optimizer (p.add_(...)), and build it from the "
+        "parameters the model uses",
+    ),
+    "accumulation": (
+        "gradient accumulation that scales the update wrongly",
+        "divide each micro-batch's loss by their number; clear gradients after step() only",
+    ),
+}
+# (Parameters left out of the optimizer and a loss fed the wrong inputs are this mode's own
+# suspects, not_in_optimizer and the loss findings, so their silent facts are not repeated.)
 
 _FINDINGS = {
     "probabilities_into_cross_entropy": (

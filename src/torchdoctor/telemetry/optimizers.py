@@ -86,6 +86,16 @@ class Optimizers:
         self.several = len(self._info) > 1
         return True
 
+    def known(self) -> list[Any]:
+        """Every optimizer that has stepped so far."""
+        return list(self._info.keys())
+
+    def stepped(self, optimizer: Any) -> bool:
+        try:
+            return optimizer in self._info
+        except TypeError:  # not weak-referenceable: never one of ours
+            return False
+
     def info(self, optimizer: Any) -> tuple[str, int]:
         """(its name, its lag), known from its first update."""
         return self._info.get(optimizer) or (type(optimizer).__name__, 0)

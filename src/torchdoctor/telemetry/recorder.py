@@ -21,7 +21,8 @@ Where a step ends, decided by one of three modes, chosen as the run shows itself
 Parts, each the only writer of its state: the step in progress (step.py: a StepState replaced
 whole when the step ends), its phases (phases.py), the gradient check and --guard
 (gradient_check.py), the optimizers (optimizers.py), the models and their hooks
-(model_roots.py), the rows (step_rows.py), module tracing (tracer.py, shapes.py).
+(model_roots.py), the rows (step_rows.py), module tracing (tracer.py, shapes.py), the
+silent-error checks on sampled steps (silent/: called behind `if self.silent.active`).
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from torchdoctor.telemetry.readback import Readback
 from torchdoctor.telemetry.run_view import RunView
 from torchdoctor.telemetry.safe_point import SafePoint
 from torchdoctor.telemetry.shapes import ShapeRecorder
+from torchdoctor.telemetry.silent import SilentChecks
 from torchdoctor.telemetry.step import StepState
 from torchdoctor.telemetry.step_rows import StepRow, StepRows
 from torchdoctor.telemetry.trace_plan import TracePlan
@@ -112,6 +114,7 @@ class Recorder(RunView):
         self._compile_watch: Any = None
         self.model_hook = torch_hooks.model_hooks(self)
         self.gaps = GapSampler(self)  # stack samples of the gaps, when the doctor asks
+        self.silent = SilentChecks(self)  # silent-error checks on sampled steps (silent/)
 
     # -- install / remove ------------------------------------------------------------------
     def install(self) -> None:
@@ -131,6 +134,7 @@ class Recorder(RunView):
         self.memory.start()
         self.hooks.on_remove(self.memory.close)
         self.hooks.on_remove(self.gaps.stop)
+        self.silent.install(self.hooks)
 
     def remove(self) -> None:
         try:
@@ -230,6 +234,8 @@ class Recorder(RunView):
         if state.start is None:
             state.start = now
         self.timer.enter("data", now, state.phases)
+        if self.silent.active:
+            self.silent.on_data()
 
     def on_data_done(self, now: float) -> None:
         self.timer.exit("data", now, self.state.phases)
@@ -251,6 +257,8 @@ class Recorder(RunView):
         state.keep_call(module, args, kwargs, self.torch, self.roots.random)
         if self.timer.begin_forward(now, state.phases) and state.start is None:
             state.start = now
+        if self.silent.active or not module.training:
+            self.silent.on_model_call(module, args, kwargs)
 
     def on_model_return(self, now: float) -> None:
         """A model's top-level call returned (its forward hook): the forward phase closes."""
@@ -277,6 +285,8 @@ class Recorder(RunView):
         self.timer.enter("backward", now, state.phases)
         if loss is not None:
             self._note_loss(local(loss))
+        if self.silent.active:
+            self.silent.on_backward(loss)
 
     def on_backward_done(self, now: float) -> None:
         state = self.state

@@ -288,4 +288,13 @@ def _loader_facts(loader: Any) -> dict[str, Any]:
         "prefetch_factor": getattr(loader, "prefetch_factor", None),
         "batch_size": getattr(loader, "batch_size", None),
         "dataset": type(getattr(loader, "dataset", None)).__name__,
+        "batches": _length(loader),
     }
+
+
+def _length(loader: Any) -> int | None:
+    """Batches per epoch, where the loader knows it (not for an IterableDataset)."""
+    try:
+        return len(loader)
+    except Exception:
+        return None

@@ -42,12 +42,16 @@ class Updates:
             if rec.host.config.guard and guard_update(check):
                 rec.event("guard_skip", {"optimizer": optimizers.label(optimizer)})
         optimizers.begin(optimizer, now, check)
+        if rec.silent.active:
+            rec.silent.before_update(optimizer)
 
     def end(self, optimizer: Any, now: float) -> None:
         """optimizer.step() returned: the primary's update ends the step."""
         rec = self.rec
         state = rec.state
         rec.timer.exit("optimizer", now, state.phases)
+        if rec.silent.active:
+            rec.silent.after_update(optimizer)
         t0, check = self.optimizers.end(optimizer, now)
         if optimizer is not self.optimizers.primary:
             self._other_row(optimizer, now - t0, check)

@@ -1,0 +1,76 @@
+"""`lr_zero`: the learning rate is exactly 0 for many steps in a row, up to the latest, so the
+updates change nothing (a warm-up computed with integer division, a schedule that ended, a
+factor of 0). A warm-up that starts at 0 for a step or a few is not this, nor a parameter
+group kept at 0 on purpose while others train (said as info).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from torchdoctor.diagnose.inputs import Inputs
+from torchdoctor.diagnose.record import Diagnosis
+
+MIN_STEPS = 20
+
+
+def diagnose(inputs: Inputs) -> list[Diagnosis]:
+    if inputs.steps.rows < MIN_STEPS:
+        return []
+    valid = inputs.valid("lr")
+    lr = inputs.column("lr")
+    if not valid[-1] or lr[-1] != 0:
+        return []
+    nonzero = np.flatnonzero(~valid | (lr != 0))
+    start = int(nonzero[-1]) + 1 if nonzero.size else 0
+    run = inputs.steps.rows - start
+    if run < MIN_STEPS:
+        return []
+    steps = inputs.column("step")
+    first = int(steps[start])
+    last = int(steps[start + MIN_STEPS - 1])  # when the run of zeros became long enough
+    facts = inputs.events_of("silent.optimizers")
+    optimizers = facts[-1]["data"].get("optimizers", []) if facts else []
+    primary: dict[str, Any] = next((o for o in optimizers if o.get("primary")), {})
+    where = primary.get("optimizer")
+    lrs = primary.get("lrs") or []
+    since = "from the first step" if start == 0 else f"since step {first}"
+    if any((x or 0) > 0 for x in lrs):
+        return [
+            Diagnosis(
+                kind="lr_zero",
+                severity="info",
+                step=last,
+                location=where,
+                summary=(
+                    f"The first parameter group's learning rate is 0 {since}; other groups "
+                    f"train (learning rates {lrs}): that group is frozen."
+                ),
+                evidence={"first_zero_step": first, "steps": run, "optimizer": primary},
+                fix=["nothing, if that group is frozen on purpose"],
+                key="lr_zero",
+            )
+        ]
+    return [
+        Diagnosis(
+            kind="lr_zero",
+            severity="warning",
+            step=last,
+            location=where,
+            summary=(
+                f"The learning rate{' of ' + where if where else ''}"
+                f"{' (' + primary['type'] + ')' if primary.get('type') else ''} is 0 {since} "
+                f"({run} steps): updates change nothing, the model does not learn."
+            ),
+            evidence={"first_zero_step": first, "steps": run, "optimizer": primary or None},
+            fix=[
+                "check the scheduler's factor: integer division (step // warmup) gives 0 "
+                "until the warm-up ends; use a float: min(1.0, (step + 1) / warmup)",
+                "check that a schedule that decays to 0 is not shorter than the training",
+                "check the lr given to the optimizer",
+            ],
+            key="lr_zero",
+        )
+    ]

@@ -1,0 +1,357 @@
+"""The loss's autograd graph, read when backward() is called on a sampled step (the graph is
+whole then), and what it tells:
+
+- detached: the loss reaches no parameter at all (a walk towards the leaves that stops at the
+  first parameter it finds; one that no optimizer holds is unoptimized_parameters' case):
+  backward() gives the model no gradient. The
+  usual cause is a loss rebuilt from plain numbers (`loss.item()`, `.detach()`, `.data`) and
+  made to require grad again so that backward() stops complaining.
+- accumulation: how each micro-batch's loss is scaled before backward(): divided (or
+  multiplied) by a number, by a tensor (a token count: a normalisation of its own), or not at
+  all. The update compares it with the number of backward() calls since the last update and of
+  batches fetched (one batch per backward() is what gradient accumulation looks like; a GAN's
+  discriminator runs two backward() calls on one batch, on purpose undivided).
+- loss inputs (near the root): nll_loss fed probabilities (softmax) instead of log-probabilities;
+  log_softmax over another axis than the one nll_loss reads classes from (classes are axis 1);
+  softmax before cross_entropy (which applies log_softmax itself); class probabilities along the
+  last axis of a 3-d input, where cross_entropy reads classes along axis 1; logits flattened
+  from a time-major [T, N, C] tensor against targets flattened from a batch-major [N, T] one;
+  predictions broadcast against targets of another shape by mse_loss, l1_loss, smooth_l1_loss
+  or huber_loss.
+- autocast: with autocast on for the model's device, whether any matmul or convolution ran in
+  lower precision (autocast turned on for another device than the model's is seen at the
+  model call).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+from typing import Any
+
+WALK = 20_000  # nodes walked at most looking for a parameter
+NEAR = 200  # nodes from the root looked at for loss functions
+CONFIRM = 2  # sampled observations before a finding about scaling or detachment
+
+_NLL = ("NllLossBackward0", "NllLoss2dBackward0")
+_VIEWS = ("ViewBackward0", "ReshapeAliasBackward0", "UnsafeViewBackward0")
+_POINTWISE_LOSSES = {
+    "MseLossBackward0": "mse_loss",
+    "SmoothL1LossBackward0": "smooth_l1_loss",
+    "HuberLossBackward0": "huber_loss",
+}
+_MATMULS = {
+    "AddmmBackward0": ("_saved_mat1", "_saved_mat2"),
+    "MmBackward0": ("_saved_self", "_saved_mat2"),
+    "BmmBackward0": ("_saved_self", "_saved_mat2"),
+    "ConvolutionBackward0": ("_saved_weight", "_saved_input"),
+}
+
+
+class LossGraphs:
+    def __init__(self, host: Any) -> None:
+        self.host = host
+        self.detached = 0  # consecutive sampled backward() calls with a detached loss
+        self.scales: list[Any] = []  # the step's micro-batch loss scales
+        self.site: str | None = None  # where the last sampled backward() was called
+        self.observed: dict[Any, int] = {}  # accumulation reading -> sampled steps in a row
+        self.autocast_on = False  # autocast is on for the model's device in this step
+        self.autocast_checked = False
+
+    # -- at the model call: autocast for the wrong device --------------------------------------
+    def on_model_call(self, module: Any) -> None:
+        state = self.host.rec.state
+        if self.autocast_checked or not state.autocast:
+            return
+        first = next(module.parameters(), None)
+        if first is None:
+            return
+        device = first.device.type
+        enabled = [str(d) for d, _dtype in state.autocast]
+        if device in enabled:
+            self.autocast_on = True
+            return
+        self.autocast_checked = True
+        data = {
+            "problem": "device",
+            "model": self.host.rec.models.name_of(module),
+            "model_device": device,
+            "autocast": [[str(d), str(t).removeprefix("torch.")] for d, t in state.autocast],
+            "step": self.host.rec.step,
+            "site": self.host.user_site(),
+        }
+        self.host.emit("autocast_unused", data, key="device")
+
+    # -- at backward() ---------------------------------------------------------------------------
+    def on_backward(self, loss: Any) -> None:
+        torch = self.host.torch
+        if not isinstance(loss, torch.Tensor):
+            return
+        self.site = self.host.user_site()
+        root = loss.grad_fn
+        self._detached(root, loss)
+        self.scales.append(_scale(torch, root))
+        if root is not None:
+            self._loss_inputs(root)
+            if self.autocast_on and not self.autocast_checked:
+                self.autocast_checked = True
+                self._precision(root)
+        self.autocast_on = False
+
+    def _detached(self, root: Any, loss: Any) -> None:
+        ids = self.host.param_ids()
+        if not ids:
+            return
+        reaches, leaves = _reaches(root, ids, self.host.torch.nn.Parameter)
+        if reaches is None:
+            return  # too big to walk: unknown
+        if reaches or any(leaf["parameter"] for leaf in leaves):
+            self.detached = 0  # parameters no optimizer holds: unoptimized_parameters' case
+            return
+        self.detached += 1
+        if self.detached < CONFIRM:
+            return
+        data = {
+            "step": self.host.rec.step,
+            "site": self.site,
+            "leaf": root is None,
+            "leaves": leaves,
+            "shape": list(loss.shape),
+        }
+        self.host.emit("detached_loss", data, key="detached")
+
+    # -- at the update: the micro-batches' scaling against their number -------------------------
+    def before_update(self, step: int) -> None:
+        scales, self.scales = self.scales, []
+        k, fetches = int(self.host.rec.state.micro), self.host.fetches
+        if k < 2 or fetches != k or len(scales) != k:
+            return
+        if all(s is None for s in scales):
+            reading: tuple[str, Any] = ("not_divided", None)
+        elif len(set(scales)) == 1 and isinstance(scales[0], int) and scales[0] != k:
+            reading = ("divided_by", scales[0])
+        else:
+            self.observed.clear()
+            return
+        count = self.observed.get(reading, 0) + 1
+        self.observed = {reading: count}
+        if count < CONFIRM:
+            return
+        data = {
+            "problem": reading[0],
+            "divisor": reading[1],
+            "micro_batches": k,
+            "fetches": fetches,
+            "step": step,
+            "site": self.site,
+        }
+        self.host.emit("accumulation", data, key=reading[0])
+
+    # -- the loss functions near the root --------------------------------------------------------
+    def _loss_inputs(self, root: Any) -> None:
+        for node, parent in _near(root, NEAR):
+            name = type(node).__name__
+            if name in _NLL:
+                self._nll(node)
+            elif name == "MulBackward0":
+                self._soft_targets(node)
+            elif name in _POINTWISE_LOSSES:
+                saved = getattr(node, "_saved_self", None)
+                self._broadcast(node, _POINTWISE_LOSSES[name], saved)
+            elif name == "SubBackward0" and type(parent).__name__ == "AbsBackward0":
+                self._broadcast(node, "l1_loss", getattr(parent, "_saved_self", None))
+
+    def _finding(self, problem: str, data: dict[str, Any]) -> None:
+        data.update(problem=problem, step=self.host.rec.step, site=self.site)
+        self.host.emit("loss_inputs", data, key=(problem, self.site))
+
+    def _nll(self, node: Any) -> None:
+        source = node.next_functions[0][0]
+        logp = getattr(node, "_saved_self", None)
+        if source is None or logp is None:
+            return
+        class_dim = 1 if logp.dim() >= 2 else 0
+        kind = type(source).__name__
+        if kind == "SoftmaxBackward0":
+            self._finding("nll_on_probabilities", {"shape": list(logp.shape)})
+            return
+        if kind != "LogSoftmaxBackward0":
+            return
+        dim = int(source._saved_dim) % max(1, logp.dim())
+        if dim != class_dim:
+            data = {"dim": dim, "class_dim": class_dim, "shape": list(logp.shape)}
+            self._finding("log_softmax_axis", data)
+        below = source.next_functions[0][0]
+        below_kind = type(below).__name__ if below is not None else None
+        if below_kind == "SoftmaxBackward0":
+            self._finding("softmax_before_cross_entropy", {"shape": list(logp.shape)})
+        elif below_kind in _VIEWS:
+            self._flatten_order(below, getattr(node, "_saved_target", None))
+
+    def _flatten_order(self, view: Any, target: Any) -> None:
+        """Logits flattened from [T, N, ...] against targets flattened from [N, T]."""
+        base = getattr(target, "_base", None)
+        sizes = getattr(view, "_saved_self_sym_sizes", None)
+        if base is None or sizes is None:
+            return
+        logits = tuple(int(s) for s in sizes)
+        targets = tuple(int(s) for s in base.shape)
+        if (
+            len(logits) >= 3
+            and len(targets) == 2
+            and logits[:2] == targets[::-1]
+            and logits[0] != logits[1]
+        ):
+            self._finding("flatten_order", {"logits": list(logits), "targets": list(targets)})
+
+    def _soft_targets(self, node: Any) -> None:
+        """cross_entropy with class probabilities: -(log_softmax(x, 1) * p)."""
+        below = node.next_functions[0][0]
+        if below is None or type(below).__name__ != "LogSoftmaxBackward0":
+            return
+        probs = getattr(node, "_saved_other", None)
+        torch = self.host.torch
+        if probs is None or probs.requires_grad or not probs.is_floating_point():
+            return
+        source = below.next_functions[0][0]
+        if source is not None and type(source).__name__ == "SoftmaxBackward0":
+            self._finding("softmax_before_cross_entropy", {"shape": list(probs.shape)})
+        ndim = probs.dim()
+        dim = int(below._saved_dim) % max(1, ndim)
+        if ndim < 3 or dim == ndim - 1:
+            return
+        errors = torch.stack(
+            [
+                (probs.sum(dim) - 1).abs().amax(),
+                (probs.sum(-1) - 1).abs().amax(),
+            ]
+        ).float()
+        shape = list(probs.shape)
+
+        def done(values: list[float]) -> None:
+            along_dim, along_last = values
+            if along_dim > 1e-2 and along_last < 1e-3:
+                self._finding("class_axis", {"shape": shape, "dim": dim})
+
+        self.host.rec.readback.submit(errors, done)
+
+    def _broadcast(self, node: Any, loss: str, result: Any) -> None:
+        if result is None:
+            return
+        for child, _ in node.next_functions:
+            if child is None or type(child).__name__ != "ExpandBackward0":
+                continue
+            sizes = getattr(child, "_saved_self_sym_sizes", None)
+            if sizes is None:
+                continue
+            before = [int(s) for s in sizes]
+            after = list(result.shape)
+            if before != after:
+                self._finding("broadcast", {"loss": loss, "prediction": before, "result": after})
+                return
+
+    # -- autocast: lower precision anywhere? -----------------------------------------------------
+    def _precision(self, root: Any) -> None:
+        torch = self.host.torch
+        full = low = 0
+        for node in _walk(root, WALK):
+            names = _MATMULS.get(type(node).__name__)
+            if names is None:
+                continue
+            dtypes = set()
+            for name in names:
+                try:
+                    t = getattr(node, name)
+                except RuntimeError:  # freed or not saved
+                    t = None
+                if isinstance(t, torch.Tensor):
+                    dtypes.add(t.dtype)
+            if dtypes & {torch.float16, torch.bfloat16}:
+                low += 1
+            elif torch.float32 in dtypes:
+                full += 1
+        if full and not low:
+            state = self.host.rec.state
+            data = {
+                "problem": "float32",
+                "ops": full,
+                "autocast": [[str(d), str(t).removeprefix("torch.")] for d, t in state.autocast],
+                "step": self.host.rec.step,
+                "site": self.site,
+            }
+            self.host.emit("autocast_unused", data, key="float32")
+
+
+def _walk(root: Any, limit: int) -> Iterator[Any]:
+    stack: list[Any] = [root]
+    seen: set[int] = set()
+    while stack and len(seen) < limit:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        yield node
+        stack.extend(n for n, _ in node.next_functions)
+
+
+def _near(root: Any, limit: int) -> Iterator[tuple[Any, Any]]:
+    """(node, the node that leads to it), breadth first from the root."""
+    queue: deque[tuple[Any, Any]] = deque([(root, None)])
+    seen: set[int] = set()
+    while queue and len(seen) < limit:
+        node, parent = queue.popleft()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        yield node, parent
+        queue.extend((n, node) for n, _ in node.next_functions)
+
+
+def _reaches(root: Any, ids: set[int], parameter: type) -> tuple[bool | None, list[dict[str, Any]]]:
+    """Whether the graph reaches one of the parameters `ids` (None: too big to tell), and a
+    few of the leaves it does reach when it reaches none (the walk stops at the first other
+    `parameter`)."""
+    if root is None:
+        return False, []
+    leaves: list[dict[str, Any]] = []
+    count = 0
+    for node in _walk(root, WALK):
+        count += 1
+        variable = getattr(node, "variable", None)
+        if variable is None:
+            continue
+        if id(variable) in ids:
+            return True, []
+        is_parameter = isinstance(variable, parameter)
+        if is_parameter or len(leaves) < 3:
+            leaves.append({"shape": list(variable.shape), "parameter": is_parameter})
+        if is_parameter:
+            return False, leaves
+    if count >= WALK:
+        return None, []
+    return False, leaves
+
+
+def _scale(torch: Any, root: Any) -> Any:
+    """How the loss was scaled at its root: an int d (divided by d), 'tensor' (by a tensor: a
+    count of its own), 'other' (by a number that is no whole divisor) or None (not at all)."""
+    if root is None:
+        return None
+    name = type(root).__name__
+    if name not in ("DivBackward0", "MulBackward0"):
+        return None
+    other = getattr(root, "_saved_other", None)
+    wrapped = (torch.int64, torch.float64)  # how Python numbers are held in the graph
+    if (
+        not isinstance(other, torch.Tensor)
+        or other.dim() != 0
+        or other.device.type != "cpu"
+        or other.dtype not in wrapped
+    ):
+        return "tensor"
+    value = float(other)
+    d = value if name == "DivBackward0" else (1.0 / value if value else 0.0)
+    whole = round(d)
+    if whole == 1:
+        return None
+    return int(whole) if whole >= 2 and abs(d - whole) < 1e-6 * d else "other"

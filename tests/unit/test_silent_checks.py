@@ -1,0 +1,95 @@
+"""The silent-error checks' own pieces (telemetry/silent/): when they sample, the arithmetic that
+tells cleared gradients from accumulated ones (numpy on CPU, torch on a GPU: the same numbers),
+how a loss's scaling is read from its graph, and the watched methods staying what they were
+(`nn.Module.train` is still the function, torch's own warnings still name the caller)."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import torchdoctor
+from torchdoctor.telemetry.silent import full, sampled
+from torchdoctor.telemetry.silent.grad_reset import _readings
+from torchdoctor.telemetry.silent.loss_graph import _reaches, _scale
+
+
+def test_sampled_steps_are_the_first_three_then_a_pair_in_every_fifty() -> None:
+    assert [s for s in range(210) if sampled(s)] == [1, 2, 3, 50, 51, 100, 101, 150, 151, 200, 201]
+    assert [s for s in range(210) if full(s)] == [1, 2, 3, 50, 100, 150, 200]
+
+
+def _vectors(seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=300), rng.normal(size=300), rng.normal(size=300)
+
+
+@pytest.mark.parametrize(
+    ("case", "expected"),
+    [("kept", (0, 1)), ("cleared", (1, 0)), ("last", (1, 1))],
+)
+def test_readings_tell_kept_from_cleared_gradients(case: str, expected: tuple[int, int]) -> None:
+    before, older, last = _vectors(0)
+    total = older + last
+    g = {"kept": 0.5 * (before + total), "cleared": 2.0 * total, "last": 0.7 * last}[case]
+    kept, cleared, last_r, factor, _share, _incoming = _readings(np, g, before, total, last)
+    # the residuals come from dot products: a match reads about 1e-8 (the product's MATCH is 1e-3)
+    small = [kept < 1e-6, cleared < 1e-6]
+    assert small == [bool(e == 0) for e in expected], (kept, cleared)
+    if case == "kept":
+        assert factor == pytest.approx(0.5)
+    if case == "last":
+        assert last_r < 1e-6 and kept > 1e-2 and cleared > 1e-2
+
+
+def test_readings_are_the_same_in_numpy_and_torch() -> None:
+    before, total, last = _vectors(1)
+    g = 0.3 * (before + total) + 1e-4 * last
+    as_numpy = _readings(np, g, before, total, last)
+    t = [torch.from_numpy(v) for v in (g, before, total, last)]
+    as_torch = _readings(torch, *t)
+    assert [float(x) for x in as_torch] == pytest.approx([float(x) for x in as_numpy], rel=1e-9)
+
+
+def test_the_scale_of_a_loss_is_read_from_its_graph() -> None:
+    x = torch.randn(4, requires_grad=True)
+    loss = (x * x).mean()
+    assert _scale(torch, loss.grad_fn) is None  # not divided
+    assert _scale(torch, (loss / 4).grad_fn) == 4
+    assert _scale(torch, (loss / 4.0).grad_fn) == 4
+    assert _scale(torch, (loss * 0.25).grad_fn) == 4
+    assert _scale(torch, (loss / torch.tensor(517.0)).grad_fn) == "tensor"  # a token count
+    assert _scale(torch, (loss / 2.5).grad_fn) == "other"
+    assert _scale(torch, (loss / 1).grad_fn) is None
+
+
+def test_a_detached_loss_reaches_no_parameter_and_a_model_output_does() -> None:
+    model = nn.Linear(3, 1)
+    ids = {id(p) for p in model.parameters()}
+    out = model(torch.randn(2, 3)).sum()
+    assert _reaches(out.grad_fn, ids, nn.Parameter)[0] is True
+    rebuilt = torch.tensor(out.item(), requires_grad=True)
+    assert _reaches(rebuilt.grad_fn, ids, nn.Parameter) == (False, [])
+    cut = (model(torch.randn(2, 3)).detach().requires_grad_() * 2).sum()
+    reaches, leaves = _reaches(cut.grad_fn, ids, nn.Parameter)
+    assert reaches is False and leaves == [{"shape": [2, 1], "parameter": False}]
+
+
+def test_watched_methods_stay_what_they_were(tmp_path: Path) -> None:
+    original = nn.Module.train
+    with torchdoctor.Session(tmp_path / "run", quiet=True):
+        assert nn.Module.train is original  # looked up on the class: the function itself
+        model = nn.Linear(2, 2)
+        assert model.train() is model and model.eval() is model and not model.training
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 1)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            scheduler.step()  # before optimizer.step(): torch warns, naming this line
+        assert caught and Path(caught[0].filename).name == Path(__file__).name
+    assert nn.Module.__dict__["train"] is original
