@@ -265,9 +265,9 @@ def test_rank_died_names_the_first_to_die_and_what_the_others_were_doing() -> No
     assert len(found) == 1
     d = found[0]
     assert d.rank == 1 and d.evidence["how"] == "killed by SIGKILL"
-    assert "Rank 1 died first (killed by SIGKILL) at step 5" in d.summary
-    assert "rank 0 was waiting in all_reduce #5" in d.summary
-    assert "then terminated" in d.summary
+    assert "Rank 1 went first: killed by SIGKILL, last seen in step 4" in d.summary
+    assert "rank 0: waiting in all_reduce #5" in d.summary
+    assert "then terminated by SIGTERM" in d.summary
     # The dead rank is rank_died's, not a hold-up by a live rank.
     assert missing_rank.diagnose(inputs(ranks, live=False)) == []
     alive = {r: view(r, _history(r, 5), 5) for r in (0, 1)}
@@ -345,7 +345,8 @@ def test_a_job_directory_gives_the_same_findings(tmp_path: Path) -> None:
     found = {d.kind: d for d in findings(JobRun(job))}
     assert set(found) == {"rank_died"}
     d = found["rank_died"]
-    assert d.rank == 1  # killed (no end time: its last row) before rank 0 failed
-    assert "rank 0 was waiting in all_reduce #5" in d.summary
+    # Killed without a time, the one own failure: rank 0 exited because its collective failed.
+    assert d.rank == 1 and d.evidence["known_by"] == "only"
+    assert "rank 0: failed in all_reduce #5" in d.summary
     rows = JobRun(job).block("collectives")
     assert rows.rows == 11 and json.loads(rows.column("shapes")[0]) == [[8, 1]]

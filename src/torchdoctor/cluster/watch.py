@@ -33,6 +33,7 @@ from torchdoctor.diagnose.inputs import JobInputs
 from torchdoctor.identity import RankIdentity
 from torchdoctor.store.schema import COLLECTIVES
 from torchdoctor.store.tables import Tables
+from torchdoctor.telemetry import replicas
 from torchdoctor.views import TrainingView
 
 TICK = 1.0
@@ -82,12 +83,15 @@ class ClusterWatch:
         self._gathered = 0  # gathers done
         self._served = 0  # the gather the doctor last got a view of
         self._thread = threading.Thread(target=self._loop, name="torchdoctor-cluster", daemon=True)
+        self.replicas: replicas.ReplicaChecks | None = None  # once this rank is in a job
 
     def start(self) -> None:
         self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()
+        if self.replicas is not None:
+            self.replicas.detach()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(timeout=5)
 
@@ -104,6 +108,9 @@ class ClusterWatch:
         if member is None or member.world_size < 2:
             return
         self.member = member
+        if self.replicas is None and self.host.telemetry is not None:
+            # Checksums of the replicated parameters, compared across the ranks' views.
+            self.replicas = replicas.attach(self.host.telemetry)
         if not self.published or self._moved():
             self._publish(member)
             if not self.published:

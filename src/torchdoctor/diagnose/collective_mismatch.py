@@ -10,6 +10,7 @@ from torchdoctor.diagnose import collective_order as co
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
 from torchdoctor.frames import short_site
+from torchdoctor.identity import ranks_text
 
 JOB = True  # compares ranks: runs on a job's tables
 
@@ -23,8 +24,9 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
     out = []
     for group in groups:
         found = first_mismatch(table, group)
-        if found is not None:
-            out.append(_diagnosis(group, *found))
+        if found is None or co.left_loop_at(job, table, group, *found) is not None:
+            continue  # no mismatch, or one that uneven_batches explains (a rank left its loop)
+        out.append(_diagnosis(group, *found))
     return out
 
 
@@ -58,7 +60,7 @@ def _diagnosis(group: str, seq: int, calls: dict[int, co.Call]) -> Diagnosis:
         what = op + (f" {shapes}" if shapes else "") + (f" {dtype}" if dtype else "")
         where = f" at {short_site(site)}" if site else ""
         verb = "calls" if len(ranks) == 1 else "call"
-        parts.append(f"{co.ranks_text(ranks)} {verb} {what}{where}")
+        parts.append(f"{ranks_text(ranks)} {verb} {what}{where}")
     odd_site = order[0][0][3]
     name = "" if group == "default" else f" of group {group}"
     step = min(c.step for c in calls.values())

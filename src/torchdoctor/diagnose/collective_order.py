@@ -14,6 +14,7 @@ import json
 import re
 from typing import Any
 
+from torchdoctor.diagnose import job_end
 from torchdoctor.diagnose.hang import classify
 from torchdoctor.diagnose.inputs import DEAD, JobInputs, RankView
 from torchdoctor.frames import is_user_file, short_path
@@ -82,8 +83,8 @@ def calls_of(rank: int, block: Block) -> dict[tuple[str, int], Call]:
     if not block.rows:
         return out
     for r in block.to_records():
-        if r.get("peer") is not None or r["op"] in _P2P:
-            continue
+        if r["op"] in _P2P:
+            continue  # numbered per peer: they do not line up by sequence number
         key = (str(r["group"]), int(r["seq"]))
         first = out.get(key)
         shapes, dtype = r.get("shapes"), r.get("dtype")
@@ -193,18 +194,23 @@ def _holdup(
     if not any(w >= _threshold(job, job.ranks[r], threshold) for r, w in waits.items()):
         return None
     missing, unknown, last = [], [], {}
+    began = min(c.time for c in waiting.values())
     for rank in members(job, group, table):
         if rank in waiting:
             continue
         peer = job.ranks.get(rank)
         seqs = table.get(rank, {}).get(group, {})
-        if peer is None or (peer.status == "unreachable" and not seqs):
-            unknown.append(rank)
+        if peer is None or peer.status == "unreachable" or (job.live and peer.status == "unknown"):
+            unknown.append(rank)  # what it did since it was last heard of cannot be told
             continue
         if seq in seqs:
             continue  # it issued this one too (and waits, or got through)
         if seqs and max(seqs) > seq:
             continue  # the window does not reach back this far
+        if job.live and peer.alive and _clock(job, peer) < began + threshold:
+            # Its state was read before the others had waited the threshold: it may have
+            # issued the call since; judged at the next gather, never on an old stack.
+            return None
         missing.append(rank)
         last[rank] = max(seqs) if seqs else None
     if not missing:
@@ -231,16 +237,21 @@ def _clock(job: JobInputs, view: RankView) -> float:
 
 
 # -- where a rank is --------------------------------------------------------------------------
-LEFT, STUCK, DEAD_RANK, UNKNOWN = "left_loop", "stuck", "dead", "unknown"
+LEFT, STUCK, DEAD_RANK, RAISED, UNKNOWN = "left_loop", "stuck", "dead", "raised", "unknown"
 
 
 def whereabouts(job: JobInputs, holdup: Holdup, rank: int) -> str:
-    """Why a rank never issued a collective the others wait in: dead, left its training loop
-    (finished early), stuck inside the loop, or unknown."""
+    """Why a rank never issued a collective the others wait in: dead of its own failure,
+    raised an error but still running (a thread keeps its process alive), left its training
+    loop (finished early), stuck inside the loop, or unknown. A rank the launcher stopped
+    afterwards was where its stack says while the others waited."""
     view = job.ranks.get(rank)
     if view is None:
         return UNKNOWN
-    if view.status in DEAD:
+    ending = job_end.endings(job).get(rank)
+    if ending is not None and ending.alive and ending.kind == job_end.RAISED:
+        return RAISED
+    if view.status in DEAD and (ending is None or ending.kind != job_end.STOPPED):
         return DEAD_RANK
     if view.steps_done > holdup.call.step:
         return STUCK  # it went further than the waiting ranks: not a shorter loop
@@ -252,6 +263,76 @@ def whereabouts(job: JobInputs, holdup: Holdup, rank: int) -> str:
     if inside is None:
         return UNKNOWN
     return STUCK if inside else LEFT
+
+
+@dataclasses.dataclass
+class LeftLoop:
+    """At one sequence number, ranks that issued a collective after leaving their training
+    loop while the others issued one of their next step inside it: uneven data, whatever the
+    collective after the loop is (a barrier, a final all_reduce, a checkpoint's broadcast)."""
+
+    group: str
+    seq: int
+    left: dict[int, Call]  # rank -> the call it issued past its loop
+    looping: dict[int, Call]  # rank -> the call of its next step
+
+
+def left_loop_at(
+    job: JobInputs,
+    table: dict[int, dict[str, dict[int, Call]]],
+    group: str,
+    seq: int,
+    calls: dict[int, Call],
+) -> LeftLoop | None:
+    """Whether the calls at (group, seq) differ because some ranks left the training loop. The
+    loop's site is the one inside a loop of the script (where the source can be read) or that
+    its ranks issued from before (the loop repeats it); a rank left the loop when its own site
+    is new to it and not inside the loop around the loop's site. None when that is not clear
+    (two looping sites, a site that cannot be placed)."""
+    by_site: dict[str | None, dict[int, Call]] = {}
+    for rank, call in calls.items():
+        by_site.setdefault(call.site, {})[rank] = call
+    if len(by_site) < 2 or None in by_site:
+        return None
+
+    def repeated(site: str, ranks: dict[int, Call]) -> bool:
+        return all(
+            any(c.site == site for s, c in table[r].get(group, {}).items() if s < seq)
+            for r in ranks
+        )
+
+    looping = [
+        site
+        for site, ranks in by_site.items()
+        if site and (repeated(site, ranks) or site_in_loop(job, site, site))
+    ]
+    if len(looping) != 1:
+        return None
+    loop_site = looping[0]
+    inside = by_site[loop_site]
+    step = min(c.step for c in inside.values())
+    left: dict[int, Call] = {}
+    for site, ranks in by_site.items():
+        if site == loop_site:
+            continue
+        if site is None or repeated(site, ranks) or site_in_loop(job, loop_site, site):
+            return None
+        for rank, call in ranks.items():
+            view = job.ranks.get(rank)
+            if view is None or view.steps_done > step:
+                return None  # it went further than the others: not a shorter loop
+            left[rank] = call
+    return LeftLoop(group, seq, left, inside)
+
+
+def site_in_loop(job: JobInputs, loop_site: str, site: str) -> bool:
+    """Whether `site` lies inside the innermost loop around `loop_site` (False when that cannot
+    be read: the repetition of the loop's site is then the only sign)."""
+    path, _, line = site.rpartition(":")
+    if not line.isdigit():
+        return False
+    frame = {"file": path, "lineno": int(line)}
+    return bool(in_loop(job, loop_site, [frame]))
 
 
 def in_loop(job: JobInputs, site: str | None, stack: list[dict[str, Any]]) -> bool | None:
@@ -285,11 +366,6 @@ def user_line(stack: list[dict[str, Any]] | None) -> dict[str, Any] | None:
 
 def frame_at(frame: dict[str, Any]) -> str:
     return f"{frame['func']}() at {short_path(frame['file'])}:{frame['lineno']}"
-
-
-def ranks_text(ranks: list[int]) -> str:
-    ranks = sorted(ranks)
-    return ("rank " if len(ranks) == 1 else "ranks ") + ",".join(str(r) for r in ranks)
 
 
 def _shapes(text: str | None) -> Any:

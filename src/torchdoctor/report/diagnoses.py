@@ -5,7 +5,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
-_SKIP = {"threads", "causes", "history", "inputs", "bad_gradients", "holders", "loss_graph"}
+_SKIP = {
+    "threads",
+    "causes",
+    "history",
+    "inputs",
+    "bad_gradients",
+    "holders",
+    "loss_graph",
+    "job_key",
+}
 
 
 def render_full(records: list[dict[str, Any]]) -> str:

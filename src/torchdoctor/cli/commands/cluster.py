@@ -230,7 +230,7 @@ def _read_sql(text: str) -> str:
 
 def _diagnoses(job: Job, args: Any, ctx: Any) -> int:
     from torchdoctor.cluster import gather
-    from torchdoctor.diagnose import job_modules
+    from torchdoctor.diagnose import job_kinds, job_modules
     from torchdoctor.diagnose.inputs import Inputs
     from torchdoctor.report import cluster as report
     from torchdoctor.store.columns import Block
@@ -239,9 +239,7 @@ def _diagnoses(job: Job, args: Any, ctx: Any) -> int:
     answers = _fan_out(job, ctx, "GET", "/v1/diagnoses")
     _none_answered(answers)
     lost = {r: str(a.reason) for r, a in answers.items() if a.reason is not None}
-    job_kinds = {m.__name__.rsplit(".", 1)[1] for m in job_modules()}
-    merged: dict[tuple[Any, ...], dict[str, Any]] = {}
-    records: list[dict[str, Any]] = []
+    reported: list[tuple[int | None, dict[str, Any]]] = []
     for rank, answer in answers.items():
         if not answer.ok:
             continue
@@ -249,7 +247,7 @@ def _diagnoses(job: Job, args: Any, ctx: Any) -> int:
         for row in payload["rows"]:
             record = dict(zip(payload["columns"], row, strict=True))
             record["evidence"] = _evidence(record.get("evidence"))
-            _add(record, rank, record["kind"] in job_kinds, merged, records)
+            reported.append((rank, record))
     # The job-level diagnoses as of now, from every rank's recent rows.
     states = _fan_out(job, ctx, "POST", "/v1/cluster/state", {"rows": 512})
     kept: dict[int, gather.RankRecord] = {}
@@ -270,39 +268,18 @@ def _diagnoses(job: Job, args: Any, ctx: Any) -> int:
         now=view.now,
         job=view,
     )
+    fresh = []
     for module in job_modules():
         for d in module.diagnose(inputs):
             record = dict(zip(BY_NAME["diagnoses"].column_names, d.row(), strict=True))
-            record["evidence"] = d.evidence
-            _add(record, None, True, merged, records)
-    records.sort(key=lambda r: (not r.get("job"), r.get("time") or 0))
+            record["evidence"] = _evidence(record["evidence"])
+            fresh.append(record)
+    records = report.merge_findings(reported, fresh, job_kinds())
     if args.format == "json":
         ctx.print(_json.dumps(records, indent=2))
     else:
         ctx.print(report.render_diagnoses(records, lost))
     return OK if records or not lost else USAGE
-
-
-def _add(
-    record: dict[str, Any],
-    reporter: int | None,
-    job_level: bool,
-    merged: dict[tuple[Any, ...], dict[str, Any]],
-    records: list[dict[str, Any]],
-) -> None:
-    """A job-level diagnosis found by several ranks is shown once, with who found it."""
-    if not job_level:
-        records.append(record)
-        return
-    key = (record["kind"], record.get("step"), record.get("location"))
-    seen = merged.get(key)
-    if seen is None:
-        record["job"] = True
-        record["found_by"] = [reporter] if reporter is not None else []
-        merged[key] = record
-        records.append(record)
-    elif reporter is not None and reporter not in seen["found_by"]:
-        seen["found_by"].append(reporter)
 
 
 def _evidence(text: Any) -> Any:
