@@ -20,6 +20,7 @@ from torchdoctor.store.schema import COLLECTIVES, STEPS
 _GROUP, _SEQ, _STATE, _SITE, _TIME = (
     COLLECTIVES.index(c) for c in ("group", "seq", "state", "site", "time")
 )
+STEP_NAMES, CALL_NAMES = STEPS.column_names, COLLECTIVES.column_names
 KEEP_STEPS = 512
 KEEP_CALLS = 4096
 KEEP_CHECKS = 16  # replica checksum steps kept per rank
@@ -49,13 +50,13 @@ class RankRecord:
             part = state.get(name)
             if not part:
                 continue
-            names = columns.get(name) or []
+            order = _order_of(columns.get(name), STEP_NAMES if name == "steps" else CALL_NAMES)
             for row in part.get("rows") or []:
-                keep(_reorder(row, names, STEPS if name == "steps" else COLLECTIVES))
+                keep(_reorder(row, order))
             if part.get("cursor") is not None:
                 self.cursors[name] = int(part["cursor"])
-        names = columns.get("collectives") or []
-        current = [_reorder(row, names, COLLECTIVES) for row in state.get("current") or []]
+        order = _order_of(columns.get("collectives"), CALL_NAMES)
+        current = [_reorder(row, order) for row in state.get("current") or []]
         for row in current:
             self._add_call(row)
         self._settle({(str(r[_GROUP]), int(r[_SEQ])) for r in current})
@@ -147,11 +148,18 @@ def _order(key: Any) -> Any:
     return (str(key[0]), key[1]) if isinstance(key, tuple) else key
 
 
-def _reorder(row: list[Any], names: list[str], spec: Any) -> tuple[Any, ...]:
-    if not names or list(names) == list(spec.column_names):
+def _order_of(names: list[str] | None, ours: tuple[str, ...]) -> list[int | None] | None:
+    """Where each of our columns is in a rank's rows (None: the same order as ours)."""
+    if not names or tuple(names) == ours:
+        return None
+    where = {n: i for i, n in enumerate(names)}
+    return [where.get(c) for c in ours]
+
+
+def _reorder(row: list[Any], order: list[int | None] | None) -> tuple[Any, ...]:
+    if order is None:
         return tuple(row)
-    values = dict(zip(names, row, strict=False))
-    return tuple(values.get(c) for c in spec.column_names)
+    return tuple(None if i is None or i >= len(row) else row[i] for i in order)
 
 
 def _lost_status(reason: str, gone: bool, entry: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:

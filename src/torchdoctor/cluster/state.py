@@ -41,7 +41,10 @@ def rank_state(
     hang_timeout: float,
     since: dict[str, int] | None = None,
     rows: int = MAX_ROWS,
+    findings: bool = False,
 ) -> dict[str, Any]:
+    """`findings`: with the rank's diagnoses too (what `cluster diagnoses` shows), so that one
+    request per rank serves it."""
     training = host.telemetry
     if training is not None:
         training.settle_collectives()  # the calls done since this rank's last call or step
@@ -63,6 +66,11 @@ def rank_state(
         },
     }
     out.update(own_findings(host.tables["diagnoses"]))
+    if findings:
+        block = host.tables["diagnoses"].snapshot()
+        names = list(block.spec.column_names)
+        columns = [block.column(n) for n in names]
+        out["diagnoses"] = {"columns": names, "rows": [list(r) for r in zip(*columns, strict=True)]}
     if waits_at_exit(stack):
         out["threads"] = keeping_alive(stacks.capture_all())
     out["checksums"] = recent_checksums(host.tables["events"])

@@ -222,11 +222,13 @@ class ClusterWatch:
             record.update(own)
             self._gathered += 1
 
-    def own_state(self, rows: int, since: dict[str, int] | None = None) -> dict[str, Any]:
+    def own_state(
+        self, rows: int, since: dict[str, int] | None = None, findings: bool = False
+    ) -> dict[str, Any]:
         member = self.member or this_member(self.host.identity)
         if member is None:
             raise LookupError("this process is not part of a distributed job (yet)")
-        return rank_state(self.host, member, self.hang_timeout(), since, rows)
+        return rank_state(self.host, member, self.hang_timeout(), since, rows, findings)
 
     def job_inputs(self) -> JobInputs | None:
         """The job as last gathered, with this rank's own state fresh: once after each

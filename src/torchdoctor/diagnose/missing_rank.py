@@ -83,7 +83,9 @@ def _diagnosis(job: co.JobInputs, holdup: co.Holdup, culprits: list[int]) -> Dia
             "seq": holdup.seq,
             "op": call.op,
             "collective": call.describe(),
-            "waiting": {str(r): c.describe() for r, c in sorted(holdup.waiting.items())},
+            # the ranks only: their calls are the collective above (a list of ints stays small
+            # at a thousand ranks, and every rank stores this finding)
+            "waiting": sorted(holdup.waiting),
             "waited": holdup.waited,
             "missing": missing,
             "unknown": holdup.unknown,

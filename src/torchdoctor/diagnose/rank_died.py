@@ -172,7 +172,7 @@ def _whole(job: JobInputs, ends: dict[int, job_end.Ending]) -> Diagnosis:
     step = max((v.steps_done for v in job.ranks.values()), default=0)
     return Diagnosis(
         kind="rank_died",
-        severity="warning",
+        severity="info",  # nothing failed inside the job: a finding above says why, if any
         step=step,
         summary=summary,
         evidence={

@@ -63,7 +63,7 @@ def _diagnosis(job: JobInputs, ending: job_end.Ending) -> Diagnosis:
             "error": ending.how.removeprefix("raised "),
             "line": ending.line,
             "threads": threads,
-            "waiting": {text: rs for text, rs in waiting},
+            "waiting": [{"ranks": rs, "doing": text} for text, rs in waiting],
         },
         fix=[
             f"fix rank {ending.rank}'s error first: it is the cause, the others only wait",

@@ -116,7 +116,6 @@ def _compare(
     shown = ", ".join(f"{n} ({params[n]['relative']:.1e})" for n in worst[:SHOWN])
     more = f" and {len(worst) - SHOWN} more" if len(worst) > SHOWN else ""
     since = f" (at step {agreed} they were the same)" if agreed is not None else ""
-    prefix = "" if model in ("model", "") else f"{model}."
     summary = (
         f"Replicated parameters have drifted apart: after {step} steps {ranks_text(odd)} "
         f"{'holds' if len(odd) == 1 else 'hold'} another copy than {ranks_text(same)}{since}: "
@@ -128,7 +127,7 @@ def _compare(
         kind="replica_drift",
         severity="error",
         step=step,
-        location=f"{prefix}{worst[0]}" if worst else None,
+        location=worst[0] if worst else None,  # the parameter's name in the model
         summary=summary,
         evidence={
             "model": model,
