@@ -24,8 +24,15 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
     out = []
     for group in groups:
         found = first_mismatch(table, group)
-        if found is None or co.left_loop_at(job, table, group, *found) is not None:
-            continue  # no mismatch, or one that uneven_batches explains (a rank left its loop)
+        if found is None:
+            continue
+        split = co.first_divergence(table, group)
+        if (
+            split is not None
+            and split[0] <= found[0]
+            and co.left_loop_at(job, table, group, *split)
+        ):
+            continue  # uneven_batches explains it: a rank left its loop
         out.append(_diagnosis(group, *found))
     return out
 

@@ -265,6 +265,27 @@ def whereabouts(job: JobInputs, holdup: Holdup, rank: int) -> str:
     return STUCK if inside else LEFT
 
 
+def first_divergence(
+    table: dict[int, dict[str, dict[int, Call]]], group: str
+) -> tuple[int, dict[int, Call]] | None:
+    """(seq, rank -> call) at the first sequence number of `group` where the ranks' calls
+    differ in op, shapes, dtype or the line that issued them (two calls of the same shape from
+    different lines are paired by the backend without an error: a final all_reduce after the
+    loop taken as the next step's gradient all-reduce)."""
+    per_rank = {r: groups[group] for r, groups in table.items() if group in groups}
+    if len(per_rank) < 2:
+        return None
+    for seq in sorted({s for calls in per_rank.values() for s in calls}):
+        calls = {r: c[seq] for r, c in per_rank.items() if seq in c}
+        if len(calls) < 2:
+            continue
+        ops = {c.op for c in calls.values()}
+        strict = len(ops) == 1 and next(iter(ops)) in SAME_SHAPE_OPS
+        if len({(c.signature(strict), c.site) for c in calls.values()}) > 1:
+            return seq, calls
+    return None
+
+
 @dataclasses.dataclass
 class LeftLoop:
     """At one sequence number, ranks that issued a collective after leaving their training
@@ -284,40 +305,40 @@ def left_loop_at(
     seq: int,
     calls: dict[int, Call],
 ) -> LeftLoop | None:
-    """Whether the calls at (group, seq) differ because some ranks left the training loop. The
-    loop's site is the one inside a loop of the script (where the source can be read) or that
-    its ranks issued from before (the loop repeats it); a rank left the loop when its own site
-    is new to it and not inside the loop around the loop's site. None when that is not clear
-    (two looping sites, a site that cannot be placed)."""
+    """Whether the calls at (group, seq) differ because some ranks left the training loop: one
+    site (the loop's) lies inside a loop of the script, and every other site lies past that
+    loop (outside it, not in a loop of its own nested in it); where the sources cannot be read,
+    the loop's site is the one its ranks issued from before (the loop repeats it) and the other
+    is new to its ranks. None when that is not clear."""
     by_site: dict[str | None, dict[int, Call]] = {}
     for rank, call in calls.items():
         by_site.setdefault(call.site, {})[rank] = call
-    if len(by_site) < 2 or None in by_site:
+    sites = [s for s in by_site if s]
+    if len(by_site) < 2 or len(sites) != len(by_site):
         return None
 
-    def repeated(site: str, ranks: dict[int, Call]) -> bool:
+    def repeated(site: str) -> bool:
         return all(
             any(c.site == site for s, c in table[r].get(group, {}).items() if s < seq)
-            for r in ranks
+            for r in by_site[site]
         )
 
-    looping = [
-        site
-        for site, ranks in by_site.items()
-        if site and (repeated(site, ranks) or site_in_loop(job, site, site))
-    ]
-    if len(looping) != 1:
+    def leaves(loop_site: str, other: str) -> bool:
+        told = past_loop(job, loop_site, other)
+        if told is not None:
+            return told
+        return repeated(loop_site) and not repeated(other)
+
+    loops = [s for s in sites if all(leaves(s, o) for o in sites if o != s)]
+    if len(loops) != 1:
         return None
-    loop_site = looping[0]
-    inside = by_site[loop_site]
+    inside = by_site[loops[0]]
     step = min(c.step for c in inside.values())
     left: dict[int, Call] = {}
-    for site, ranks in by_site.items():
-        if site == loop_site:
+    for site in sites:
+        if site == loops[0]:
             continue
-        if site is None or repeated(site, ranks) or site_in_loop(job, loop_site, site):
-            return None
-        for rank, call in ranks.items():
+        for rank, call in by_site[site].items():
             view = job.ranks.get(rank)
             if view is None or view.steps_done > step:
                 return None  # it went further than the others: not a shorter loop
@@ -325,14 +346,36 @@ def left_loop_at(
     return LeftLoop(group, seq, left, inside)
 
 
-def site_in_loop(job: JobInputs, loop_site: str, site: str) -> bool:
-    """Whether `site` lies inside the innermost loop around `loop_site` (False when that cannot
-    be read: the repetition of the loop's site is then the only sign)."""
-    path, _, line = site.rpartition(":")
-    if not line.isdigit():
+def past_loop(job: JobInputs, loop_site: str, site: str) -> bool | None:
+    """Whether `site` lies past the innermost loop around `loop_site`: outside it, and not in
+    a loop nested inside it (None: the source of `loop_site` cannot be read)."""
+    inner = _innermost(job, loop_site)
+    if inner is None:
+        return None if _loops_of(job, loop_site) is None else False
+    path, line = _split(site)
+    if path == _split(loop_site)[0] and line is not None and inner[0] <= line <= inner[1]:
         return False
-    frame = {"file": path, "lineno": int(line)}
-    return bool(in_loop(job, loop_site, [frame]))
+    around = _innermost(job, site)
+    if around is None or path != _split(loop_site)[0]:
+        return True
+    return around[0] <= inner[0] and inner[1] <= around[1]  # an enclosing loop (the epochs)
+
+
+def _split(site: str) -> tuple[str, int | None]:
+    path, _, line = site.rpartition(":")
+    return path, int(line) if line.isdigit() else None
+
+
+def _loops_of(job: JobInputs, site: str) -> list[tuple[int, int]] | None:
+    return job.loops.get(_split(site)[0])
+
+
+def _innermost(job: JobInputs, site: str) -> tuple[int, int] | None:
+    ranges, (_, line) = _loops_of(job, site), _split(site)
+    if not ranges or line is None:
+        return None
+    around = [(a, b) for a, b in ranges if a <= line <= b]
+    return max(around) if around else None  # the innermost: the one that starts last
 
 
 def in_loop(job: JobInputs, site: str | None, stack: list[dict[str, Any]]) -> bool | None:

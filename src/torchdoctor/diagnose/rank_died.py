@@ -321,7 +321,7 @@ def _memory_evidence(view: RankView) -> str | None:
     resident memory grown to several times its start. None: nothing says so."""
     kinds = [k for k in MEMORY_KINDS if k in view.kinds]
     if kinds:
-        return f"its own {' and '.join(kinds)} finding makes the kernel's OOM killer likely"
+        return f"its own {' and '.join(kinds)} finding: the kernel's OOM killer is likely"
     if view.steps.rows >= 2:
         rss = view.steps.data["rss"]
         first, last = float(rss[0]), float(rss[-1])

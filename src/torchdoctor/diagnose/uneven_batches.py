@@ -4,7 +4,6 @@ batches (a shard per rank without DistributedSampler, no drop_last)."""
 
 from __future__ import annotations
 
-from torchdoctor.diagnose import collective_mismatch
 from torchdoctor.diagnose import collective_order as co
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
@@ -26,7 +25,7 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
     table = co.job_calls(job)
     groups = sorted({g for groups in table.values() for g in groups}, key=lambda g: g != "default")
     for group in groups:
-        found = collective_mismatch.first_mismatch(table, group)
+        found = co.first_divergence(table, group)
         if found is None:
             continue
         odd = co.left_loop_at(job, table, group, *found)
