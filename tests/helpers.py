@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -14,6 +15,22 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
+
+
+# What torchdoctor says when something of its own went wrong: a hook switched off, a failed
+# capture, an exception in its code. Never expected in a test's output.
+_INTERNAL = re.compile(
+    r"^torchdoctor: [^\n]*(failed|could not|cannot|switched off|is off|not recorded|"
+    r"no Unix socket|no /metrics|no CUDA allocator|telemetry:)[^\n]*$"
+    r"|File \"[^\"]*/torchdoctor/(?!demos/)[^\"]*\", line",
+    re.M,
+)
+
+
+def internal_errors(text: str) -> list[str]:
+    """torchdoctor's own failures in `text` (a script's stderr): every test that drops
+    torchdoctor's lines from an output asserts first that this is empty."""
+    return [m.group(0) for m in _INTERNAL.finditer(text)]
 
 
 def clean_env(sockets: Path) -> dict[str, str]:

@@ -2,6 +2,10 @@
 
 Public API (everything else is private):
 
+    with torchdoctor.Session(run_dir, **options) as s: ...
+                                      record a block of code; everything it installs is
+                                      removed on exit (one session at a time, any number
+                                      one after another: what tests use)
     torchdoctor.start(**options)      start the probe in this process (idempotent)
     torchdoctor.stop()                stop it, saving what was recorded
     torchdoctor.watch(model, optimizer=None, name=None)
@@ -23,6 +27,7 @@ from torchdoctor.config import Config
 
 __all__ = [
     "Config",
+    "Session",
     "__version__",
     "configure",
     "explain",
@@ -32,6 +37,14 @@ __all__ = [
     "stop",
     "watch",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Session":  # the session module loads the probe's parts: only when asked
+        from torchdoctor.session import Session
+
+        return Session
+    raise AttributeError(f"module 'torchdoctor' has no attribute {name!r}")
 
 
 def start(config: Config | None = None, **options: Any) -> Any:

@@ -100,3 +100,25 @@ def short_site(site: str | None) -> str | None:
         return site
     path, sep, line = site.rpartition(":")
     return f"{short_path(path)}:{line}" if sep else site
+
+
+def drop_own_frames(tb: Any) -> Any:
+    """The traceback `tb` without the entries of torchdoctor's wrappers that the error only
+    passed through (the `backward()` wrapper between the user's line and torch's): a traceback
+    printed under torchdoctor is the plain run's. An error raised in our own code keeps its
+    frames. Returns the new head; the chain is edited in place (tb_next is writable)."""
+    while tb is not None and tb.tb_next is not None and is_own(tb.tb_frame.f_code.co_filename):
+        tb = tb.tb_next
+    entry = tb
+    while entry is not None:
+        after = entry.tb_next
+        while (
+            after is not None
+            and after.tb_next is not None
+            and is_own(after.tb_frame.f_code.co_filename)
+        ):
+            after = after.tb_next
+        if after is not entry.tb_next:
+            entry.tb_next = after
+        entry = after
+    return tb

@@ -27,6 +27,7 @@ from torchdoctor.cluster.watch import ClusterWatch
 from torchdoctor.config import Config, from_env, parse_listen, to_env
 from torchdoctor.diagnose.inputs import JobInputs
 from torchdoctor.doctor import STARTUP_GRACE, Doctor
+from torchdoctor.frames import drop_own_frames
 from torchdoctor.probe.cluster_routes import add_cluster_routes
 from torchdoctor.probe.metrics import start_metrics_server
 from torchdoctor.probe.routes import build_routes
@@ -106,7 +107,30 @@ class LiveSource:
 
 
 class Session:
-    def __init__(self, config: Config, identity: identities.RankIdentity | None = None) -> None:
+    """The probe of this process, as an object that owns everything it installs (hooks,
+    patches, signal handlers, the excepthook, the endpoint, its threads) and removes it all in
+    `stop()`. One runs at a time in a process; one may follow another:
+
+        with torchdoctor.Session("runs/a") as s:     # or Session(run_dir=..., guard=True)
+            train()
+        s.summary(), s.diagnoses(), s.run_dir        # the record, judged after the fact
+
+    `torchdoctor run`, TORCHDOCTOR=1, `start()` and attach all end in one of these."""
+
+    def __init__(
+        self,
+        run_dir: str | Path | None = None,
+        *,
+        config: Config | None = None,
+        identity: identities.RankIdentity | None = None,
+        **options: Any,
+    ) -> None:
+        config = config or from_env()
+        if run_dir is not None:
+            options["run_dir"] = str(run_dir)
+        if options:
+            config = config.replace(**options)
+        config = config.validate()
         self.config = config
         self.pid = os.getpid()
         self.started = time.time()
@@ -139,11 +163,29 @@ class Session:
             self, registry.socket_path(self.pid), self._collective_timeout, config.token is not None
         )
         self.signal: int | None = None  # the signal that ended (or is ending) the run
-        self.endings = endings.Endings(self._on_signal)
+        self.endings = endings.Endings(self._on_signal, self.stop)
+        self._excepthook: tuple[Any, Any] | None = None  # (ours, the one it replaced)
         self.crash_evidence: Any = None  # its diagnose.crash.CrashEvidence (not for an OOM)
         self.explains_crash = False  # `torchdoctor run` prints the crash itself: no alert then
 
     # -- life cycle --------------------------------------------------------------------------
+    def __enter__(self) -> Session:
+        _activate(self)
+        try:
+            return self.start()
+        except BaseException:
+            _deactivate(self)
+            raise
+
+    def __exit__(self, kind: Any, value: BaseException | None, tb: Any) -> None:
+        if value is not None and not isinstance(value, (SystemExit, GeneratorExit)):
+            if isinstance(value, KeyboardInterrupt):
+                self.note_signal(signal.SIGINT)
+            else:
+                self.exit_code = 1
+                self.report_crash(value)
+        self.stop()
+
     def start(self) -> Session:
         self._write_meta("running")
         self.spiller.start()
@@ -270,9 +312,19 @@ class Session:
                     self.exit_code = 1  # what Python exits with after an uncaught exception
                 if not self._stopped:
                     self.report_crash(value)
+            tb = drop_own_frames(tb)  # the traceback the plain run prints
+            value.__traceback__ = tb
             previous(kind, value, tb)
 
         sys.excepthook = hook
+        self._excepthook = (hook, previous)
+
+    def _remove_excepthook(self) -> None:
+        if self._excepthook is not None:
+            ours, previous = self._excepthook
+            if sys.excepthook is ours:  # another library wrapped it since: leave theirs
+                sys.excepthook = previous
+            self._excepthook = None
 
     def _start_doctor(self) -> None:
         self.doctor = Doctor(self)
@@ -326,6 +378,8 @@ class Session:
         self._write_meta(self._ending())
         self._ending_written = True
         self.endings.remove()
+        self._remove_excepthook()
+        atexit.unregister(self.stop)
         self._cancel_torch_wait()
         if self.telemetry is not None:
             self.telemetry.remove()
@@ -345,9 +399,7 @@ class Session:
         except Exception as exc:
             warn_once("spill", f"could not save the last rows: {exc}")
         self._write_meta(self._ending())  # again: the steps counted up to the end
-        global _current
-        if _current is self:
-            _current = None
+        _deactivate(self)
 
     def note_signal(self, signum: int) -> None:
         """The run is ending because of `signum` (meta.json says so when it is over)."""
@@ -595,21 +647,33 @@ def start(
 ) -> Session:
     """Start the probe in this process (idempotent: a second call returns the running one).
     `identity`: this process is that rank of a job (known before the environment says so)."""
+    with _lock:
+        running = _current
+    if running is not None:
+        if options or config is not None:
+            warn_once("restart", "already running in this process; new options ignored")
+        return running
+    session = Session(config=config, identity=identity, **options)
+    return session.__enter__()
+
+
+def _activate(session: Session) -> None:
+    """`session` becomes this process's probe (the one the hooks and verbs reach)."""
     global _current
     with _lock:
-        if _current is not None:
-            if options or config is not None:
-                warn_once("restart", "torchdoctor is already running here; new options ignored")
-            return _current
-        cfg = (config or from_env()).replace(**options) if options else (config or from_env())
-        session = Session(cfg.validate(), identity)
+        if _current is not None and _current is not session:
+            raise RuntimeError(
+                "a torchdoctor session is already running in this process "
+                f"(run directory {_current.run_dir}); stop it first"
+            )
         _current = session
-    try:
-        return session.start()
-    except Exception:
-        with _lock:
+
+
+def _deactivate(session: Session) -> None:
+    global _current
+    with _lock:
+        if _current is session:
             _current = None
-        raise
 
 
 _forked_from: Session | None = None  # in a forked child: the parent's probe, stopped here

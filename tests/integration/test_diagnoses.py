@@ -4,15 +4,13 @@ location and step; the same script fixed raises nothing above info."""
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
-import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import clean_env, free_port, script, td_run, wait_for
+from helpers import free_port, script, td_run, wait_for
+from recording import record
 
 
 def _diagnoses(run_dir: Path) -> list[dict[str, Any]]:
@@ -23,41 +21,29 @@ def _diagnoses(run_dir: Path) -> list[dict[str, Any]]:
 
 
 @pytest.fixture(scope="session")
-def finished(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Path]]:
-    """finished(name, *args, options=()) -> the run directory of `torchdoctor run --quiet
-    OPTIONS SCRIPT ARGS`, run to its end once per worker: tests that judge the same run share
-    it (they share an xdist_group, so that they meet on one worker)."""
+def finished(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
+    """finished(name, *args, **options) -> the run directory of the script recorded to its end
+    in this process (tests/recording.py), once per worker: tests that judge the same run
+    share it (they share an xdist_group, so that they meet on one worker)."""
     base = tmp_path_factory.mktemp("finished")
-    sockets = Path(tempfile.mkdtemp(prefix="td-"))  # short: Unix socket paths are limited
     done: dict[tuple[Any, ...], Path] = {}
 
-    def run(name: str, *args: str, options: tuple[str, ...] = ()) -> Path:
-        key = (name, args, options)
+    def run(name: str, *args: str, **options: Any) -> Path:
+        key = (name, args, tuple(sorted(options.items())))
         if key not in done:
-            cwd = base / str(len(done))
-            cwd.mkdir()
-            d = cwd / "run"
-            argv = td_run("--quiet", "--run-dir", str(d), *options, script(name), *args)
-            out = subprocess.run(
-                argv,
-                cwd=cwd,
-                env=clean_env(sockets / "s"),
-                capture_output=True,
-                text=True,
-                timeout=120,
-            )
-            assert out.returncode == 0, f"{out.stdout}\n{out.stderr}"
+            d = base / str(len(done)) / "run"
+            recorded = record(name, *args, run_dir=d, **options)
+            assert recorded.code == 0, recorded.exception
             done[key] = d
         return done[key]
 
-    yield run
-    shutil.rmtree(sockets, ignore_errors=True)
+    return run
 
 
 def _run(
-    finished: Callable[..., Path], name: str, *args: str, options: tuple[str, ...] = ()
+    finished: Callable[..., Path], name: str, *args: str, **options: Any
 ) -> list[dict[str, Any]]:
-    return _diagnoses(finished(name, *args, options=options))
+    return _diagnoses(finished(name, *args, **options))
 
 
 def _one(found: list[dict[str, Any]], kind: str) -> dict[str, Any]:
@@ -200,7 +186,7 @@ def test_hang_is_found_live_while_stuck(launch, tmp_path, name, category, line) 
 
 def test_fixed_hang_scripts_finish_without_a_hang(finished) -> None:  # type: ignore[no-untyped-def]
     for name in ("diag_stuck_worker.py", "diag_wait_upload.py"):
-        found = _run(finished, name, "--fixed", options=("--hang-timeout", "2"))
+        found = _run(finished, name, "--fixed", hang_timeout=2.0)
         assert not [d for d in found if d["kind"] == "hang"]
 
 

@@ -10,6 +10,7 @@ same stderr once torchdoctor's own lines are taken out, same files with the same
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import subprocess
 import sys
@@ -17,7 +18,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, free_port
+from helpers import ROOT, free_port, internal_errors
 
 CORPUS = ROOT / "tests" / "transparency"
 TORCHDOCTOR = str(Path(sys.executable).with_name("torchdoctor"))
@@ -25,38 +26,54 @@ WAYS = ("plain", "run", "env")
 # TORCHDOCTOR=1 starts the probe by another road (the start-up hook at `import torch`) but
 # instruments the same way: it runs where the road matters (child processes, exits, import
 # order under torch.compile, a plain loop); the other scripts run plain and under `run`.
-ENV_TOO = {"mnist_cnn.py", "compiled_model.py", "loader_workers.py", "ddp_spawn.py", "exits.py"}
+ENV_TOO = {
+    "mnist_cnn.py",
+    "compiled_model.py",
+    "loader_workers.py",
+    "ddp_spawn.py",
+    "exits.py",
+    "as_python.py",
+}
+# run by a path relative to the working directory, as people type it
+RELATIVE = {"as_python.py"}
 
-# (script, arguments); "{port}" becomes a free TCP port
-CASES: list[tuple[str, list[str]]] = [
-    ("mnist_cnn.py", []),
-    ("word_lm.py", []),
-    ("manual_regression.py", []),
-    ("ema_deepcopy.py", []),
-    ("whole_model_pickle.py", []),
-    ("script_and_export.py", []),
-    ("compiled_model.py", []),
-    ("compiled_step.py", []),
-    ("loader_workers.py", ["fork"]),
-    ("loader_workers.py", ["spawn"]),
-    ("ddp_spawn.py", ["{port}"]),
-    ("amp_scaler.py", []),
-    ("grad_accumulation.py", []),
-    ("lbfgs.py", []),
-    ("gan.py", []),
-    ("custom_function.py", []),
-    ("user_hooks.py", []),
-    ("exits.py", ["exit"]),
-    ("exits.py", ["message"]),
-    ("exits.py", ["os_exit"]),
-    ("exits.py", ["raise"]),
-    ("exits.py", ["handler"]),
-    ("exits.py", ["sigterm"]),
-    ("exits.py", ["asyncio"]),
+# (script, arguments, steps the run's python.steps must hold, optimizers that step);
+# "{port}" becomes a free TCP port. Steps are the primary optimizer's (docs/architecture.md:
+# "What a step is"): grad_accumulation's second loop updates by hand after an optimizer has
+# stepped, so its 4 manual updates are not steps; ddp_spawn's record is a job directory (its
+# two ranks' steps together).
+CASES: list[tuple[str, list[str], int, int]] = [
+    ("mnist_cnn.py", [], 12, 1),
+    ("word_lm.py", [], 10, 0),
+    ("manual_regression.py", [], 399, 0),
+    ("ema_deepcopy.py", [], 30, 1),
+    ("whole_model_pickle.py", [], 10, 1),
+    ("script_and_export.py", [], 5, 1),
+    ("compiled_model.py", [], 30, 1),
+    ("compiled_step.py", [], 25, 0),
+    ("loader_workers.py", ["fork"], 8, 1),
+    ("loader_workers.py", ["spawn"], 8, 1),
+    ("ddp_spawn.py", ["{port}"], 10, 1),
+    ("amp_scaler.py", [], 12, 1),
+    ("grad_accumulation.py", [], 6, 1),
+    ("lbfgs.py", [], 4, 1),
+    ("gan.py", [], 8, 2),
+    ("custom_function.py", [], 10, 1),
+    ("user_hooks.py", [], 6, 1),
+    ("exits.py", ["exit"], 4, 1),
+    ("exits.py", ["message"], 4, 1),
+    ("exits.py", ["os_exit"], 4, 1),
+    ("exits.py", ["raise"], 4, 1),
+    ("exits.py", ["handler"], 4, 1),
+    ("exits.py", ["sigterm"], 4, 1),
+    ("exits.py", ["asyncio"], 4, 1),
+    ("as_python.py", [], 3, 1),
 ]
 
 
-def _argv(way: str, script: Path, args: list[str]) -> list[str]:
+def _argv(way: str, script: Path, args: list[str], cwd: Path) -> list[str]:
+    if script.name in RELATIVE:
+        script = Path(os.path.relpath(script, cwd))
     if way == "run":
         return [TORCHDOCTOR, "run", str(script), *args]
     return [sys.executable, str(script), *args]
@@ -69,7 +86,8 @@ _TORCH_LOG = re.compile(r"^([DIWEF])\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ ", re.M)
 def strip_ours(stderr: str) -> str:
     """stderr without torchdoctor's lines: those starting with "torchdoctor" and the indented
     lines that continue them (the summary, alerts, explanations); torch's log lines without
-    their time and pid."""
+    their time and pid. Fails first on any failure of torchdoctor's own among them."""
+    assert not internal_errors(stderr), f"torchdoctor failed inside:\n{stderr}"
     kept: list[str] = []
     ours = False
     for line in _TORCH_LOG.sub(r"\1 ", stderr).splitlines(keepends=True):
@@ -121,7 +139,7 @@ def _run(way: str, script: Path, args: list[str], cwd: Path, env: dict[str, str]
     if way == "env":
         run_env["TORCHDOCTOR"] = "1"
     proc = subprocess.run(
-        _argv(way, script, args),
+        _argv(way, script, args, cwd),
         cwd=cwd,
         env=run_env,
         capture_output=True,
@@ -131,18 +149,39 @@ def _run(way: str, script: Path, args: list[str], cwd: Path, env: dict[str, str]
     return {
         "code": proc.returncode,
         "stdout": proc.stdout,
-        "stderr": proc.stderr,
+        "stderr": proc.stderr.replace(str(cwd), "<cwd>"),  # each way runs in its own directory
         "files": _files(cwd),
         "probed": (cwd / "torchdoctor-runs").is_dir(),
+        "recorded": _recorded(cwd / "torchdoctor-runs"),
     }
+
+
+def _recorded(runs: Path) -> tuple[int, int] | None:
+    """(rows of python.steps, optimizers with rows in python.optimizer_steps) of the run this
+    process recorded (its own, not its ranks' or children's)."""
+    if not runs.is_dir():
+        return None
+    from torchdoctor.store.saved import open_run
+
+    own = [d for d in sorted(runs.iterdir()) if (d / "meta.json").is_file()]
+    if not own:
+        return (0, 0)
+    run = open_run(own[0])
+    steps = run.block("steps").rows
+    optimizers = run.block("optimizer_steps").column("optimizer")
+    return int(steps), len(set(optimizers))
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize(
-    ("script", "args"), CASES, ids=[f"{s[:-3]}-{'-'.join(a) or 'default'}" for s, a in CASES]
+    ("script", "args", "steps", "optimizers"),
+    CASES,
+    ids=[f"{s[:-3]}-{'-'.join(a) or 'default'}" for s, a, _n, _o in CASES],
 )
-def test_same_behaviour_with_and_without_torchdoctor(script, args, env, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_same_behaviour_with_and_without_torchdoctor(  # type: ignore[no-untyped-def]
+    script, args, steps, optimizers, env, tmp_path
+) -> None:
     results = {}
     ways = WAYS if script in ENV_TOO else WAYS[:2]
     for way in ways:
@@ -157,6 +196,8 @@ def test_same_behaviour_with_and_without_torchdoctor(script, args, env, tmp_path
         assert probed["stdout"] == plain["stdout"], f"{way}: stdout differs"
         assert strip_ours(probed["stderr"]) == strip_ours(plain["stderr"]), f"{way}: stderr"
         assert probed["files"] == plain["files"], f"{way}: files differ"
+        # observed, not only harmless: every step of the script is in its tables
+        assert probed["recorded"] == (steps, optimizers), f"{way}: {probed['recorded']}"
 
 
 def test_strip_ours_keeps_the_scripts_own_lines() -> None:

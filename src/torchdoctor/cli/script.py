@@ -60,27 +60,53 @@ def exit_code(exc: SystemExit) -> int:
 Silent = tuple[type[BaseException], ...]
 
 
+def fresh_main() -> types.ModuleType:
+    """A `__main__` module as the interpreter makes it at start-up, before it runs anything:
+    the same names in the same order (a script that prints `globals()` sees no difference)."""
+    import builtins
+    import importlib.machinery
+
+    module = types.ModuleType("__main__")
+    namespace = module.__dict__
+    namespace["__package__"] = None
+    namespace["__loader__"] = importlib.machinery.BuiltinImporter
+    namespace["__spec__"] = None
+    namespace["__annotations__"] = {}
+    namespace["__builtins__"] = builtins
+    sys.modules["__main__"] = module
+    return module
+
+
 def run_script(path: str, args: list[str], silent: Silent = ()) -> Outcome:
+    """As `python PATH ARGS` (CPython's pymain_run_file): `__file__` is PATH made absolute
+    (not normalised), the code is compiled under that name (tracebacks show it), `__loader__`
+    a SourceFileLoader, `__cached__` None, `sys.path[0]` the resolved script's directory and
+    `sys.argv[0]` PATH as typed."""
+    import importlib.machinery
+
     if not os.path.exists(path):
         raise FileNotFoundError(f"can't open file {path!r}: No such file or directory")
+    filename = path if os.path.isabs(path) else os.path.join(os.getcwd(), path)
     with open(path, "rb") as f:
         source = f.read()
-    code = compile(source, path, "exec", dont_inherit=True)
-    module = types.ModuleType("__main__")
-    module.__file__ = path
-    module.__builtins__ = __builtins__  # type: ignore[attr-defined]
-    module.__spec__ = None
-    module.__loader__ = None
-    sys.modules["__main__"] = module
+    code = compile(source, filename, "exec", dont_inherit=True)
+    module = fresh_main()
+    namespace = module.__dict__
+    namespace["__file__"] = filename
+    namespace["__cached__"] = None
+    namespace["__loader__"] = importlib.machinery.SourceFileLoader("__main__", filename)
     sys.argv = [path, *args]
-    sys.path[0] = os.path.dirname(os.path.abspath(path))
-    return _guard(lambda: exec(code, module.__dict__), silent)
+    sys.path[0] = os.path.dirname(os.path.realpath(path))
+    return _guard(lambda: exec(code, namespace), silent)
 
 
 def run_module(name: str, args: list[str], silent: Silent = ()) -> Outcome:
-    sys.argv = [name, *args]  # run_module puts the module's file in argv[0], as -m does
+    """As `python -m NAME ARGS`: runpy's own entry for -m, in a fresh `__main__`."""
+    fresh_main()
+    sys.argv = [name, *args]  # runpy puts the module's file in argv[0], as -m does
     sys.path[0] = os.getcwd()
-    return _guard(lambda: runpy.run_module(name, run_name="__main__", alter_sys=True), silent)
+    run_as_main = runpy._run_module_as_main  # type: ignore[attr-defined]
+    return _guard(lambda: run_as_main(name, alter_argv=True), silent)
 
 
 def _guard(body: Callable[[], object], silent: Silent = ()) -> Outcome:
@@ -101,9 +127,12 @@ def _guard(body: Callable[[], object], silent: Silent = ()) -> Outcome:
 
 def _print(exc: BaseException) -> None:
     """The traceback as Python prints it: from the script's own first frame, without ours."""
+    from torchdoctor.frames import drop_own_frames
+
     tb = exc.__traceback__
     while tb is not None and tb.tb_frame.f_code.co_filename in _OURS:
         tb = tb.tb_next
+    tb = drop_own_frames(tb)
     exc.__traceback__ = tb
     sys.excepthook(type(exc), exc, tb)
 

@@ -93,10 +93,12 @@ def _settled(group: list[dict[str, Any]], inputs: Inputs) -> bool:
 
 
 def diagnose(inputs: Inputs) -> list[Diagnosis]:
-    rows = records(inputs, "graph_break")
+    # A break with no line of the user's is inside torch's own code (DDP's and FSDP's forward
+    # break on purpose under compile) or another library's: nothing the user can change.
+    rows = [row for row in records(inputs, "graph_break") if row["location"]]
     places: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
     for row in rows:
-        places[row["location"] or row["code"] or "?"].append(row)
+        places[row["location"]].append(row)
     ranked = sorted(
         ((p, g) for p, g in places.items() if _settled(g, inputs)), key=lambda kv: -len(kv[1])
     )

@@ -80,7 +80,7 @@ class TrainingRun:
             elif current.telemetry is not None:
                 current.telemetry.rediscover()  # this training's optimizer: the next to step
         except Exception as exc:
-            warn_once("integration-begin", f"torchdoctor is off for this training: {exc}")
+            warn_once("integration-begin", f"off for this training: {exc}")
             self.session = None
 
     def new_diagnoses(self) -> list[Any]:
@@ -112,16 +112,16 @@ class TrainingRun:
                 if self._alerts is not None:
                     session.configure(alerts=self._alerts)
         except Exception as exc:
-            warn_once("integration-finish", f"torchdoctor could not save the run: {exc}")
+            warn_once("integration-finish", f"could not save the run: {exc}")
         try:
             forward(self.new_diagnoses())
         except Exception as exc:
-            warn_once("integration-forward", f"torchdoctor could not log the diagnoses: {exc}")
+            warn_once("integration-forward", f"could not log the diagnoses: {exc}")
         if self.report:
             try:
                 self.report_path = write_report(session.run_dir)
             except Exception as exc:
-                warn_once("integration-report", f"torchdoctor could not write the report: {exc}")
+                warn_once("integration-report", f"could not write the report: {exc}")
         self.session = None
         return self.report_path
 

@@ -316,9 +316,17 @@ def peer_uid(sock: socket.socket) -> int | None:
     return int(uid)
 
 
+# How often an idle server looks at its shutdown flag: stop() waits up to this long per
+# server (a session in a test ends in milliseconds); 20 idle wake-ups a second cost nothing.
+POLL_INTERVAL = 0.05
+
+
 def serve_in_background(server: socketserver.BaseServer, name: str) -> threading.Thread:
     thread = threading.Thread(
-        target=server.serve_forever, kwargs={"poll_interval": 0.5}, name=name, daemon=True
+        target=server.serve_forever,
+        kwargs={"poll_interval": POLL_INTERVAL},
+        name=name,
+        daemon=True,
     )
     thread.start()
     return thread

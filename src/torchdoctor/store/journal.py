@@ -98,6 +98,9 @@ class JournalTable(RingTable):
         values = list(row)
         values[self._duration], values[self._state] = duration, state
         self.append(tuple(values))
+        if self.spec.ends_in_order and state == COMPLETED:
+            for earlier in _ended_before(self.spec, self._open, row):
+                self.end(earlier, None, COMPLETED)
 
     def open_rows(self) -> list[tuple[Any, ...]]:
         return list(self._open.values())
@@ -145,6 +148,11 @@ class JournalTable(RingTable):
                         ended = list(row)
                         ended[self._duration], ended[self._state] = values[1], values[2]
                         self.append(tuple(ended))
+                        if self.spec.ends_in_order and values[2] == COMPLETED:
+                            for earlier in _ended_before(self.spec, self._open, row):
+                                done = list(self._open.pop(earlier))
+                                done[self._duration], done[self._state] = None, COMPLETED
+                                self.append(tuple(done))
 
     def _write(self, data: bytes) -> None:
         file = self._file if self._file is not None else self._open_file()
@@ -248,7 +256,30 @@ def read(path: Path, spec: TableSpec) -> tuple[Block, bool]:
             rows[values[0]][duration], rows[values[0]][state] = values[1], values[2]
         else:
             truncated = True
+    if spec.ends_in_order:
+        still_open = {rid: row for rid, row in rows.items() if row[state] == ISSUED_STATE}
+        for row in list(rows.values()):
+            if row[state] == COMPLETED:
+                for earlier in _ended_before(spec, still_open, row):
+                    rows[earlier][state] = COMPLETED
+                    del still_open[earlier]
     return Block.from_rows(spec, [tuple(r) for r in rows.values()]), truncated
+
+
+ISSUED_STATE, COMPLETED = "issued", "completed"
+
+
+def _ended_before(spec: TableSpec, open_rows: dict[int, Any], row: Sequence[Any]) -> list[int]:
+    """The open rows that `row`'s completion ends (TableSpec.ends_in_order): those of its group
+    with a lower `seq`, point-to-point calls (numbered per peer) left out."""
+    group, seq, peer = spec.index("group"), spec.index("seq"), spec.index("peer")
+    if row[peer] is not None:
+        return []
+    return [
+        rid
+        for rid, other in list(open_rows.items())
+        if other[group] == row[group] and other[peer] is None and other[seq] < row[seq]
+    ]
 
 
 def _parse(raw: bytes, width: int) -> tuple[bytes, list[Any]] | None:

@@ -29,6 +29,10 @@ class TableSpec:
     live: bool = False  # computed when queried (stacks, tensors), never stored
     write_through: bool = False  # each row on disk as it happens (store/journal.py)
     capacity: int = 1_000_000  # rows kept in memory; the oldest go first
+    # Write-through rows of one `group` (with no `peer`) end in `seq` order: a backend runs a
+    # group's collectives in the order they were issued, so one seen completed ends the open
+    # ones before it (gloo's reduce_scatter_tensor work never says it completed).
+    ends_in_order: bool = False
 
     @property
     def column_names(self) -> tuple[str, ...]:
@@ -108,7 +112,7 @@ OPTIMIZER_STEPS = TableSpec(
     (
         _c("step", INT, "the python.steps step it belongs to"),
         _c("optimizer", STR, "the script's name for it (opt_g), else class and number"),
-        _c("primary", BOOL, "the optimizer whose steps are the rows of python.steps"),
+        _c("is_primary", BOOL, "the optimizer whose steps are the rows of python.steps"),
         _c("loss", FLOAT, "mean loss of the backward() calls since the last optimizer step", True),
         _c("grad_norm", FLOAT, "total L2 norm of its gradients before the update", True),
         _c("lr", FLOAT, "learning rate of its first parameter group", True),
@@ -138,6 +142,7 @@ COLLECTIVES = TableSpec(
         _c("rank", INT),
     ),
     write_through=True,
+    ends_in_order=True,
 )
 
 TORCH_TRACE = TableSpec(

@@ -90,7 +90,7 @@ class Collectives:
     def __init__(self, rec: Any) -> None:
         self.rec = rec
         self.table = rec.tables["collectives"]
-        self.switch = Switch("torchdoctor collective tracing")
+        self.switch = Switch("collective tracing")
         self._groups: weakref.WeakKeyDictionary[Any, GroupInfo] = weakref.WeakKeyDictionary()
         # (id, work, bytes) of calls ended when seen done, and the sum of their bytes
         self.waiting: list[tuple[int, Any, int]] = []

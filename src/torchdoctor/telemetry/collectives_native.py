@@ -42,7 +42,7 @@ class NativeCollectives:
         self.rec = rec
         self.lib = lib
         self.table = rec.tables["collectives"]
-        self.switch = Switch("torchdoctor collective tracing")
+        self.switch = Switch("collective tracing")
         self._poll = poll  # td_poll, the GIL let go
 
     # -- called by the kernel, the GIL held; never raise ------------------------------------------

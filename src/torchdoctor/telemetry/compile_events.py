@@ -38,7 +38,7 @@ from typing import Any
 from torchdoctor import frames
 from torchdoctor._failsafe import Switch, warn_once
 from torchdoctor.diagnose.recompilation import frame_id, normalise
-from torchdoctor.frames import is_user_file
+from torchdoctor.frames import is_stdlib, is_torch, is_user_file
 from torchdoctor.telemetry.on_import import when_imported
 from torchdoctor.telemetry.patches import Hooks
 
@@ -67,15 +67,19 @@ def _rank_from_env() -> int:
 def parse_graph_break(message: str) -> dict[str, str | None]:
     """The user location, reason (one line), detail (explanation and hints) of a graph break
     as Dynamo's graph_breaks logger says it."""
+    # The user's line: Dynamo's "in user code at" when it is the user's file, else the
+    # innermost user frame of the traceback it prints. A break wholly inside torch's own code
+    # (DDP's forward under compile) or another library has none: `location` stays None.
     location = None
     m = _AT.search(message)
-    if m is not None:
+    if m is not None and is_user_file(m.group("file")):
         location = f"{m.group('file')}:{m.group('line')}"
     else:
-        for f in _FRAME.finditer(message):
-            if is_user_file(f.group("file")):
-                location = f"{f.group('file')}:{f.group('line')}"
-                break
+        stack = [(f.group("file"), f.group("line")) for f in _FRAME.finditer(message)]
+        innermost = next((path for path, _ in reversed(stack) if not is_stdlib(path)), None)
+        if innermost is None or not is_torch(innermost):
+            users = [f"{path}:{line}" for path, line in stack if is_user_file(path)]
+            location = users[-1] if users else None
     body = message.split("Graph Break Reason:", 1)[1] if "Graph Break Reason:" in message else ""
     body = re.split(r"User code traceback:|Stack variable source attribution:", body)[0]
     lines = [line.rstrip() for line in body.splitlines()]
@@ -142,7 +146,7 @@ class CompileWatch:
         self.table = tables["compile"]
         self.step_source = step_source
         self.rank = _rank_from_env() if rank is None else rank
-        self.switch = Switch("torchdoctor compile telemetry")
+        self.switch = Switch("compile telemetry")
         self.hooks = Hooks()
         self.attached = False
         self._counts: collections.Counter[tuple[Any, ...]] = collections.Counter()

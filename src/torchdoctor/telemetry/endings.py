@@ -56,14 +56,16 @@ class Endings:
     """Our handlers for SIGTERM/SIGHUP (and a script's SIGINT handler), and the fatal-signal
     file; `remove()` puts back the script's handlers as they are now."""
 
-    def __init__(self, on_signal: OnSignal) -> None:
+    def __init__(self, on_signal: OnSignal, on_exit: Callable[[int], None]) -> None:
         self.on_signal = on_signal
+        self.on_exit = on_exit  # os._exit(status) ends the process next
         self.pid = os.getpid()
         self.hooks = Hooks()
         self._theirs: dict[int, Any] = {}  # signal -> the handler the script sees as current
         self._fatal: IO[bytes] | None = None
         self._real_signal = signal.signal
         self._real_getsignal = signal.getsignal
+        self._real_exit = os._exit
         self._ours = self._handler  # one bound method: compared by identity below
         self._watch: SignalWatch | None = None
         self.installed = False
@@ -80,6 +82,7 @@ class Endings:
                 self._real_signal(signum, self._ours)
         self.hooks.patch(signal, "signal", self._signal)
         self.hooks.patch(signal, "getsignal", self._getsignal)
+        self.hooks.patch(os, "_exit", self._os_exit)
         self.hooks.on_remove(self._restore)
         watch = SignalWatch(self._going, lambda signum: self._tell(signum, GOING))
         if watch.start():
@@ -134,6 +137,18 @@ class Endings:
         if signum in self._theirs and self._real_getsignal(signum) is self._ours:
             return self._theirs[signum]
         return self._real_getsignal(signalnum)
+
+    # -- os._exit: no atexit, no finally after it ----------------------------------------------
+    def _os_exit(self, status: int) -> Any:
+        """The script ends itself with os._exit (no atexit runs after it): the session saves
+        the run first. A forked child's os._exit (multiprocessing's workers end that way) is not
+        the run's end: it passes straight through."""
+        if os.getpid() == self.pid and isinstance(status, int):
+            try:
+                self.on_exit(status)
+            except Exception:
+                pass  # the process ends as asked whatever happened here
+        return self._real_exit(status)
 
     # -- the handler ---------------------------------------------------------------------------
     def _going(self, signum: int) -> bool:

@@ -14,6 +14,7 @@ import math
 from typing import Any
 
 from torchdoctor.telemetry import gradients
+from torchdoctor.telemetry.local_shards import local
 
 
 @dataclasses.dataclass
@@ -37,7 +38,7 @@ class GradientCheck:
     ) -> Check:
         """The norm of `grads` (`key` tells optimizers apart: each has its own norm plan)."""
         if clip_norm is not None:
-            norm = clip_norm
+            norm = local(clip_norm) if hasattr(clip_norm, "shape") else clip_norm
         elif grads:
             plan = self._plans.get(key)
             if plan is None:
@@ -60,7 +61,7 @@ class GradientCheck:
 
     def of_params(self, key: int, params: list[Any], read_now: bool) -> Check:
         with_grad = [p for p in params if p.grad is not None]
-        return self.measure(key, with_grad, [p.grad for p in with_grad], None, read_now)
+        return self.measure(key, with_grad, [local(p.grad) for p in with_grad], None, read_now)
 
 
 def guard_update(check: Check) -> bool:

@@ -5,16 +5,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from torchdoctor.telemetry.local_shards import PLAIN, local, local_all
+
 
 def collect(optimizer: Any) -> tuple[list[Any], list[Any]]:
-    """(params with a gradient, their gradients) over the optimizer's groups."""
+    """(params with a gradient, their gradients: this rank's shards of DTensor ones) over the
+    optimizer's groups."""
     params, grads = [], []
     for group in optimizer.param_groups:
         for p in group["params"]:
             g = p.grad
             if g is not None:
                 params.append(p)
-                grads.append(g)
+                grads.append(g if g.__class__ in PLAIN else local(g))
     return params, grads
 
 
@@ -87,6 +90,7 @@ def norm_tensor(torch: Any, tensors: list[Any]) -> Any:
     """Per-tensor L2 norms as one float32 tensor on the first tensor's device (no read-back)."""
     if not tensors:
         return None
+    tensors = local_all(tensors)
     device = tensors[0].device
     values = torch._foreach_norm([t.detach() for t in tensors])
     return torch.stack([v.float().to(device, non_blocking=True) for v in values])

@@ -28,6 +28,7 @@ import torch
 
 from torchdoctor.diagnose.nan import NanOrigin
 from torchdoctor.frames import site, user_frame
+from torchdoctor.telemetry.local_shards import has_sharded_state, local
 
 
 class NanLocalizer:
@@ -71,10 +72,18 @@ class NanLocalizer:
             },
         }
         evidence["bad_gradients"] = _bad_gradients(rec, info.get("params") or [])
-        tape = list(state.tape)
+        tape = [(_unwrapped(m), args, kwargs) for m, args, kwargs in state.tape]
         if not tape:
             evidence["stage"] = "unknown"
             evidence["note"] = "no model call was seen in this step, so it could not be replayed"
+            return evidence
+        if any(has_sharded_state(m) for m, _a, _k in tape):
+            evidence["stage"] = "unknown"
+            evidence["note"] = (
+                "not replayed: the model is sharded (FSDP or tensor parallel), and running its "
+                "forward again on this rank alone would issue collectives the other ranks never "
+                "join; the step and the gradients above are what is known"
+            )
             return evidence
         bad_weights = _bad_weights(rec)
         if bad_weights:
@@ -298,11 +307,22 @@ def _preserved(rec: Any, rng: Any) -> Iterator[None]:
                 buf.copy_(copy)
 
 
+def _unwrapped(module: Any) -> Any:
+    """The model inside a DistributedDataParallel wrapper: DDP's own forward broadcasts buffers
+    and arms its gradient all-reduce, collectives a replay on one rank must never issue."""
+    inner = getattr(module, "module", None)
+    if inner is not None and type(module).__name__ == "DistributedDataParallel":
+        return inner
+    return module
+
+
 def _bad_gradients(rec: Any, params: list[Any], limit: int = 5) -> list[dict[str, Any]]:
     torch = rec.torch
     out = []
     for p in params:
         g = p.grad
+        if g is not None:
+            g = local(g)
         if g is None or bool(torch.isfinite(g).all()):
             continue
         named = rec.models.param_name(p)
@@ -324,7 +344,7 @@ def _bad_weights(rec: Any) -> list[dict[str, Any]]:
     out = []
     for module, label in rec.models.models():
         for name, p in module.named_parameters():
-            if not bool(torch.isfinite(p.detach()).all()):
+            if not bool(torch.isfinite(local(p).detach()).all()):
                 mod_name, _p = rec.models.param_name(p) or (label, name)
                 out.append({"module": mod_name, "param": name, "numel": int(p.numel())})
     return out[:5]
@@ -332,7 +352,7 @@ def _bad_weights(rec: Any) -> list[dict[str, Any]]:
 
 def _bad_inputs(torch: Any, tape: list[Any]) -> dict[str, Any] | None:
     _module, args, kwargs = tape[0]
-    for t in _flatten([args, kwargs]):
+    for t in map(local, _flatten([args, kwargs])):
         if t.is_floating_point() and not bool(torch.isfinite(t).all()):
             return _describe(torch, t)
     return None

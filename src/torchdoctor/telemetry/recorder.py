@@ -40,6 +40,7 @@ from torchdoctor.telemetry import (
 from torchdoctor.telemetry.clock import CpuClock, CudaClock
 from torchdoctor.telemetry.gradient_check import Check, GradientCheck, guard_update
 from torchdoctor.telemetry.invisible import compile_in_use
+from torchdoctor.telemetry.local_shards import local
 from torchdoctor.telemetry.memory import MemoryReader
 from torchdoctor.telemetry.models import Models
 from torchdoctor.telemetry.patches import Hooks
@@ -69,7 +70,7 @@ class Recorder:
         self.torch = torch
         self.host = host
         self.tables = host.tables
-        self.switch = Switch("torchdoctor telemetry")
+        self.switch = Switch("telemetry")
         self.hooks = Hooks()
         self._root_hooks = Hooks()
         self._global_hooks = Hooks()
@@ -108,8 +109,11 @@ class Recorder:
         self.skipped_steps = 0
         self.on_nonfinite: list[Any] = []  # callbacks(recorder, info) before the update
         self._primary: Any = None
-        self._optimizers: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+        self._optimizers: weakref.WeakKeyDictionary[Any, tuple[str, int]] = (
+            weakref.WeakKeyDictionary()
+        )
         self._open_steps: dict[int, tuple[float, Check | None]] = {}  # optimizer -> (t0, check)
+        self._pending_updates: dict[int, Any] = {}  # step -> its primary row, until read back
         self._optimizer_calls = 0
         self._gdepth = 0  # nesting of module calls, while global hooks are on
         self._pending_roots: list[Any] = []
@@ -271,7 +275,7 @@ class Recorder:
         self.mode = MANUAL
         self._flush_closing()
         if loss is not None and not self.state.losses:
-            self._note_loss(loss)
+            self._note_loss(local(loss))
         self._end_step(time.perf_counter(), skipped=False)
 
     # -- events from the hooks (the training thread; torch_hooks checks that) ----------------
@@ -335,7 +339,7 @@ class Recorder:
         if isinstance(loss, (tuple, list)):
             loss = loss[0] if len(loss) == 1 else None
         if isinstance(loss, self.torch.Tensor) and loss.numel() == 1:
-            self._note_loss(loss)
+            self._note_loss(local(loss))
         else:
             loss = None
         if self.mode == CYCLE and self._grad_probe is None:
@@ -391,6 +395,7 @@ class Recorder:
         if optimizer is not self.primary:
             self._other_step_row(optimizer, now - t0, check)
             return
+        state.update = (optimizer, now - t0)
         if self.tracing:
             self._memory_row("optimizer")
         self._end_step(now, skipped=state.skip)
@@ -549,17 +554,27 @@ class Recorder:
         return check
 
     def _label(self, optimizer: Any) -> str:
-        label = self._optimizers.get(optimizer)
-        if label is None:
-            label = _optimizer_label(optimizer, set(self._optimizers.values()))
-            self._optimizers[optimizer] = label
-        return label
+        return self._optimizer_info(optimizer)[0]
+
+    def _optimizer_info(self, optimizer: Any) -> tuple[str, int]:
+        """(the script's name for it, lag): lag 1 for an optimizer that first stepped after the
+        primary had ended a step, as a GAN's generator does after its discriminator: its
+        updates belong to the step that just ended (the same iteration), not the next one."""
+        info = self._optimizers.get(optimizer)
+        if info is None:
+            taken = {label for label, _lag in self._optimizers.values()}
+            label = _optimizer_label(optimizer, taken, sys._getframe(1))
+            lag = 1 if optimizer is not self.primary and self.steps_done > 0 else 0
+            info = self._optimizers[optimizer] = (label, lag)
+        return info
 
     def _other_step_row(self, optimizer: Any, duration: float, check: Check | None) -> None:
         losses = self.state.claim()
+        label, lag = self._optimizer_info(optimizer)
         row = OptimizerStepRow(
-            step=self.step,
-            optimizer=self._label(optimizer),
+            step=max(0, self.step - lag),
+            optimizer=label,
+            is_primary=False,
             loss=None if self.clock.cuda else _mean(losses),
             grad_norm=check.value if check is not None else None,
             lr=self.lr(optimizer),
@@ -675,6 +690,8 @@ class Recorder:
         )
         norm = state.grad_norm if state.grad_norm_value is None else None
         self._emit(self.tables["steps"], row, losses, norm, steps=True)
+        if state.update is not None:  # the primary's own python.optimizer_steps row
+            self._primary_update_row(state.update, row)
         if skipped:
             self.skipped_steps += 1
         self.step += 1
@@ -685,6 +702,27 @@ class Recorder:
                 listener(state, self.step - 1)
         if self.safe_point.pending:
             self._run_safe_point(row.step)
+
+    def _primary_update_row(self, update: tuple[Any, float], step_row: Any) -> None:
+        """The primary optimizer's row of python.optimizer_steps, from its python.steps row (on
+        CUDA it follows that row's read-back: see _append)."""
+        optimizer, duration = update
+        row = OptimizerStepRow(
+            step=step_row.step,
+            optimizer=self._label(optimizer),
+            is_primary=True,
+            loss=step_row.loss,
+            grad_norm=step_row.grad_norm,
+            lr=step_row.lr,
+            duration=duration,
+            skipped=step_row.skipped,
+            time=step_row.time,
+            rank=step_row.rank,
+        )
+        if self.clock.cuda:
+            self._pending_updates[step_row.step] = row
+        else:
+            self.tables["optimizer_steps"].append(row)
 
     def _emit(self, table: Any, row: Any, losses: list[Any], norm: Any, steps: bool) -> None:
         """Append a row. On CUDA its loss and gradient norm are read back asynchronously and
@@ -720,9 +758,14 @@ class Recorder:
         self.readback.poll()
 
     def _append(self, table: Any, row: Any, steps: bool) -> None:
+        table.append(row)
         if steps:
             self._last_row = row
-        table.append(row)
+            update = self._pending_updates.pop(row.step, None)
+            if update is not None:
+                self.tables["optimizer_steps"].append(
+                    update._replace(loss=row.loss, grad_norm=row.grad_norm)
+                )
 
     def _after_step(self) -> None:
         if self._pending_roots:
@@ -838,11 +881,18 @@ def _has_randomness(module: Any) -> bool:
     return False
 
 
-def _optimizer_label(optimizer: Any, taken: set[str]) -> str:
+def _optimizer_label(optimizer: Any, taken: set[str], frame: Any) -> str:
+    """The name the training code gives `optimizer` (a local of the loop that steps it, as in
+    a `main()`, or a global of `__main__`), else its class and a number."""
+    caller = user_frame(frame)
+    spaces = [caller.f_locals, caller.f_globals] if caller is not None else []
     main = sys.modules.get("__main__")
-    for key, value in list(vars(main).items()) if main is not None else []:
-        if value is optimizer and not key.startswith("_"):
-            return key
+    if main is not None:
+        spaces.append(vars(main))
+    for space in spaces:
+        for key, value in list(space.items()):
+            if value is optimizer and not key.startswith("_"):
+                return key
     base, n = type(optimizer).__name__, 1
     while f"{base}{n}" in taken:
         n += 1

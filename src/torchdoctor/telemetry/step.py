@@ -33,6 +33,7 @@ class StepState:
         "skip",
         "start",
         "tape",
+        "update",
     )
 
     def __init__(self, start: float | None) -> None:
@@ -53,6 +54,7 @@ class StepState:
         self.tape: list[tuple[Any, tuple[Any, ...], dict[str, Any]]] = []  # model calls
         self.rng: Any = None  # CPU random state at the first model call (for a replay)
         self.autocast: list[tuple[str, Any]] = []  # autocast contexts at the first model call
+        self.update: tuple[Any, float] | None = None  # (primary optimizer, seconds in its step())
 
     def step_losses(self) -> list[Any]:
         """The losses this step reports: those of the primary optimizer's backward() calls,

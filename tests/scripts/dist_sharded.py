@@ -1,0 +1,118 @@
+"""A sharded job on gloo (CPU): FSDP2 (`fully_shard`) or tensor parallel
+(`parallelize_module`), for the tests of DTensor-aware telemetry.
+
+    torchrun --nproc_per_node=N dist_sharded.py [--tp] [--steps N] [--clip] [--count OUT]
+
+Each step: forward, backward (FSDP2's reduce-scatters), optionally clip_grad_norm_ (the
+script's own collective on DTensor gradients), an AdamW step. `--count OUT` records every
+collective the process issues (torch.profiler's c10d and functional-collective ops, whoever
+calls them) and writes `op count` lines to OUT.rank<R>. `--twice RUN_DIR` trains once with no
+probe, then starts torchdoctor (recording into RUN_DIR) and trains again, counting both: the
+tests compare the two counts op for op (the same process, the same code, the same steps).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
+
+
+def parse() -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    p.add_argument("--tp", action="store_true", help="tensor parallel instead of FSDP2")
+    p.add_argument("--steps", type=int, default=6)
+    p.add_argument("--clip", action="store_true")
+    p.add_argument("--count", default="")
+    p.add_argument("--twice", default="", metavar="RUN_DIR")
+    return p.parse_args()
+
+
+class Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = nn.Linear(16, 32)
+        self.act = nn.ReLU()
+        self.down = nn.Linear(32, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(self.act(self.up(x)))
+
+
+def build(tp: bool, world: int) -> nn.Module:
+    mesh = init_device_mesh("cpu", (world,))
+    model = Net()
+    if tp:
+        from torch.distributed.tensor.parallel import (
+            ColwiseParallel,
+            RowwiseParallel,
+            parallelize_module,
+        )
+
+        return parallelize_module(model, mesh, {"up": ColwiseParallel(), "down": RowwiseParallel()})
+    from torch.distributed.fsdp import fully_shard
+
+    fully_shard(model.up, mesh=mesh)
+    fully_shard(model.down, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return model
+
+
+def train(args: argparse.Namespace, rank: int, world: int) -> None:
+    torch.manual_seed(0)
+    model = build(args.tp, world)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    gen = torch.Generator().manual_seed(1 if args.tp else rank + 1)
+    for step in range(args.steps):
+        x = torch.randn(8, 16, generator=gen)
+        y = torch.randn(8, 4, generator=gen)
+        loss = nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        if args.clip:
+            nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad()
+        if rank == 0:
+            print(f"step {step} loss {loss.item():.6f}", flush=True)
+
+
+def counted(args: argparse.Namespace, rank: int, world: int, out: str) -> None:
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        train(args, rank, world)
+    counts: collections.Counter[str] = collections.Counter()
+    for event in prof.events():
+        name = event.name
+        if name.startswith(("c10d::", "_c10d_functional::", "c10d_functional::")):
+            counts[name] += 1
+    with open(f"{out}.rank{rank}", "w") as f:
+        for name, n in sorted(counts.items()):
+            f.write(f"{name} {n}\n")
+
+
+def main() -> None:
+    args = parse()
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if args.twice:
+        counted(args, rank, world, "plain")
+        import torchdoctor
+
+        torchdoctor.start(run_dir=args.twice)
+        counted(args, rank, world, "probed")
+    elif args.count:
+        counted(args, rank, world, args.count)
+    else:
+        train(args, rank, world)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    main()
