@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from torchdoctor._failsafe import warn_once
 from torchdoctor._version import __version__
@@ -33,8 +33,10 @@ from torchdoctor.diagnose.inputs import JobInputs
 from torchdoctor.identity import RankIdentity
 from torchdoctor.store.schema import COLLECTIVES
 from torchdoctor.store.tables import Tables
-from torchdoctor.telemetry import replicas
 from torchdoctor.views import TrainingView
+
+if TYPE_CHECKING:
+    from torchdoctor.telemetry.replicas import ReplicaChecks
 
 TICK = 1.0
 PULSE = 2.0  # light questions to every rank
@@ -83,7 +85,7 @@ class ClusterWatch:
         self._gathered = 0  # gathers done
         self._served = 0  # the gather the doctor last got a view of
         self._thread = threading.Thread(target=self._loop, name="torchdoctor-cluster", daemon=True)
-        self.replicas: replicas.ReplicaChecks | None = None  # once this rank is in a job
+        self.replicas: ReplicaChecks | None = None  # once this rank is in a job
 
     def start(self) -> None:
         self._thread.start()
@@ -109,7 +111,10 @@ class ClusterWatch:
             return
         self.member = member
         if self.replicas is None and self.host.telemetry is not None:
-            # Checksums of the replicated parameters, compared across the ranks' views.
+            # Checksums of the replicated parameters, compared across the ranks' views (loaded
+            # only now: it needs torch, which a process that never imports it must not pay).
+            from torchdoctor.telemetry import replicas
+
             self.replicas = replicas.attach(self.host.telemetry)
         if not self.published or self._moved():
             self._publish(member)
