@@ -382,14 +382,11 @@ def in_loop(job: JobInputs, site: str | None, stack: list[dict[str, Any]]) -> bo
     """Whether a stack is inside the innermost loop around `site` (None: cannot tell)."""
     if not site:
         return None
-    path, _, line = site.rpartition(":")
-    if not line.isdigit() or path not in job.loops:
+    inner = _innermost(job, site)
+    if inner is None:
         return None
-    around = [(a, b) for a, b in job.loops[path] if a <= int(line) <= b]
-    if not around:
-        return None
-    first, last = max(around)  # the innermost: the one that starts last
-    return any(f["file"] == path and first <= int(f["lineno"]) <= last for f in stack)
+    path = _split(site)[0]
+    return any(f["file"] == path and inner[0] <= int(f["lineno"]) <= inner[1] for f in stack)
 
 
 def where_stuck(stack: list[dict[str, Any]] | None) -> dict[str, Any] | None:

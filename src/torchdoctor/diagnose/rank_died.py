@@ -68,6 +68,12 @@ def _first(
         step = max([view.steps_done - 1, *(c.step for c in calls)]) if calls else view.steps_done
     memory = _memory_evidence(view) if lead.kind == job_end.KILLED else None
     how = lead.how + (f"; {memory}" if memory else "")
+    skip = {e.rank for e in first}
+    later = [  # seconds from its end to each other rank's, where both are known
+        e.time - lead.time
+        for e in ends.values()
+        if e.rank not in skip and e.time is not None and lead.time is not None
+    ]
     if known == "untimed":
         names = ranks_text([e.rank for e in first])
         summary = (
@@ -94,23 +100,12 @@ def _first(
             summary += f", {lead.after}"
         if known == "before_peers":
             summary += " (no time of its own: the others lost it before any other rank failed)"
-        after = [
-            e.time - lead.time
-            for e in ends.values()
-            if e.rank != lead.rank and e.time is not None and lead.time is not None
-        ]
-        if after and min(after) > 0.05:
-            summary += f", {min(after):.1f} s before the next rank ended"
-    skip = {e.rank for e in first}
+        if later and min(later) > 0.05:
+            summary += f", {min(later):.1f} s before the next rank ended"
     groups = _others(job, ends, skip, table)
     if groups:
         summary += "; then " + "; ".join(f"{ranks_text(rs)}: {text}" for text, rs in groups)
     summary += "."
-    later = [
-        e.time - lead.time
-        for e in ends.values()
-        if e.rank not in skip and e.time is not None and lead.time is not None
-    ]
     evidence: dict[str, Any] = {
         "rank": lead.rank,
         "ranks": [e.rank for e in first],
@@ -129,7 +124,7 @@ def _first(
         },
     }
     if later:
-        evidence["next_after"] = min(later)  # seconds from its end to the next rank's
+        evidence["next_after"] = min(later)
     if memory:
         evidence["memory"] = memory
     return Diagnosis(
