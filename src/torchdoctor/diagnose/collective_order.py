@@ -249,8 +249,8 @@ def whereabouts(job: JobInputs, holdup: Holdup, rank: int) -> str:
     if view is None:
         return UNKNOWN
     ending = job_end.endings(job).get(rank)
-    if ending is not None and ending.alive and ending.kind == job_end.RAISED:
-        return RAISED
+    if ending is not None and ending.alive:
+        return RAISED  # its code ended in an error: not a shorter loop, not stuck in it
     if view.status in DEAD and (ending is None or ending.kind != job_end.STOPPED):
         return DEAD_RANK
     if view.steps_done > holdup.call.step:
