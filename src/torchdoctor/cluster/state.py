@@ -73,7 +73,6 @@ def rank_state(
         out["diagnoses"] = {"columns": names, "rows": [list(r) for r in zip(*columns, strict=True)]}
     if waits_at_exit(stack):
         out["threads"] = keeping_alive(stacks.capture_all())
-    out["checksums"] = recent_checksums(host.tables["events"])
     since = since or {}
     collectives = host.tables["collectives"]
     if rows > 0:
@@ -83,6 +82,9 @@ def rank_state(
             out[name] = {"rows": got, "cursor": cursor}
         # The pending ones may be older than the window: always send them too.
         out["current"] = current_calls(collectives)
+        # The replica checks only with the rows: a light answer stays small (a check carries
+        # every parameter's name), and a drift seen 15 s later is still seen.
+        out["checksums"] = recent_checksums(host.tables["events"])
     else:
         out["current"] = current_calls(collectives)
     return out
@@ -108,7 +110,7 @@ def own_findings(table: RingTable) -> dict[str, Any]:
 
 
 def recent_checksums(table: RingTable) -> list[dict[str, Any]]:
-    """This rank's latest replica checksums (python.events data), a few per model."""
+    """This rank's latest replica checksums (python.events data), the last few."""
     rows, _ = table_tail(table, None, 256)
     kind, data = EVENTS.index("kind"), EVENTS.index("data")
     found = [row[data] for row in rows if row[kind] == replica_drift.EVENT]
