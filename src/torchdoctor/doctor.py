@@ -26,6 +26,7 @@ from torchdoctor.diagnose.record import SEVERITIES, Diagnosis
 from torchdoctor.memory.holders import find_holders
 from torchdoctor.store.tables import Tables
 from torchdoctor.telemetry import gap_sampler, stacks
+from torchdoctor.telemetry.group_timeout import hang_limit
 from torchdoctor.views import TrainingView
 
 TICK = 1.0
@@ -263,13 +264,19 @@ class Doctor:
 
     # -- hang watchdog -----------------------------------------------------------------------
     def hang_timeout(self, steps: Any) -> float:
+        """The configured timeout, else one derived from the step times; in a job, at most
+        half of the process group's own timeout, so that a stuck rank is named before the
+        group's collectives fail on their own."""
         configured = self.host.config.hang_timeout
         if configured:
-            return float(configured)
-        if not steps.rows:
+            value = float(configured)
+        elif not steps.rows:
             return STARTUP_GRACE
-        recent = [float(d) for d in steps.data["duration"][-50:]]
-        return min(1800.0, max(60.0, 20.0 * statistics.median(recent)))
+        else:
+            recent = [float(d) for d in steps.data["duration"][-50:]]
+            value = min(1800.0, max(60.0, 20.0 * statistics.median(recent)))
+        limit = hang_limit()
+        return min(value, limit) if limit else value
 
     def _watch(self, steps: Any, last: float | None, now: float) -> HangCapture | None:
         """The hang capture, when no step came for the timeout and the main thread stood still."""

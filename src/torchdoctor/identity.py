@@ -141,3 +141,26 @@ def default_job_dir(parent: Path, launcher_pid: int, identity: RankIdentity) -> 
         return parent / f"job-{slug}"
     stamp = _dt.datetime.fromtimestamp(int(started)).strftime("%Y%m%d-%H%M%S")
     return parent / f"{stamp}-{host}-{launcher_pid}"
+
+
+def rank_ranges(ranks: Any, most: int = 8) -> str:
+    """ "0-6,8-15" for ranks 0..15 less 7: runs of consecutive ranks as ranges, so a set of
+    ranks reads the same length at 2 ranks and at 1000; past `most` runs, the first ones and
+    how many ranks in all."""
+    ordered = sorted({int(r) for r in ranks})
+    runs: list[tuple[int, int]] = []
+    for r in ordered:
+        if runs and r == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], r)
+        else:
+            runs.append((r, r))
+    parts = [str(a) if a == b else f"{a},{b}" if b == a + 1 else f"{a}-{b}" for a, b in runs]
+    if len(parts) > most:
+        return ",".join(parts[:most]) + f",... ({len(ordered)} ranks)"
+    return ",".join(parts)
+
+
+def ranks_text(ranks: Any) -> str:
+    """ "rank 3", "ranks 0-6,8-15": the words that name some ranks of a job."""
+    ordered = sorted({int(r) for r in ranks})
+    return ("rank " if len(ordered) == 1 else "ranks ") + rank_ranges(ordered)

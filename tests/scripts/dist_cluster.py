@@ -1,6 +1,7 @@
 """A small DDP job (gloo) with one planted multi-rank problem: the job behind the cluster tests.
 
     torchrun --nproc_per_node=N dist_cluster.py MODE[,MODE...] [--fixed] [--linger | --linger0]
+        [--timeout SECONDS] [--end barrier|all_reduce|broadcast]
 
 MODE:
   stuck      the last rank's data read never returns at step 5 while the others wait in DDP's
@@ -11,16 +12,27 @@ MODE:
   mismatch   only rank 0 all-reduces its loss for logging at step 3: gloo pairs it with rank
              1's gradient all-reduce and the job dies (--fixed: every rank does)
   straggler  the last rank's batches take 40 ms longer to load (--fixed: no delay)
-  all        every one of the above (with --fixed: every one of their fixes, in one job)
+  lost       the last rank is killed with SIGKILL at step 5 (as by the kernel's OOM killer):
+             the others lose their peer in the gradient all-reduce
+  raised     the last rank starts a non-daemon thread (an uploader that waits for `stop`) and
+             raises at step 5: its process stays alive while the others wait in the all-reduce
+  drift      at step 2 the last rank changes one weight of its copy of the model in place:
+             the replicas drift apart (--fixed: every rank makes the same change)
+  all        stuck, uneven, mismatch and straggler (with --fixed: every one of their fixes)
 --linger: every rank waits for the file `stop` after its loop (a slow final checkpoint);
 --linger0: rank 0 only, the others exit. A read or a checkpoint that never ends waits for it too.
+--timeout: the process group's timeout (default 600 s).
+--end: with `uneven`, every rank calls this collective after its loop (a barrier, a final
+all_reduce of a metric, a checkpoint's broadcast from rank 0) instead of lingering.
 """
 
 from __future__ import annotations
 
 import datetime
 import os
+import signal
 import sys
+import threading
 import time
 
 import torch
@@ -32,7 +44,16 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler
 MODES = sys.argv[1].split(",")
 FIXED = "--fixed" in sys.argv
 BUGS = {"stuck", "uneven", "mismatch", "straggler"} if "all" in MODES else set(MODES)
-STEPS = max({"stuck": 12, "uneven": 5, "mismatch": 8, "straggler": 30, "all": 12}[m] for m in MODES)
+LENGTH = {"stuck": 12, "uneven": 5, "mismatch": 8, "straggler": 30, "all": 12, "lost": 12}
+STEPS = max(LENGTH.get(m, 12) for m in MODES)
+
+
+def option(name: str, default: str) -> str:
+    return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
+
+
+TIMEOUT = float(option("--timeout", "600"))
+END = option("--end", "")
 
 
 def bug(name: str) -> bool:
@@ -53,10 +74,20 @@ class Samples(Dataset):
         return self.x[i]
 
 
+def upload_logs() -> None:
+    while not os.path.exists("stop"):  # a non-daemon uploader thread
+        time.sleep(0.05)
+
+
 def load_batch(batches, step: int, rank: int) -> torch.Tensor:
-    if bug("stuck") and rank == dist.get_world_size() - 1 and step == 5:
+    last = rank == dist.get_world_size() - 1
+    if bug("stuck") and last and step == 5:
         while not os.path.exists("stop"):  # the read that never returns
             time.sleep(0.05)
+    if bug("lost") and last and step == 5:
+        os.kill(os.getpid(), signal.SIGKILL)  # as the kernel's OOM killer does
+    if bug("raised") and last and step == 5:
+        raise ValueError(f"corrupt record in shard {rank}")  # the bug
     return next(batches)
 
 
@@ -66,9 +97,23 @@ def save_checkpoint(model: nn.Module, linger: bool) -> None:
         time.sleep(0.05)
 
 
+def after_loop(model: nn.Module, rank: int) -> None:
+    """The collective every rank calls after its loop (--end)."""
+    if END == "barrier":
+        dist.barrier()
+    elif END == "all_reduce":
+        total = torch.zeros(3)  # a final metric
+        dist.all_reduce(total)
+    elif END == "broadcast":  # rank 0's checkpoint sent to every rank
+        state = [model.state_dict() if rank == 0 else None]
+        dist.broadcast_object_list(state, src=0)
+
+
 def main() -> None:
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=600))
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=TIMEOUT))
     rank, world = dist.get_rank(), dist.get_world_size()
+    if bug("raised") and rank == world - 1:
+        threading.Thread(target=upload_logs, name="uploader").start()
     torch.manual_seed(0)
     model = DistributedDataParallel(nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1)))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -91,11 +136,16 @@ def main() -> None:
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
+        if "drift" in BUGS and step == 2 and (rank == world - 1 or FIXED):
+            with torch.no_grad():  # the bug: one rank's copy only
+                model.module[0].weight[0, 0] += 1e-3
         if "mismatch" in BUGS and step == 3 and (rank == 0 or FIXED):
             logged = loss.detach().clone()
             dist.all_reduce(logged)  # the bug: only rank 0 gets here
+    if END:
+        after_loop(model, rank)
     linger = "--linger" in sys.argv or (rank == 0 and "--linger0" in sys.argv)
-    linger = linger or bug("uneven")
+    linger = linger or (bug("uneven") and not END)
     save_checkpoint(model, linger)
     dist.destroy_process_group()
 

@@ -1,9 +1,14 @@
 """The same request to every rank of a job at once; a rank that cannot be asked answers with
-the reason. Light: the CLI's `cluster list` imports nothing heavier."""
+the reason. Light: the CLI's `cluster list` imports nothing heavier.
+
+The requests go out from daemon threads of our own, not a concurrent.futures pool: a rank whose
+main code has ended (an exception, while a non-daemon thread keeps the process alive) is in the
+interpreter's shutdown, where such pools refuse new work, and it must still see the others."""
 
 from __future__ import annotations
 
-import concurrent.futures
+import queue
+import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -49,15 +54,31 @@ def fan_out(
             status, payload = request(peer.target, method, path, data, timeout)
         except Unreachable as exc:
             return Answer(peer, reason=str(exc))
+        except Exception as exc:  # a bug here must not lose the other ranks' answers
+            return Answer(peer, reason=f"{type(exc).__name__}: {exc}")
         return Answer(peer, status, payload)
 
-    reachable = [p for p in peers if p.target is not None]
+    todo: queue.SimpleQueue[Peer] = queue.SimpleQueue()
     for peer in peers:
         if peer.target is None:
             out[peer.rank] = ask(peer)
-    if reachable:
-        workers = min(MAX_WORKERS, len(reachable))
-        with concurrent.futures.ThreadPoolExecutor(workers, "torchdoctor-fanout") as pool:
-            for answer in pool.map(ask, reachable):
-                out[answer.peer.rank] = answer
+        else:
+            todo.put(peer)
+
+    def work() -> None:
+        while True:
+            try:
+                peer = todo.get_nowait()
+            except queue.Empty:
+                return
+            out[peer.rank] = ask(peer)  # one key per rank: dict assignment is atomic
+
+    workers = [
+        threading.Thread(target=work, name="torchdoctor-fanout", daemon=True)
+        for _ in range(min(MAX_WORKERS, todo.qsize()))
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
     return dict(sorted(out.items()))

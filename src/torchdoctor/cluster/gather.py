@@ -5,11 +5,13 @@ job-level diagnoses read."""
 
 from __future__ import annotations
 
+import datetime as _dt
 import time
 from pathlib import Path
 from typing import Any
 
 from torchdoctor.cluster import loops
+from torchdoctor.diagnose import replica_drift
 from torchdoctor.diagnose.inputs import DEAD, JobInputs, RankView
 from torchdoctor.store import rundir
 from torchdoctor.store.columns import Block
@@ -18,8 +20,10 @@ from torchdoctor.store.schema import COLLECTIVES, STEPS
 _GROUP, _SEQ, _STATE, _SITE, _TIME = (
     COLLECTIVES.index(c) for c in ("group", "seq", "state", "site", "time")
 )
+STEP_NAMES, CALL_NAMES = STEPS.column_names, COLLECTIVES.column_names
 KEEP_STEPS = 512
 KEEP_CALLS = 4096
+KEEP_CHECKS = 16  # replica checksum steps kept per rank
 
 
 class RankRecord:
@@ -35,6 +39,7 @@ class RankRecord:
         self.reason: str | None = None  # set while it cannot be reached
         self.gone = False  # its process has exited
         self.heard: float | None = None  # when it last answered
+        self.checksums: dict[int, dict[str, Any]] = {}  # step -> model -> replica checksums
 
     def update(self, state: dict[str, Any]) -> None:
         self.state = state
@@ -45,16 +50,20 @@ class RankRecord:
             part = state.get(name)
             if not part:
                 continue
-            names = columns.get(name) or []
+            order = _order_of(columns.get(name), STEP_NAMES if name == "steps" else CALL_NAMES)
             for row in part.get("rows") or []:
-                keep(_reorder(row, names, STEPS if name == "steps" else COLLECTIVES))
+                keep(_reorder(row, order))
             if part.get("cursor") is not None:
                 self.cursors[name] = int(part["cursor"])
-        names = columns.get("collectives") or []
-        current = [_reorder(row, names, COLLECTIVES) for row in state.get("current") or []]
+        order = _order_of(columns.get("collectives"), CALL_NAMES)
+        current = [_reorder(row, order) for row in state.get("current") or []]
         for row in current:
             self._add_call(row)
         self._settle({(str(r[_GROUP]), int(r[_SEQ])) for r in current})
+        for step, models in replica_drift.checksums_of(
+            [{"kind": replica_drift.EVENT, "data": d} for d in state.get("checksums") or []]
+        ).items():
+            self.checksums.setdefault(step, {}).update(models)
         self._trim()
 
     def _settle(self, current: set[tuple[str, int]]) -> None:
@@ -85,6 +94,8 @@ class RankRecord:
         if len(self.steps) > KEEP_STEPS:
             for step in sorted(self.steps)[: len(self.steps) - KEEP_STEPS]:
                 del self.steps[step]
+        for step in sorted(self.checksums)[: max(0, len(self.checksums) - KEEP_CHECKS)]:
+            del self.checksums[step]
         if len(self.calls) > KEEP_CALLS:
             for key in sorted(self.calls, key=_order)[: len(self.calls) - KEEP_CALLS]:
                 del self.calls[key]
@@ -96,11 +107,14 @@ class RankRecord:
         )
         state = self.state or {}
         entry = self.entry or {}
-        status, reason = "running", None
+        status: str = "running"
+        reason: str | None = None
+        meta: dict[str, Any] = {}
         if self.reason is not None:
-            status, reason = _lost_status(self.reason, self.gone, entry)
+            status, reason, meta = _lost_status(self.reason, self.gone, entry)
         elif not state:
             status, reason = "unknown", "not heard from yet"
+        signal = meta.get("signal")
         return RankView(
             rank=self.rank,
             steps=steps,
@@ -113,9 +127,16 @@ class RankRecord:
             clock=_float(state.get("time")) if self.reason is None else None,
             phase=state.get("phase"),
             done=state.get("steps_done"),
+            ended=_timestamp(meta.get("ended")),
+            exit_code=meta.get("exit_code") if isinstance(meta.get("exit_code"), int) else None,
+            signal=signal if isinstance(signal, str) else None,
             node=state.get("node", entry.get("node")),
             host=entry.get("host"),
             pid=entry.get("pid"),
+            raised=state.get("raised"),
+            threads=state.get("threads"),
+            kinds=tuple(state.get("kinds") or ()),
+            checksums=dict(self.checksums),
         )
 
 
@@ -127,23 +148,40 @@ def _order(key: Any) -> Any:
     return (str(key[0]), key[1]) if isinstance(key, tuple) else key
 
 
-def _reorder(row: list[Any], names: list[str], spec: Any) -> tuple[Any, ...]:
-    if not names or list(names) == list(spec.column_names):
+def _order_of(names: list[str] | None, ours: tuple[str, ...]) -> list[int | None] | None:
+    """Where each of our columns is in a rank's rows (None: the same order as ours)."""
+    if not names or tuple(names) == ours:
+        return None
+    where = {n: i for i, n in enumerate(names)}
+    return [where.get(c) for c in ours]
+
+
+def _reorder(row: list[Any], order: list[int | None] | None) -> tuple[Any, ...]:
+    if order is None:
         return tuple(row)
-    values = dict(zip(names, row, strict=False))
-    return tuple(values.get(c) for c in spec.column_names)
+    return tuple(None if i is None or i >= len(row) else row[i] for i in order)
 
 
-def _lost_status(reason: str, gone: bool, entry: dict[str, Any]) -> tuple[str, str]:
-    """A rank that stopped answering: ended (how, when its meta.json says) or unreachable."""
+def _lost_status(reason: str, gone: bool, entry: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
+    """A rank that stopped answering: ended (how and when its meta.json says) or
+    unreachable; and its meta.json, where it could be read."""
     run_dir = entry.get("run_dir")
     meta = rundir.read_meta(Path(run_dir)) if run_dir else {}
     status = meta.get("status")
     if status in DEAD or status == "finished":
-        return str(status), reason
+        return str(status), reason, meta
     if gone:
-        return "failed", reason + " without recording how (killed?)"
-    return "unreachable", reason
+        return "failed", reason + " without recording how (killed?)", meta
+    return "unreachable", reason, meta
+
+
+def _timestamp(value: Any) -> float | None:
+    if isinstance(value, str):
+        try:
+            return _dt.datetime.fromisoformat(value).timestamp()
+        except ValueError:
+            return None
+    return float(value) if isinstance(value, (int, float)) else None
 
 
 def job_inputs(

@@ -8,13 +8,17 @@ pending ones and the last one of each process group.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from typing import Any, Protocol
 
 from torchdoctor.cluster.member import node_rank
+from torchdoctor.cluster.saved import raised_of
+from torchdoctor.diagnose import replica_drift
+from torchdoctor.diagnose.hang import keeping_alive, waits_at_exit
 from torchdoctor.identity import RankIdentity
-from torchdoctor.store.schema import COLLECTIVES, STEPS
+from torchdoctor.store.schema import COLLECTIVES, EVENTS, STEPS
 from torchdoctor.store.table import RingTable
 from torchdoctor.store.tables import Tables
 from torchdoctor.telemetry import stacks
@@ -37,10 +41,14 @@ def rank_state(
     hang_timeout: float,
     since: dict[str, int] | None = None,
     rows: int = MAX_ROWS,
+    findings: bool = False,
 ) -> dict[str, Any]:
+    """`findings`: with the rank's diagnoses too (what `cluster diagnoses` shows), so that one
+    request per rank serves it."""
     training = host.telemetry
     if training is not None:
         training.settle_collectives()  # the calls done since this rank's last call or step
+    stack = main_stack()
     out: dict[str, Any] = {
         "rank": member.rank,
         "local_rank": member.local_rank,
@@ -50,13 +58,21 @@ def rank_state(
         "status": "running",
         "steps_done": training.steps_done if training is not None else 0,
         "phase": training.phase if training is not None else None,
-        "stack": main_stack(),
+        "stack": stack,
         "hang_timeout": hang_timeout,
         "columns": {
             "steps": list(STEPS.column_names),
             "collectives": list(COLLECTIVES.column_names),
         },
     }
+    out.update(own_findings(host.tables["diagnoses"]))
+    if findings:
+        block = host.tables["diagnoses"].snapshot()
+        names = list(block.spec.column_names)
+        columns = [block.column(n) for n in names]
+        out["diagnoses"] = {"columns": names, "rows": [list(r) for r in zip(*columns, strict=True)]}
+    if waits_at_exit(stack):
+        out["threads"] = keeping_alive(stacks.capture_all())
     since = since or {}
     collectives = host.tables["collectives"]
     if rows > 0:
@@ -66,9 +82,39 @@ def rank_state(
             out[name] = {"rows": got, "cursor": cursor}
         # The pending ones may be older than the window: always send them too.
         out["current"] = current_calls(collectives)
+        # The replica checks only with the rows: a light answer stays small (a check carries
+        # every parameter's name), and a drift seen 15 s later is still seen.
+        out["checksums"] = recent_checksums(host.tables["events"])
     else:
         out["current"] = current_calls(collectives)
     return out
+
+
+def own_findings(table: RingTable) -> dict[str, Any]:
+    """The kinds of this rank's own findings, and the error its training ended with (its
+    crash or oom diagnosis), for the others' job view."""
+    block = table.snapshot()
+    if not block.rows:
+        return {"kinds": []}
+    kinds = [str(k) for k in block.column("kind")]
+    ended = [i for i, k in enumerate(kinds) if k in ("crash", "oom")]
+    out: dict[str, Any] = {"kinds": sorted(set(kinds))}
+    if ended:
+        record = block.rows_between(ended[-1], ended[-1] + 1).to_records()[0]
+        try:
+            record["evidence"] = json.loads(record.get("evidence") or "{}")
+        except ValueError:
+            record["evidence"] = {}
+        out["raised"] = raised_of([record])
+    return out
+
+
+def recent_checksums(table: RingTable) -> list[dict[str, Any]]:
+    """This rank's latest replica checksums (python.events data), the last few."""
+    rows, _ = table_tail(table, None, 256)
+    kind, data = EVENTS.index("kind"), EVENTS.index("data")
+    found = [row[data] for row in rows if row[kind] == replica_drift.EVENT]
+    return [json.loads(d) for d in found[-replica_drift.RECENT :]]
 
 
 def main_stack() -> list[dict[str, Any]]:

@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from torchdoctor._failsafe import warn_once
 from torchdoctor._version import __version__
@@ -34,6 +34,9 @@ from torchdoctor.identity import RankIdentity
 from torchdoctor.store.schema import COLLECTIVES
 from torchdoctor.store.tables import Tables
 from torchdoctor.views import TrainingView
+
+if TYPE_CHECKING:
+    from torchdoctor.telemetry.replicas import ReplicaChecks
 
 TICK = 1.0
 PULSE = 2.0  # light questions to every rank
@@ -82,12 +85,15 @@ class ClusterWatch:
         self._gathered = 0  # gathers done
         self._served = 0  # the gather the doctor last got a view of
         self._thread = threading.Thread(target=self._loop, name="torchdoctor-cluster", daemon=True)
+        self.replicas: ReplicaChecks | None = None  # once this rank is in a job
 
     def start(self) -> None:
         self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()
+        if self.replicas is not None:
+            self.replicas.detach()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(timeout=5)
 
@@ -104,6 +110,12 @@ class ClusterWatch:
         if member is None or member.world_size < 2:
             return
         self.member = member
+        if self.replicas is None and self.host.telemetry is not None:
+            # Checksums of the replicated parameters, compared across the ranks' views (loaded
+            # only now: it needs torch, which a process that never imports it must not pay).
+            from torchdoctor.telemetry import replicas
+
+            self.replicas = replicas.attach(self.host.telemetry)
         if not self.published or self._moved():
             self._publish(member)
             if not self.published:
@@ -215,11 +227,13 @@ class ClusterWatch:
             record.update(own)
             self._gathered += 1
 
-    def own_state(self, rows: int, since: dict[str, int] | None = None) -> dict[str, Any]:
+    def own_state(
+        self, rows: int, since: dict[str, int] | None = None, findings: bool = False
+    ) -> dict[str, Any]:
         member = self.member or this_member(self.host.identity)
         if member is None:
             raise LookupError("this process is not part of a distributed job (yet)")
-        return rank_state(self.host, member, self.hang_timeout(), since, rows)
+        return rank_state(self.host, member, self.hang_timeout(), since, rows, findings)
 
     def job_inputs(self) -> JobInputs | None:
         """The job as last gathered, with this rank's own state fresh: once after each

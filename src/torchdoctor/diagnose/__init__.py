@@ -46,7 +46,9 @@ MODULES: tuple[str, ...] = (
     "uneven_batches",
     "collective_mismatch",
     "straggler",
+    "rank_raised",
     "rank_died",
+    "replica_drift",
 )
 
 
@@ -58,3 +60,8 @@ def job_modules() -> list[ModuleType]:
     """The modules that compare ranks (`JOB = True`): what a job directory or the cluster verbs
     run over several ranks' tables."""
     return [m for m in load_modules() if getattr(m, "JOB", False)]
+
+
+def job_kinds() -> set[str]:
+    """The kinds of the job-level diagnoses."""
+    return {m.__name__.rsplit(".", 1)[1] for m in job_modules()}

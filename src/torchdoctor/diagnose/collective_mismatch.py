@@ -10,6 +10,7 @@ from torchdoctor.diagnose import collective_order as co
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
 from torchdoctor.frames import short_site
+from torchdoctor.identity import ranks_text
 
 JOB = True  # compares ranks: runs on a job's tables
 
@@ -23,8 +24,16 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
     out = []
     for group in groups:
         found = first_mismatch(table, group)
-        if found is not None:
-            out.append(_diagnosis(group, *found))
+        if found is None:
+            continue
+        split = co.first_divergence(table, group)
+        if (
+            split is not None
+            and split[0] <= found[0]
+            and co.left_loop_at(job, table, group, *split)
+        ):
+            continue  # uneven_batches explains it: a rank left its loop
+        out.append(_diagnosis(group, *found))
     return out
 
 
@@ -58,7 +67,7 @@ def _diagnosis(group: str, seq: int, calls: dict[int, co.Call]) -> Diagnosis:
         what = op + (f" {shapes}" if shapes else "") + (f" {dtype}" if dtype else "")
         where = f" at {short_site(site)}" if site else ""
         verb = "calls" if len(ranks) == 1 else "call"
-        parts.append(f"{co.ranks_text(ranks)} {verb} {what}{where}")
+        parts.append(f"{ranks_text(ranks)} {verb} {what}{where}")
     odd_site = order[0][0][3]
     name = "" if group == "default" else f" of group {group}"
     step = min(c.step for c in calls.values())

@@ -14,6 +14,7 @@ import json
 import re
 from typing import Any
 
+from torchdoctor.diagnose import job_end
 from torchdoctor.diagnose.hang import classify
 from torchdoctor.diagnose.inputs import DEAD, JobInputs, RankView
 from torchdoctor.frames import is_user_file, short_path
@@ -82,8 +83,8 @@ def calls_of(rank: int, block: Block) -> dict[tuple[str, int], Call]:
     if not block.rows:
         return out
     for r in block.to_records():
-        if r.get("peer") is not None or r["op"] in _P2P:
-            continue
+        if r["op"] in _P2P:
+            continue  # numbered per peer: they do not line up by sequence number
         key = (str(r["group"]), int(r["seq"]))
         first = out.get(key)
         shapes, dtype = r.get("shapes"), r.get("dtype")
@@ -193,18 +194,23 @@ def _holdup(
     if not any(w >= _threshold(job, job.ranks[r], threshold) for r, w in waits.items()):
         return None
     missing, unknown, last = [], [], {}
+    began = min(c.time for c in waiting.values())
     for rank in members(job, group, table):
         if rank in waiting:
             continue
         peer = job.ranks.get(rank)
         seqs = table.get(rank, {}).get(group, {})
-        if peer is None or (peer.status == "unreachable" and not seqs):
-            unknown.append(rank)
+        if peer is None or peer.status == "unreachable" or (job.live and peer.status == "unknown"):
+            unknown.append(rank)  # what it did since it was last heard of cannot be told
             continue
         if seq in seqs:
             continue  # it issued this one too (and waits, or got through)
         if seqs and max(seqs) > seq:
             continue  # the window does not reach back this far
+        if job.live and peer.alive and _clock(job, peer) < began + threshold:
+            # Its state was read before the others had waited the threshold: it may have
+            # issued the call since; judged at the next gather, never on an old stack.
+            return None
         missing.append(rank)
         last[rank] = max(seqs) if seqs else None
     if not missing:
@@ -231,16 +237,21 @@ def _clock(job: JobInputs, view: RankView) -> float:
 
 
 # -- where a rank is --------------------------------------------------------------------------
-LEFT, STUCK, DEAD_RANK, UNKNOWN = "left_loop", "stuck", "dead", "unknown"
+LEFT, STUCK, DEAD_RANK, RAISED, UNKNOWN = "left_loop", "stuck", "dead", "raised", "unknown"
 
 
 def whereabouts(job: JobInputs, holdup: Holdup, rank: int) -> str:
-    """Why a rank never issued a collective the others wait in: dead, left its training loop
-    (finished early), stuck inside the loop, or unknown."""
+    """Why a rank never issued a collective the others wait in: dead of its own failure,
+    raised an error but still running (a thread keeps its process alive), left its training
+    loop (finished early), stuck inside the loop, or unknown. A rank the launcher stopped
+    afterwards was where its stack says while the others waited."""
     view = job.ranks.get(rank)
     if view is None:
         return UNKNOWN
-    if view.status in DEAD:
+    ending = job_end.endings(job).get(rank)
+    if ending is not None and ending.alive:
+        return RAISED  # its code ended in an error: not a shorter loop, not stuck in it
+    if view.status in DEAD and (ending is None or ending.kind != job_end.STOPPED):
         return DEAD_RANK
     if view.steps_done > holdup.call.step:
         return STUCK  # it went further than the waiting ranks: not a shorter loop
@@ -254,18 +265,128 @@ def whereabouts(job: JobInputs, holdup: Holdup, rank: int) -> str:
     return STUCK if inside else LEFT
 
 
+def first_divergence(
+    table: dict[int, dict[str, dict[int, Call]]], group: str
+) -> tuple[int, dict[int, Call]] | None:
+    """(seq, rank -> call) at the first sequence number of `group` where the ranks' calls
+    differ in op, shapes, dtype or the line that issued them (two calls of the same shape from
+    different lines are paired by the backend without an error: a final all_reduce after the
+    loop taken as the next step's gradient all-reduce)."""
+    per_rank = {r: groups[group] for r, groups in table.items() if group in groups}
+    if len(per_rank) < 2:
+        return None
+    for seq in sorted({s for calls in per_rank.values() for s in calls}):
+        calls = {r: c[seq] for r, c in per_rank.items() if seq in c}
+        if len(calls) < 2:
+            continue
+        ops = {c.op for c in calls.values()}
+        strict = len(ops) == 1 and next(iter(ops)) in SAME_SHAPE_OPS
+        if len({(c.signature(strict), c.site) for c in calls.values()}) > 1:
+            return seq, calls
+    return None
+
+
+@dataclasses.dataclass
+class LeftLoop:
+    """At one sequence number, ranks that issued a collective after leaving their training
+    loop while the others issued one of their next step inside it: uneven data, whatever the
+    collective after the loop is (a barrier, a final all_reduce, a checkpoint's broadcast)."""
+
+    group: str
+    seq: int
+    left: dict[int, Call]  # rank -> the call it issued past its loop
+    looping: dict[int, Call]  # rank -> the call of its next step
+
+
+def left_loop_at(
+    job: JobInputs,
+    table: dict[int, dict[str, dict[int, Call]]],
+    group: str,
+    seq: int,
+    calls: dict[int, Call],
+) -> LeftLoop | None:
+    """Whether the calls at (group, seq) differ because some ranks left the training loop: one
+    site (the loop's) lies inside a loop of the script, and every other site lies past that
+    loop (outside it, not in a loop of its own nested in it); where the sources cannot be read,
+    the loop's site is the one its ranks issued from before (the loop repeats it) and the other
+    is new to its ranks. None when that is not clear."""
+    by_site: dict[str | None, dict[int, Call]] = {}
+    for rank, call in calls.items():
+        by_site.setdefault(call.site, {})[rank] = call
+    sites = [s for s in by_site if s]
+    if len(by_site) < 2 or len(sites) != len(by_site):
+        return None
+
+    def repeated(site: str) -> bool:
+        return all(
+            any(c.site == site for s, c in table[r].get(group, {}).items() if s < seq)
+            for r in by_site[site]
+        )
+
+    def leaves(loop_site: str, other: str) -> bool:
+        told = past_loop(job, loop_site, other)
+        if told is not None:
+            return told
+        return repeated(loop_site) and not repeated(other)
+
+    loops = [s for s in sites if all(leaves(s, o) for o in sites if o != s)]
+    if len(loops) != 1:
+        return None
+    inside = by_site[loops[0]]
+    step = min(c.step for c in inside.values())
+    left: dict[int, Call] = {}
+    for site in sites:
+        if site == loops[0]:
+            continue
+        for rank, call in by_site[site].items():
+            view = job.ranks.get(rank)
+            if view is None or view.steps_done > step:
+                return None  # it went further than the others: not a shorter loop
+            left[rank] = call
+    return LeftLoop(group, seq, left, inside)
+
+
+def past_loop(job: JobInputs, loop_site: str, site: str) -> bool | None:
+    """Whether `site` lies past the innermost loop around `loop_site`: outside it, and not in
+    a loop nested inside it (None: the source of `loop_site` cannot be read)."""
+    inner = _innermost(job, loop_site)
+    if inner is None:
+        return None if _loops_of(job, loop_site) is None else False
+    path, line = _split(site)
+    if path == _split(loop_site)[0] and line is not None and inner[0] <= line <= inner[1]:
+        return False
+    around = _innermost(job, site)
+    if around is None or path != _split(loop_site)[0]:
+        return True
+    return around[0] <= inner[0] and inner[1] <= around[1]  # an enclosing loop (the epochs)
+
+
+def _split(site: str) -> tuple[str, int | None]:
+    path, _, line = site.rpartition(":")
+    return path, int(line) if line.isdigit() else None
+
+
+def _loops_of(job: JobInputs, site: str) -> list[tuple[int, int]] | None:
+    return job.loops.get(_split(site)[0])
+
+
+def _innermost(job: JobInputs, site: str) -> tuple[int, int] | None:
+    ranges, (_, line) = _loops_of(job, site), _split(site)
+    if not ranges or line is None:
+        return None
+    around = [(a, b) for a, b in ranges if a <= line <= b]
+    return max(around) if around else None  # the innermost: the one that starts last
+
+
 def in_loop(job: JobInputs, site: str | None, stack: list[dict[str, Any]]) -> bool | None:
     """Whether a stack is inside the innermost loop around `site` (None: cannot tell)."""
     if not site:
         return None
-    path, _, line = site.rpartition(":")
-    if not line.isdigit() or path not in job.loops:
+    inner = _innermost(job, site)
+    if inner is None:
         return None
-    around = [(a, b) for a, b in job.loops[path] if a <= int(line) <= b]
-    if not around:
-        return None
-    first, last = max(around)  # the innermost: the one that starts last
-    return any(f["file"] == path and first <= int(f["lineno"]) <= last for f in stack)
+    path = _split(site)[0]
+    return any(f["file"] == path and inner[0] <= int(f["lineno"]) <= inner[1] for f in stack)
 
 
 def where_stuck(stack: list[dict[str, Any]] | None) -> dict[str, Any] | None:
@@ -285,11 +406,6 @@ def user_line(stack: list[dict[str, Any]] | None) -> dict[str, Any] | None:
 
 def frame_at(frame: dict[str, Any]) -> str:
     return f"{frame['func']}() at {short_path(frame['file'])}:{frame['lineno']}"
-
-
-def ranks_text(ranks: list[int]) -> str:
-    ranks = sorted(ranks)
-    return ("rank " if len(ranks) == 1 else "ranks ") + ",".join(str(r) for r in ranks)
 
 
 def _shapes(text: str | None) -> Any:

@@ -47,6 +47,16 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
             k: call.get(k) for k in ("group", "seq", "op", "shapes", "dtype", "site", "step")
         }
         evidence["collective"]["waited"] = waited
+    elif category == "exiting":
+        alive = keeping_alive(threads) or []
+        evidence["keeping_alive"] = alive
+        names = thread_names(alive) if alive else "a non-daemon thread"
+        summary = (
+            f"{head} has ended the script's code and waits at exit for {names}: the process "
+            "cannot exit while that thread runs."
+        )
+        frames = [f for t in alive for f in t.get("frames") or [] if is_user_file(f["file"])]
+        location = f"{short_path(frames[0]['file'])}:{frames[0]['lineno']}" if frames else None
     else:
         summary = (
             f"{head} is stuck {_WHAT[category]} in {blocking['func']}() "
@@ -107,8 +117,43 @@ def _label(call: dict[str, Any]) -> str:
     return text
 
 
+def waits_at_exit(frames: list[dict[str, Any]]) -> bool:
+    """The main thread's code has ended (it returned, or raised) and the interpreter waits in
+    threading's shutdown for the non-daemon threads to finish."""
+    return (
+        bool(frames)
+        and frames[0].get("func") == "_shutdown"
+        and str(frames[0].get("file", "")).replace("\\", "/").endswith("/threading.py")
+    )
+
+
+def keeping_alive(threads: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    """When the main thread waits at exit: the non-daemon threads it waits for, with their
+    innermost frames (None when it does not wait so)."""
+    main = next((t for t in threads if t.get("is_main")), None)
+    if main is None or not waits_at_exit(main.get("frames") or []):
+        return None
+    return [
+        {"name": t.get("name"), "frames": list(t.get("frames") or [])[:4]}
+        for t in threads
+        if not t.get("is_main") and t.get("daemon") is False
+    ]
+
+
+def thread_names(threads: list[dict[str, Any]]) -> str:
+    """'thread uploader (train.py:12)', for the threads keeping_alive() returned."""
+    parts = []
+    for t in threads:
+        frame = next((f for f in t.get("frames") or [] if is_user_file(f["file"])), None)
+        at = f" ({short_path(frame['file'])}:{frame['lineno']})" if frame else ""
+        parts.append(f"{t.get('name')!r}{at}")
+    return ("thread " if len(parts) == 1 else "threads ") + ", ".join(parts)
+
+
 def classify(frames: list[dict[str, Any]]) -> tuple[str, dict[str, Any], dict[str, Any] | None]:
     """(category, the frame it blocks in, the innermost frame of the user's own code)."""
+    if waits_at_exit(frames):
+        return "exiting", frames[0], None
     user = next((f for f in frames if is_user_file(f["file"])), None)
     files = [f["file"].replace("\\", "/") for f in frames]
     funcs = [f["func"] for f in frames]
@@ -149,9 +194,16 @@ _WHAT = {
     "lock": "waiting on a lock, event, queue or sleep",
     "compile": "compiling (torch.compile)",
     "user_code": "in your own code",
+    "exiting": "at exit, waiting for non-daemon threads to finish",
 }
 
 _FIXES = {
+    "exiting": [
+        "the script's main code has ended but a non-daemon thread still runs, so the process "
+        "cannot exit (and a launcher cannot see it fail): make the thread a daemon "
+        "(threading.Thread(..., daemon=True)) or stop and join it in a `finally:`",
+        "torchdoctor PID backtrace shows what that thread is doing",
+    ],
     "dataloader": [
         "a worker is stuck or died: run with num_workers=0 once to see the error in-process",
         "set DataLoader(timeout=120) so a stuck worker raises instead of hanging",

@@ -124,6 +124,14 @@ class RankView:
     node: str | None = None
     host: str | None = None
     pid: int | None = None
+    # the error its training ended with (its own crash or oom diagnosis): exception, message,
+    # file, line, step, time; a rank may have raised and still run (a non-daemon thread)
+    raised: dict[str, Any] | None = None
+    # after its main code ended: the threads that keep its process alive (name, frames)
+    threads: list[dict[str, Any]] | None = None
+    kinds: tuple[str, ...] = ()  # the kinds of its own diagnoses (memory_leak: an OOM kill?)
+    # step -> this rank's checksum of each replicated parameter (telemetry/replicas.py)
+    checksums: dict[int, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
     @property
     def alive(self) -> bool:

@@ -12,6 +12,7 @@ from torchdoctor.diagnose.hang import what
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
 from torchdoctor.frames import short_site
+from torchdoctor.identity import ranks_text
 
 JOB = True  # compares ranks: runs on a job's tables
 
@@ -66,10 +67,10 @@ def _diagnosis(job: co.JobInputs, holdup: co.Holdup, culprits: list[int]) -> Dia
         missing[str(rank)] = entry
     waiting = sorted(holdup.waiting)
     summary = (
-        f"{co.ranks_text(waiting).capitalize()} {'waits' if len(waiting) == 1 else 'wait'} "
+        f"{ranks_text(waiting).capitalize()} {'waits' if len(waiting) == 1 else 'wait'} "
         f"in {holdup.label} "
         f"(step {call.step}, {short_site(call.site) or 'site unknown'}) for {holdup.waited:.0f} s; "
-        f"{co.ranks_text(culprits)} never called it: " + "; ".join(parts) + "."
+        f"{ranks_text(culprits)} never called it: " + "; ".join(parts) + "."
     )
     return Diagnosis(
         kind="missing_rank",
@@ -82,7 +83,9 @@ def _diagnosis(job: co.JobInputs, holdup: co.Holdup, culprits: list[int]) -> Dia
             "seq": holdup.seq,
             "op": call.op,
             "collective": call.describe(),
-            "waiting": {str(r): c.describe() for r, c in sorted(holdup.waiting.items())},
+            # the ranks only: their calls are the collective above (a list of ints stays small
+            # at a thousand ranks, and every rank stores this finding)
+            "waiting": sorted(holdup.waiting),
             "waited": holdup.waited,
             "missing": missing,
             "unknown": holdup.unknown,

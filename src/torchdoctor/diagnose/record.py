@@ -41,7 +41,10 @@ class Diagnosis:
         return self.key or f"{self.kind}:{self.location or ''}"
 
     def row(self) -> tuple[Any, ...]:
-        """The python.diagnoses row."""
+        """The python.diagnoses row. A job-level finding carries its identity in its evidence
+        (`job_key`), so that the same finding reported by many ranks, or again later, is shown
+        once."""
+        evidence = dict(self.evidence, job_key=self.identity) if self.job else self.evidence
         return (
             self.time,
             self.step,
@@ -50,7 +53,7 @@ class Diagnosis:
             self.severity,
             self.location,
             self.summary,
-            dumps(self.evidence),
+            dumps(evidence),
             "\n".join(self.fix),
             self.resolved,
             self.follows,

@@ -8,6 +8,7 @@ from torchdoctor.diagnose import collective_order as co
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
 from torchdoctor.frames import short_site
+from torchdoctor.identity import ranks_text
 
 JOB = True  # compares ranks: runs on a job's tables
 
@@ -21,7 +22,68 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
         left = [r for r in holdup.missing if co.whereabouts(job, holdup, r) == co.LEFT]
         if left:
             out.append(_diagnosis(job, holdup, left))
+    table = co.job_calls(job)
+    groups = sorted({g for groups in table.values() for g in groups}, key=lambda g: g != "default")
+    for group in groups:
+        found = co.first_divergence(table, group)
+        if found is None:
+            continue
+        odd = co.left_loop_at(job, table, group, *found)
+        if odd is not None:
+            out.append(_after_loop(job, odd))
     return out
+
+
+def _after_loop(job: co.JobInputs, odd: co.LeftLoop) -> Diagnosis:
+    """Some ranks left their loop and issued another collective (a barrier, a final
+    all_reduce, a checkpoint's broadcast) where the others issued the next step's."""
+    looping = sorted(odd.looping)
+    call = odd.looping[looping[0]]
+    kinds: dict[tuple[str, str | None], list[int]] = {}
+    for rank, c in sorted(odd.left.items()):
+        kinds.setdefault((c.op, c.site), []).append(rank)
+    parts = []
+    for (op, site), ranks in kinds.items():
+        # its collectives are written through; its steps table may lack its last second
+        steps = max(job.ranks[ranks[0]].steps_done, odd.left[ranks[0]].step)
+        parts.append(
+            f"{ranks_text(ranks)} left {'its' if len(ranks) == 1 else 'their'} training loop "
+            f"after {steps} steps and called {op} #{odd.seq} at {short_site(site)}"
+        )
+    text = "; ".join(parts)
+    verb = "calls" if len(looping) == 1 else "call"
+    name = "" if odd.group == "default" else f" of group {odd.group}"
+    summary = (
+        text[:1].upper() + text[1:] + f", while {ranks_text(looping)} {verb} {call.op} "
+        f"#{odd.seq}{name} of step {call.step} at {short_site(call.site)}: the ranks do not "
+        "have the same number of batches, and the collectives after the loop were paired "
+        "with the next step's (a hang until the timeout, or gloo aborting a rank)."
+    )
+    left = {
+        str(r): c.describe() | {"steps": max(job.ranks[r].steps_done, c.step)}
+        for r, c in odd.left.items()
+    }
+    return Diagnosis(
+        kind="uneven_batches",
+        severity="error",
+        step=call.step,
+        location=short_site(call.site),
+        summary=summary,
+        evidence={
+            "group": odd.group,
+            "seq": odd.seq,
+            "op": call.op,
+            "collective": call.describe(),
+            "steps": {str(r): v.steps_done for r, v in sorted(job.ranks.items())},
+            "left": left,
+            "waiting": looping,
+            "ranks": sorted(odd.left),
+        },
+        fix=_FIXES,
+        rank=min(odd.left),
+        job=True,
+        key=f"uneven_batches:{odd.group}:{odd.seq}",
+    )
 
 
 def _diagnosis(job: co.JobInputs, holdup: co.Holdup, left: list[int]) -> Diagnosis:
@@ -50,7 +112,7 @@ def _diagnosis(job: co.JobInputs, holdup: co.Holdup, left: list[int]) -> Diagnos
     others = max(job.ranks[r].steps_done for r in waiting)
     text = "; ".join(parts)
     summary = (
-        text[:1].upper() + text[1:] + f", while {co.ranks_text(waiting)} (at {others} steps) "
+        text[:1].upper() + text[1:] + f", while {ranks_text(waiting)} (at {others} steps) "
         f"{'waits' if len(waiting) == 1 else 'wait'} in {holdup.label} of "
         f"step {call.step} ({short_site(call.site) or 'site unknown'}) for {holdup.waited:.0f} s: "
         "the ranks do not have the same number of batches."
@@ -72,15 +134,18 @@ def _diagnosis(job: co.JobInputs, holdup: co.Holdup, left: list[int]) -> Diagnos
             "waited": holdup.waited,
             "ranks": left,
         },
-        fix=[
-            "shard the data with DistributedSampler(dataset): it pads every rank to the same "
-            "number of samples (drop_last=True drops the remainder instead)",
-            "DataLoader(..., drop_last=True) so a short last batch does not make one rank "
-            "take an extra step",
-            "for inputs that are uneven by nature, wrap the loop in DDP's join() context "
-            "(torch.distributed.algorithms.Join) or all_reduce a 'done' flag each step",
-        ],
+        fix=_FIXES,
         rank=left[0],
         job=True,
         key=f"uneven_batches:{holdup.group}:{holdup.seq}",
     )
+
+
+_FIXES = [
+    "shard the data with DistributedSampler(dataset): it pads every rank to the same number "
+    "of samples (drop_last=True drops the remainder instead)",
+    "DataLoader(..., drop_last=True) so a short last batch does not make one rank take an "
+    "extra step",
+    "for inputs that are uneven by nature, wrap the loop in DDP's join() context "
+    "(torch.distributed.algorithms.Join) or all_reduce a 'done' flag each step",
+]

@@ -11,7 +11,9 @@ from torchdoctor.probe.server import Routes
 class JobMember(Protocol):
     def peers_payload(self) -> dict[str, Any]: ...
 
-    def own_state(self, rows: int, since: dict[str, int] | None = None) -> dict[str, Any]: ...
+    def own_state(
+        self, rows: int, since: dict[str, int] | None = None, findings: bool = False
+    ) -> dict[str, Any]: ...
 
 
 def add_cluster_routes(routes: Routes, member: JobMember) -> None:
@@ -29,7 +31,7 @@ def add_cluster_routes(routes: Routes, member: JobMember) -> None:
         except (TypeError, ValueError):
             return 400, {"error": "rows must be a number and since a map of table to row count"}
         try:
-            return 200, member.own_state(rows, cursors)
+            return 200, member.own_state(rows, cursors, bool(req.get("findings")))
         except LookupError as exc:
             return 422, {"error": str(exc)}
 

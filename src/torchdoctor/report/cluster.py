@@ -1,18 +1,23 @@
-"""A job's ranks side by side: the rank list, main-thread stacks grouped by rank where they
-are the same, and every rank's diagnoses with the job-level ones once."""
+"""A job's ranks side by side, read the same at 2 ranks and at 1000: main-thread stacks with
+the ranks that share one grouped, job-level findings once (whoever reported them, however
+often), and each rank's own findings grouped by what they say, ranks written as ranges
+("ranks 0-6,8-15"), the rank named on every per-rank block."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
+from torchdoctor.frames import is_user_file, short_path
+from torchdoctor.identity import ranks_text
 from torchdoctor.report.diagnoses import render_full
 
 
 def ranks_label(ranks: Sequence[int]) -> str:
-    return ("rank " if len(ranks) == 1 else "ranks ") + ",".join(str(r) for r in sorted(ranks))
+    return ranks_text(ranks)
 
 
+# -- stacks ----------------------------------------------------------------------------------
 def main_stacks(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[dict[str, Any]]:
     """The main thread's frames (innermost first) from python.backtrace rows."""
     records = [dict(zip(columns, row, strict=True)) for row in rows]
@@ -39,36 +44,158 @@ def group_stacks(stacks: dict[int, list[dict[str, Any]]]) -> list[tuple[list[int
 def render_backtrace(
     groups: list[tuple[list[int], list[dict[str, Any]]]], unreachable: dict[int, str]
 ) -> str:
+    """One block per group of ranks: the innermost frame (where it stands), the user's own
+    frames with their code, and the library frames between them folded into one line."""
     blocks = []
     for ranks, stack in groups:
         lines = [f"{ranks_label(ranks)}: main thread"]
-        for f in stack:
-            lines.append(f"  {f['func']} ({f['file']}:{f['lineno']})")
-            if f.get("code"):
-                lines.append(f"      {f['code']}")
+        for kind, item in fold_frames(stack):
+            if kind == "folded":
+                lines.append(f"  ... {item}")
+                continue
+            lines.append(f"  {item['func']} ({short_path(item['file'])}:{item['lineno']})")
+            if item.get("code"):
+                lines.append(f"      {item['code']}")
         if not stack:
             lines.append("  (no frames)")
         blocks.append("\n".join(lines))
-    for rank, reason in sorted(unreachable.items()):
-        blocks.append(f"rank {rank}: unreachable: {reason}")
+    blocks += [f"{ranks_label(rs)}: unreachable: {reason}" for reason, rs in _by_text(unreachable)]
     return "\n\n".join(blocks) if blocks else "(no ranks)"
 
 
+def fold_frames(stack: list[dict[str, Any]]) -> list[tuple[str, Any]]:
+    """("frame", frame) for the innermost frame and the user's frames; ("folded", words) for
+    each run of library frames between them."""
+    out: list[tuple[str, Any]] = []
+    run: list[dict[str, Any]] = []
+    for i, frame in enumerate(stack):
+        if i == 0 or is_user_file(frame["file"]):
+            if run:
+                out.append(("folded", _folded(run)))
+                run = []
+            out.append(("frame", frame))
+        else:
+            run.append(frame)
+    if run:
+        out.append(("folded", _folded(run)))
+    return out
+
+
+def _folded(frames: list[dict[str, Any]]) -> str:
+    where = sorted({_library(f["file"]) for f in frames})
+    return f"{len(frames)} frame{'s' if len(frames) > 1 else ''} of {', '.join(where)}"
+
+
+def _library(path: str) -> str:
+    path = path.replace("\\", "/")
+    for marker in ("/site-packages/", "/dist-packages/"):
+        if marker in path:
+            return path.split(marker, 1)[1].split("/", 1)[0]
+    if path.startswith("<"):
+        return path
+    return "the standard library" if "/lib/python" in path else short_path(path)
+
+
+# -- findings --------------------------------------------------------------------------------
+def job_key(record: dict[str, Any], job_kinds: Iterable[str]) -> str | None:
+    """What makes two reports of a job-level finding the same one (its `job_key`; for records
+    written before it existed, the kind and the rank it is about); None for a rank's own."""
+    evidence = record.get("evidence")
+    if isinstance(evidence, dict) and evidence.get("job_key"):
+        return str(evidence["job_key"])
+    if record.get("kind") in set(job_kinds):
+        return f"{record['kind']}:{record.get('rank')}:{record.get('location')}"
+    return None
+
+
+def merge_findings(
+    reported: Iterable[tuple[int | None, dict[str, Any]]],
+    fresh: Iterable[dict[str, Any]],
+    job_kinds: Iterable[str],
+    fresh_first: bool = True,
+) -> list[dict[str, Any]]:
+    """Every finding once: the job-level ones first, each reported by several ranks (or again
+    later) merged into one (`found_by`: the ranks that reported it), then the ranks' own
+    findings as they are. `reported`: (the rank that reported it, record); `fresh`: the
+    job-level findings computed now, in front of the reported ones (`fresh_first`: live, they
+    are the job as it is now) or behind them (a job directory: the first report is the one the
+    ranks printed)."""
+    kinds = set(job_kinds)
+    merged: dict[str, dict[str, Any]] = {}
+    job: list[dict[str, Any]] = []
+    own: list[dict[str, Any]] = []
+
+    def add(reporter: int | None, record: dict[str, Any], key: str) -> None:
+        seen = merged.get(key)
+        if seen is None:
+            seen = merged[key] = dict(record, job=True, found_by=[])
+            job.append(seen)
+        if reporter is not None and reporter not in seen["found_by"]:
+            seen["found_by"].append(reporter)
+
+    def add_fresh() -> None:
+        for record in fresh:
+            add(None, record, job_key(record, kinds) or f"{record['kind']}:{record.get('rank')}")
+
+    if fresh_first:
+        add_fresh()
+    for reporter, record in reported:
+        key = job_key(record, kinds)
+        if key is None:
+            own.append(record)
+        else:
+            add(reporter, record, key)
+    if not fresh_first:
+        add_fresh()
+    for record in job:
+        record["found_by"].sort()
+    return job + own
+
+
+def group_own(records: list[dict[str, Any]]) -> list[tuple[list[int], dict[str, Any]]]:
+    """The ranks' own findings grouped by what they say (kind, severity, step, place, and the
+    category of a hang): (ranks, the lowest rank's record), in the order first seen."""
+    groups: dict[tuple[Any, ...], list[int]] = {}
+    first: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for record in records:
+        evidence = record.get("evidence")
+        category = evidence.get("category") if isinstance(evidence, dict) else None
+        key = (
+            record.get("kind"),
+            record.get("severity"),
+            record.get("step"),
+            record.get("location"),
+            category,
+        )
+        rank = int(record.get("rank") or 0)
+        groups.setdefault(key, [])
+        if rank not in groups[key]:
+            groups[key].append(rank)
+        if key not in first or rank < int(first[key].get("rank") or 0):
+            first[key] = record
+    return [(sorted(groups[k]), first[k]) for k in groups]
+
+
 def render_diagnoses(records: list[dict[str, Any]], unreachable: dict[int, str]) -> str:
+    """Job-level findings once ("job:"), then each rank's own findings grouped by what they
+    say ("ranks 0-6,8-15:", in the words of the lowest of them), then the ranks that could not
+    be asked, grouped by the reason."""
     blocks = []
     for r in records:
-        text = render_full([r])
-        by = r.get("found_by")
-        who = (
-            f"job ({ranks_label(by)} found it)"
-            if r.get("job") and by
-            else "job"
-            if r.get("job")
-            else ranks_label([r["rank"]])
-        )
-        blocks.append(f"{who}: {text}")
+        if r.get("job"):
+            by = r.get("found_by") or []
+            who = f"job (found by {ranks_label(by)})" if by else "job"
+            blocks.append(f"{who}: {render_full([r])}")
+    for ranks, r in group_own([r for r in records if not r.get("job")]):
+        blocks.append(f"{ranks_label(ranks)}: {render_full([r])}")
     if not blocks:
         blocks.append("no problems found")
-    for rank, reason in sorted(unreachable.items()):
-        blocks.append(f"rank {rank}: unreachable: {reason}")
+    blocks += [f"{ranks_label(rs)}: unreachable: {reason}" for reason, rs in _by_text(unreachable)]
     return "\n\n".join(blocks)
+
+
+def _by_text(texts: dict[int, str]) -> list[tuple[str, list[int]]]:
+    groups: dict[str, list[int]] = {}
+    for rank, text in sorted(texts.items()):
+        groups.setdefault(text, []).append(rank)
+    return sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[1]))

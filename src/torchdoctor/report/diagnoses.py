@@ -17,6 +17,7 @@ _SKIP = {
     "holders",
     "loss_graph",
     "fixes",
+    "job_key",
 }
 
 

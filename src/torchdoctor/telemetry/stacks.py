@@ -124,6 +124,7 @@ def capture_all(limit: int = 64) -> list[dict[str, Any]]:
                 "thread_id": tid,
                 "name": thread.name if thread is not None else f"thread-{tid}",
                 "is_main": tid == main_id,
+                "daemon": bool(thread.daemon) if thread is not None else True,
                 "frames": frames,
             }
         )

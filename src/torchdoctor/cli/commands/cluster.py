@@ -23,6 +23,7 @@ SUMMARY = "every rank of a distributed job: cluster list|backtrace|query SQL|dia
 TARGET = "live"
 FORMATS = False
 DEFAULT_TIMEOUT = 10.0
+JOB_ROWS, MIN_ROWS, MAX_ROWS = 16384, 64, 512  # rows per table asked of each rank, in all
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -230,36 +231,34 @@ def _read_sql(text: str) -> str:
 
 def _diagnoses(job: Job, args: Any, ctx: Any) -> int:
     from torchdoctor.cluster import gather
-    from torchdoctor.diagnose import job_modules
+    from torchdoctor.diagnose import job_kinds, job_modules
     from torchdoctor.diagnose.inputs import Inputs
     from torchdoctor.report import cluster as report
     from torchdoctor.store.columns import Block
     from torchdoctor.store.schema import BY_NAME
 
-    answers = _fan_out(job, ctx, "GET", "/v1/diagnoses")
-    _none_answered(answers)
-    lost = {r: str(a.reason) for r, a in answers.items() if a.reason is not None}
-    job_kinds = {m.__name__.rsplit(".", 1)[1] for m in job_modules()}
-    merged: dict[tuple[Any, ...], dict[str, Any]] = {}
-    records: list[dict[str, Any]] = []
-    for rank, answer in answers.items():
-        if not answer.ok:
-            continue
-        payload = answer.payload
-        for row in payload["rows"]:
-            record = dict(zip(payload["columns"], row, strict=True))
-            record["evidence"] = _evidence(record.get("evidence"))
-            _add(record, rank, record["kind"] in job_kinds, merged, records)
-    # The job-level diagnoses as of now, from every rank's recent rows.
-    states = _fan_out(job, ctx, "POST", "/v1/cluster/state", {"rows": 512})
+    # One request per rank: its findings and its recent rows, from which the job-level
+    # diagnoses are computed as of now; a window that shrinks as ranks grow (the straggler
+    # needs tens of steps, the hold-ups only the pending calls).
+    rows = max(MIN_ROWS, min(MAX_ROWS, JOB_ROWS // max(1, job.world_size)))
+    body = {"rows": rows, "findings": True}
+    states = _fan_out(job, ctx, "POST", "/v1/cluster/state", body)
+    _none_answered(states)
+    lost = {r: str(a.reason) for r, a in states.items() if a.reason is not None}
+    reported: list[tuple[int | None, dict[str, Any]]] = []
     kept: dict[int, gather.RankRecord] = {}
     for rank, answer in states.items():
         heard = kept[rank] = gather.RankRecord(rank)
         heard.entry = answer.peer.entry
-        if answer.ok:
-            heard.update(answer.payload)
-        else:
+        if not answer.ok:
             heard.lost(answer.reason or f"HTTP {answer.status}", answer.gone)
+            continue
+        heard.update(answer.payload)
+        found = answer.payload.get("diagnoses") or {"columns": [], "rows": []}
+        for row in found["rows"]:
+            record = dict(zip(found["columns"], row, strict=True))
+            record["evidence"] = _evidence(record.get("evidence"))
+            reported.append((rank, record))
     timeouts = [float(a.payload["hang_timeout"]) for a in states.values() if a.ok]
     view = gather.job_inputs(kept, job.world_size, min(timeouts) if timeouts else 60.0)
     inputs = Inputs(
@@ -270,39 +269,18 @@ def _diagnoses(job: Job, args: Any, ctx: Any) -> int:
         now=view.now,
         job=view,
     )
+    fresh = []
     for module in job_modules():
         for d in module.diagnose(inputs):
             record = dict(zip(BY_NAME["diagnoses"].column_names, d.row(), strict=True))
-            record["evidence"] = d.evidence
-            _add(record, None, True, merged, records)
-    records.sort(key=lambda r: (not r.get("job"), r.get("time") or 0))
+            record["evidence"] = _evidence(record["evidence"])
+            fresh.append(record)
+    records = report.merge_findings(reported, fresh, job_kinds())
     if args.format == "json":
         ctx.print(_json.dumps(records, indent=2))
     else:
         ctx.print(report.render_diagnoses(records, lost))
     return OK if records or not lost else USAGE
-
-
-def _add(
-    record: dict[str, Any],
-    reporter: int | None,
-    job_level: bool,
-    merged: dict[tuple[Any, ...], dict[str, Any]],
-    records: list[dict[str, Any]],
-) -> None:
-    """A job-level diagnosis found by several ranks is shown once, with who found it."""
-    if not job_level:
-        records.append(record)
-        return
-    key = (record["kind"], record.get("step"), record.get("location"))
-    seen = merged.get(key)
-    if seen is None:
-        record["job"] = True
-        record["found_by"] = [reporter] if reporter is not None else []
-        merged[key] = record
-        records.append(record)
-    elif reporter is not None and reporter not in seen["found_by"]:
-        seen["found_by"].append(reporter)
 
 
 def _evidence(text: Any) -> Any:

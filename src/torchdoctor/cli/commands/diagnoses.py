@@ -31,11 +31,17 @@ def main(args: Any, ctx: Any) -> int:
         from torchdoctor.cli.saved import open_saved
 
         run = open_saved(args.source, ctx)
-        records = run.block("diagnoses").to_records()
-        for r in records:
-            r["evidence"] = _evidence(r.get("evidence"))
         if isinstance(run, JobRun):
-            records += _job_findings(run, records)
+            records = _job_findings(run)
+            if args.format != "json":
+                from torchdoctor.report.cluster import render_diagnoses
+
+                ctx.print(render_diagnoses(records, {}))
+                return OK
+        else:
+            records = run.block("diagnoses").to_records()
+            for r in records:
+                r["evidence"] = _evidence(r.get("evidence"))
     else:
         status, payload = ctx.client().request("GET", "/v1/diagnoses")
         if status != 200:
@@ -51,20 +57,27 @@ def main(args: Any, ctx: Any) -> int:
     return OK
 
 
-def _job_findings(run: Any, saved: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _job_findings(run: Any) -> list[dict[str, Any]]:
     """The job-level diagnoses of a job directory computed now (the ranks that died could not
-    report them), except those a live rank reported already."""
+    report them) merged with those the ranks reported: each job-level finding once, then the
+    ranks' own findings."""
     from torchdoctor.cluster.saved import findings
+    from torchdoctor.diagnose import job_kinds
+    from torchdoctor.report.cluster import merge_findings
 
-    seen = {(r["kind"], r.get("step"), r.get("location")) for r in saved}
-    out = []
+    fresh = []
     for d in findings(run):
-        if (d.kind, d.step, d.location) in seen:
-            continue
         record = dict(zip(_COLUMNS, d.row(), strict=True))
-        record["evidence"] = d.evidence
-        out.append(record)
-    return out
+        record["evidence"] = _evidence(record["evidence"])
+        fresh.append(record)
+    # Who reported each row: the rank directory it is in (a job-level row's `rank` is the rank
+    # it is about).
+    reported: list[tuple[int | None, dict[str, Any]]] = []
+    for rank in run.ranks:
+        for record in run.rank_run(rank).block("diagnoses").to_records():
+            record["evidence"] = _evidence(record.get("evidence"))
+            reported.append((rank, record))
+    return merge_findings(reported, fresh, job_kinds(), fresh_first=False)
 
 
 def _evidence(text: Any) -> Any:
