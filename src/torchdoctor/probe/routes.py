@@ -6,6 +6,7 @@ eval): the CLI exits 1 on it. 400 is a malformed request: the CLI exits 2.
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Protocol
 
 from torchdoctor._json import clean
@@ -56,8 +57,21 @@ def build_routes(app: ProbeApp) -> Routes:
         at = req.get("at") or "auto"
         if at not in eval_at.AT_CHOICES:
             return _bad(f"at must be one of {', '.join(eval_at.AT_CHOICES)}")
+        frame = req.get("frame")
+        if frame is not None and not isinstance(frame, str):
+            return _bad("frame must be a function's name or a frame's number, as a string")
+        training = app.training()
+        asker = threading.get_ident()
+
+        def run_code() -> Any:
+            # On the training thread (a step boundary) its frames are the callers of this
+            # call; on ours, the training thread's as they are now.
+            me = threading.get_ident()
+            thread = me if me != asker else training.train_thread if training else None
+            return evaluate(code, thread_id=thread, frame=frame)
+
         try:
-            result, placement = eval_at.run(lambda: evaluate(code), at, app.training())
+            result, placement = eval_at.run(run_code, at, training)
         except eval_at.NoStepBoundary as exc:
             return 422, {"output": "", "value": None, "error": f"{exc}\n", "ran": None}
         except eval_at.TrainingInterrupted:
@@ -68,6 +82,7 @@ def build_routes(app: ProbeApp) -> Routes:
             "value": result.value,
             "error": result.error,
             "ran": placement.as_dict(),
+            "frames": result.frames(),  # where names that are not __main__'s came from
         }
         return (422 if result.error else 200), payload
 
