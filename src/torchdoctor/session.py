@@ -136,6 +136,10 @@ class Session:
         self.started = time.time()
         argv = list(getattr(sys, "orig_argv", sys.argv))
         self.command = redact_argv(argv, [config.token])  # shown and saved: never the token
+        # The script and its arguments, as `list` shows them (not the interpreter's path):
+        # `torchdoctor run` sets sys.argv to them before it starts the probe.
+        self.script = redact_argv(list(sys.argv), [config.token])
+        self.cwd = os.getcwd()
         # Who this process is in a distributed job (None: not a rank, or not known yet).
         self.identity = identity or identities.from_env()
         self.run_dir = rundir.create(self._record_path())
@@ -232,6 +236,8 @@ class Session:
             "pid": self.pid,
             "socket": str(socket_path),
             "command": self.command,
+            "script": self.script,
+            "cwd": self.cwd,
             "run_dir": str(self.run_dir),
             "started": self.started,
             "version": __version__,

@@ -7,10 +7,11 @@ eval): the CLI exits 1 on it. 400 is a malformed request: the CLI exits 2.
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any, Protocol
 
 from torchdoctor._json import clean
-from torchdoctor.probe import eval_at
+from torchdoctor.probe import activity, eval_at
 from torchdoctor.probe.evaluator import evaluate
 from torchdoctor.probe.server import Routes
 from torchdoctor.sql.engine import SqlEngine, SqlError
@@ -43,7 +44,15 @@ def build_routes(app: ProbeApp) -> Routes:
     routes = Routes()
 
     def status(_req: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-        return 200, clean(app.status())
+        out = app.status()
+        training = app.training()
+        last = training.last if training is not None else {}
+        out["state"] = activity.state(last, eval_at.wait_for(last))
+        if last.get("time") is not None:
+            out["since_step"] = time.time() - last["time"]
+        if out["state"] != activity.STEPPING:  # where it is meanwhile
+            out["doing"] = activity.doing(training.train_thread if training else None)
+        return 200, clean(out)
 
     def backtrace(_req: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         spec = BY_NAME["backtrace"]

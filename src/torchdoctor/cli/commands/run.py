@@ -83,6 +83,9 @@ def main(args: Any, ctx: Any) -> int:
         raise CliError(f"run: {exc}") from None
     if args.script is not None and not os.path.exists(args.script):
         raise CliError(f"run: can't open file {args.script!r}: No such file or directory")
+    # What `list` shows of this process: the script and its arguments (run_script sets the
+    # same again, as python does)
+    sys.argv = [args.script, *args.args] if args.module is None else ["-m", args.module, *args.args]
     probe = session.start(config)
     status = None
     if not config.quiet:
