@@ -108,13 +108,21 @@ def load_ipython_extension(ipython: Any) -> None:
     load(ipython)
 
 
-def explain(error: BaseException | str) -> Any:
+def explain(error: BaseException | str, here: bool | None = None) -> Any:
     """Explain an exception, or the text of an error message, traceback or log. Returns an
     Explanation (category, summary, meaning, fields, ranked causes, first steps, fixes;
-    .to_dict() for JSON); print() it for the same report as `torchdoctor explain`."""
+    .to_dict() for JSON); print() it for the same report as `torchdoctor explain`. `here`:
+    use this machine (versions, GPUs, driver, the files named) as evidence; by default for an
+    exception, which was raised in this process, not for a text."""
     from torchdoctor.errors.api import explain as _explain
     from torchdoctor.report.explanation import printable
 
+    if here is None:
+        here = isinstance(error, BaseException)
+    if here:
+        from torchdoctor.evidence import explain_here
+
+        return printable(explain_here(error))
     return printable(_explain(error))
 
 

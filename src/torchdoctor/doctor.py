@@ -9,6 +9,7 @@ so it survives a crash) and, unless quiet, an alert on stderr.
 
 from __future__ import annotations
 
+import os
 import statistics
 import sys
 import threading
@@ -150,7 +151,9 @@ class Doctor:
     def inputs(self, final: bool = False) -> Inputs:
         tables = self.host.tables
         now = time.time()
-        inputs = Inputs.of(lambda name: tables[name].snapshot(), self.host.config, now)
+        inputs = Inputs.of(
+            lambda name: tables[name].snapshot(), self.host.config, now, cpus=os.cpu_count()
+        )
         if not final:
             inputs.hang = self._watch(inputs.steps, inputs.last_step_time, now)
             inputs.job = self.host.job()

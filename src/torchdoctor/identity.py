@@ -68,6 +68,17 @@ def job_from_env(env: Mapping[str, str], init_method: str | None = None) -> str 
     return None
 
 
+def rank_from_env(env: Mapping[str, str] | None = None) -> int:
+    """The rank a launcher gave this process (RANK, else LOCAL_RANK), 0 when none did: the
+    rank rows carry before torch.distributed says (from_env needs the world size too)."""
+    env = os.environ if env is None else env
+    for var in ("RANK", "LOCAL_RANK"):
+        value = _int(env.get(var))
+        if value is not None and value >= 0:
+            return value
+    return 0
+
+
 def from_env(env: Mapping[str, str] | None = None) -> RankIdentity | None:
     """The identity a launcher gave this process in its environment, or None (not a rank)."""
     env = os.environ if env is None else env

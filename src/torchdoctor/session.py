@@ -360,7 +360,7 @@ class Session:
         try:
             from torchdoctor.telemetry.recorder import Recorder
 
-            rank = self.identity.rank if self.identity is not None else _rank_from_env()
+            rank = self.identity.rank if self.identity is not None else identities.rank_from_env()
             self.telemetry = Recorder(self, rank=rank)
             self.telemetry.install()
             from torchdoctor.telemetry import process_group
@@ -452,6 +452,7 @@ class Session:
             "status": status,
             "version": __version__,
             "python": sys.version.split()[0],
+            "cpus": os.cpu_count(),  # a saved run is judged with its own machine's facts
         }
         if status != "running":
             meta["ended"] = _dt.datetime.now().isoformat()
@@ -605,14 +606,6 @@ class Session:
 _CHILD_OPTIONS = frozenset(
     f"TORCHDOCTOR_{name}" for name in ("HANG_TIMEOUT", "TRACE_EVERY", "GUARD", "QUIET")
 )
-
-
-def _rank_from_env() -> int:
-    for var in ("RANK", "LOCAL_RANK"):
-        value = os.environ.get(var, "")
-        if value.isdigit():
-            return int(value)
-    return 0
 
 
 def current() -> Session | None:

@@ -48,4 +48,4 @@ def test_explain_names_the_rank_gloo_aborted(env: dict[str, str], tmp_path: Path
     data = json.loads(out.stdout)
     assert (data["category"], data["rank"]) == ("dist.collective_mismatch", 0), data["summary"]
     assert "collective mismatch" in log.splitlines()[data["line"] - 1]
-    assert ("dist.connect", 1) in [(a["category"], a["rank"]) for a in data["also"]]
+    assert ("dist.peer_lost", 1) in [(a["category"], a["rank"]) for a in data["also"]]

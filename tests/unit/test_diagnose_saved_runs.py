@@ -33,7 +33,7 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
 
 def judged(name: str) -> dict[str, Diagnosis]:
     run = open_run(RUNS / name)
-    found = diagnose(Inputs.of(run.block, Config()))
+    found = diagnose(Inputs.of_saved(run, Config()))
     return {d.kind: d for d in found}
 
 
@@ -86,7 +86,7 @@ def test_fixed_run_has_no_finding_above_info(name: str) -> None:
 
 
 def test_a_pass_over_every_run_takes_milliseconds() -> None:
-    inputs = [Inputs.of(open_run(RUNS / n).block, Config()) for n in [*BUGGY, *HEALTHY]]
+    inputs = [Inputs.of_saved(open_run(RUNS / n), Config()) for n in [*BUGGY, *HEALTHY]]
     diagnose(inputs[0])  # imports
     t0 = time.perf_counter()
     for i in inputs:

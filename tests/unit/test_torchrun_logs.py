@@ -50,7 +50,7 @@ def test_consequences_do_not_hide_an_unrecognised_root() -> None:
     # Before: the answer was rank 0's "Connection closed by peer" (a consequence).
     e = explain_text(_text(FIXTURES / "unknown" / "torchrun_keyerror.txt"))
     assert not e.recognised and e.rank == 1 and e.exception == "KeyError"
-    assert [(a["category"], a["rank"]) for a in e.also] == [("dist.connect", 0)]
+    assert [(a["category"], a["rank"]) for a in e.also] == [("dist.peer_lost", 0)]
 
 
 def test_glued_progress_bar() -> None:
@@ -109,7 +109,7 @@ def test_the_aborted_rank_is_the_root_wherever_its_lines_fall() -> None:
     assert (e.category, e.rank) == ("dist.collective_mismatch", 0)
     assert text.splitlines()[e.line - 1].lstrip().startswith("what():")
     assert (e.fields["signal"], e.fields["exitcode"]) == ("SIGABRT", -6)
-    assert [(a["category"], a["rank"]) for a in e.also] == [("dist.connect", 1)]
+    assert [(a["category"], a["rank"]) for a in e.also] == [("dist.peer_lost", 1)]
     # Rank 1's "Connection reset by peer" first in the log: still a consequence.
     moved = _moved_first(text, 1)
     e = explain_text(moved)
@@ -126,7 +126,7 @@ def test_an_abort_outside_the_catalog_is_still_the_root() -> None:
     e = explain_text(text[:start] + "[enforce fail at x.cc:1] frobnicator broken." + text[end:])
     assert not e.recognised and e.rank == 0 and e.exception == "gloo::EnforceNotMet"
     assert "frobnicator broken" in (e.matched or "")
-    assert [(a["category"], a["rank"]) for a in e.also] == [("dist.connect", 1)]
+    assert [(a["category"], a["rank"]) for a in e.also] == [("dist.peer_lost", 1)]
 
 
 def test_faulthandler_gives_the_aborted_rank_its_line() -> None:

@@ -3,7 +3,6 @@ loader's settings and the fixes in order."""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
@@ -49,23 +48,31 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
                 "steps": int(wait.size),
                 "loader": loader,
             },
-            fix=fixes(loader),
+            fix=fixes(loader, inputs.cpus),
             key="dataloader_bound",
         )
     ]
 
 
-def fixes(loader: dict[str, Any]) -> list[str]:
+def fixes(loader: dict[str, Any], cpus: int | None) -> list[str]:
+    """`cpus`: the recording machine's (None: unknown, then the advice does without)."""
     out = []
     workers = loader.get("num_workers")
-    cpus = os.cpu_count() or 1
     if not workers:
-        out.append(
-            f"load in parallel: DataLoader(..., num_workers={min(8, max(2, cpus - 1))}) "
-            f"(this machine has {cpus} CPUs; about 4 per GPU is a common start)"
-        )
-    else:
+        if cpus:
+            out.append(
+                f"load in parallel: DataLoader(..., num_workers={min(8, max(2, cpus - 1))}) "
+                f"(the machine that ran it has {cpus} CPUs; about 4 per GPU is a common start)"
+            )
+        else:
+            out.append(
+                "load in parallel: DataLoader(..., num_workers=N), N up to the machine's CPUs "
+                "less one (about 4 per GPU is a common start)"
+            )
+    elif cpus:
         out.append(f"more workers: num_workers={workers} now; try {min(cpus, workers * 2)}")
+    else:
+        out.append(f"more workers: num_workers={workers} now; try {workers * 2} if CPUs allow")
     if not loader.get("pin_memory"):
         out.append("pin_memory=True, and .to(device, non_blocking=True) for the batch (on GPU)")
     if workers and not loader.get("persistent_workers"):

@@ -41,6 +41,9 @@ class Inputs:
     hang: HangCapture | None = None  # the watchdog's capture when no step came for long
     compile: Block | None = None  # python.compile: torch.compile events
     job: JobInputs | None = None  # the ranks of the job side by side (job-level diagnoses)
+    # CPUs of the machine that ran the training (meta.json's "cpus"), not of the one judging a
+    # saved run; None when the record does not say
+    cpus: int | None = None
 
     @classmethod
     def of(
@@ -49,10 +52,11 @@ class Inputs:
         config: Any,
         now: float | None = None,
         hang: HangCapture | None = None,
+        cpus: int | None = None,
     ) -> Inputs:
         """The inputs from a source of table snapshots: a live run's tables, or a saved run
         (`block(name)` gives a table). `now` defaults to the time of the last step: a saved
-        run is judged as it stood when it ended."""
+        run is judged as it stood when it ended. `cpus`: the recording machine's."""
         steps = block("steps")
         last = float(steps.data["time"][-1]) if steps.rows else None
         return cls(
@@ -64,7 +68,15 @@ class Inputs:
             last_step_time=last,
             hang=hang,
             compile=block("compile"),
+            cpus=cpus,
         )
+
+    @classmethod
+    def of_saved(cls, run: Any, config: Any, **options: Any) -> Inputs:
+        """The inputs of a saved run (store.saved.SavedRun), with the facts of the machine that
+        recorded it from its meta.json."""
+        cpus = run.meta.get("cpus") if isinstance(getattr(run, "meta", None), dict) else None
+        return cls.of(run.block, config, cpus=cpus if isinstance(cpus, int) else None, **options)
 
     def column(self, name: str) -> np.ndarray:
         return self.steps.data[name]

@@ -9,8 +9,8 @@ import traceback
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from torchdoctor.errors import extract, torchrun
-from torchdoctor.errors.catalog import Entry, Fields, entries, first, pick
+from torchdoctor.errors import extract, facts, here, torchrun
+from torchdoctor.errors.catalog import Entry, Fields, entries, first, pick, rx
 
 GENERIC_FIRST_STEPS: tuple[str, ...] = (
     "Read the last exception line of the last traceback: that is the error that stopped the "
@@ -27,6 +27,9 @@ GENERIC_FIRST_STEPS: tuple[str, ...] = (
 
 ALSO_PLAIN_LINES = 500  # how far back plain lines are searched for other errors
 MIN_RANK_LINES = 500  # plain lines searched per rank in a job's log, at least
+# Exceptions that only report another one (the launcher's summary, its signal handler).
+_WRAPPERS = ("ChildFailedError", "SignalException", "CalledProcessError")
+CONFIRM_LINES = 30  # lines before a key-noun match searched for what confirms it
 
 _RANK_IN_MESSAGE = (
     r"\[(?:PG \S+ )?Rank (\d+)\]",
@@ -59,6 +62,16 @@ class Explanation:
     also: list[dict[str, Any]] = field(default_factory=list)
     rank: int | None = None
     line: int | None = None
+    confidence: str = "high"
+    facts: dict[str, Any] = field(default_factory=dict)
+    evidence: list[str] = field(default_factory=list)
+    machine: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def confident(self) -> bool:
+        """A category named with confidence: a known wording of the family was read on the
+        line that ended the text's story, not only its key nouns or an earlier line."""
+        return self.recognised and self.confidence == "high"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -69,24 +82,27 @@ class _Match:
     entry: Entry
     block: extract.TextBlock
     offset: int
+    loose: bool = False  # matched only by the family's key nouns
 
 
-def _match(block: extract.TextBlock) -> _Match | None:
+def _match(block: extract.TextBlock, loose: bool = False) -> _Match | None:
     best: _Match | None = None
     message = block.text
     for entry in entries():
-        m = entry.search(message)
+        m = entry.search_keys(message) if loose else entry.search(message)
         if m is not None and (best is None or entry.priority > best.entry.priority):
-            best = _Match(entry, block, m.start())
+            best = _Match(entry, block, m.start(), loose)
     return best
 
 
-def _match_line(lines: list[extract.Line], line: extract.Line) -> _Match | None:
+def _match_line(
+    lines: list[extract.Line], line: extract.Line, loose: bool = False
+) -> _Match | None:
     """A plain log line is tried on its own (cheap); its block is built when it matches."""
-    single = _match(extract.TextBlock((line,)))
+    single = _match(extract.TextBlock((line,)), loose)
     if single is None:
         return None
-    full = _match(extract.block_at(lines, line.index))
+    full = _match(extract.block_at(lines, line.index), loose)
     return full if full is not None and full.entry is single.entry else single
 
 
@@ -128,6 +144,21 @@ def _choose(
                 break
     if primary is None and found:
         primary = found[0]
+    if primary is None:
+        # No known wording: the families' key nouns, on exception lines, then the others.
+        for block in exception_blocks:
+            m = _match(block, loose=True)
+            if m is not None:
+                primary = m
+                break
+        if primary is None:
+            for line in plain_lines[:ALSO_PLAIN_LINES]:
+                m = _match_line(lines, line, loose=True)
+                if m is not None:
+                    primary = m
+                    break
+        if primary is not None:
+            found.append(primary)
     if primary is not None:
         # Other errors told in plain log lines (an NCCL watchdog record, a kernel assert).
         covered = {line.index for m in found for line in m.block.lines}
@@ -153,17 +184,49 @@ def _order_fixes(entry: Entry, ranked_keys: list[str], fields: Fields) -> list[d
         code = pick(fix.code, fields)
         if title is None or code is None:
             continue
+        said = {"title": title, "code": code}
+        check = fix.check_for(fields)
+        if check:
+            said["check"] = check
         ranks = [position[k] for k in fix.causes if k in position]
-        scored.append((min(ranks) if ranks else len(position), i, {"title": title, "code": code}))
+        scored.append((min(ranks) if ranks else len(position), i, said))
     scored.sort(key=lambda t: (t[0], t[1]))
     return [fix for _r, _i, fix in scored]
 
 
+def _confidence(m: _Match, lines: list[extract.Line], found: list[_Match] | None = None) -> str:
+    """ "low" when the category rests on key nouns alone, or on a line that an exception
+    outside the catalog follows (the text's story may end elsewhere)."""
+    if m.loose:
+        start = m.block.start
+        before = "\n".join(line.text for line in lines[max(0, start - CONFIRM_LINES) : start])
+        if any(rx(p).search(before) for p in m.entry.confirm):
+            return "high"
+        return "low"
+    covered = {line.index for x in (found or [m]) for line in x.block.lines}
+    last = m.block.lines[-1].index
+    for line in lines[last + 1 :]:
+        if line.noise or line.index in covered:
+            continue
+        name = extract.exception_name(line.text)
+        if name is None or name in _WRAPPERS:
+            continue
+        if _match(extract.TextBlock((line,))) is None:
+            return "low"  # the text goes on to an error the catalog does not know
+    return "high"
+
+
 def _build(
-    m: _Match, lines: list[extract.Line], text: str, known: Fields | None = None
+    m: _Match,
+    lines: list[extract.Line],
+    text: str,
+    known: Fields | None = None,
+    machine: here.Machine | None = None,
 ) -> Explanation:
     """The explanation of match `m`; `known` are fields the text as a whole gave (the rank
-    from a launcher's summary), which the message's own fields complete."""
+    from a launcher's summary), which the message's own fields complete. `machine`: the facts
+    of the machine where the error happened (torchdoctor.machine), which rule causes in or
+    out."""
     entry, block = m.entry, m.block
     message = block.text
     fields: Fields = {}
@@ -179,10 +242,24 @@ def _build(
             fields["location"] = frame.describe()
             if frame.code:
                 fields["code_line"] = frame.code
+    stated = facts.read(text)
+    local = here.context(machine) if machine is not None else {}
+    # What decides the ranking: the message first, then what the text states, then the machine.
+    context: Fields = {**local, **stated, **fields}
+    found = here.findings(entry.code, entry.family, machine, context, text) if machine else []
+    for finding in found:
+        for name, value in finding.fields.items():
+            context.setdefault(name, value)
+    ruled_in = {k for f in found for k in f.rule_in}
+    ruled_out = {k for f in found for k in f.rule_out} - ruled_in
+    ranked = entry.ranked_causes(text, context)
+    ranked = [c for c in ranked if c.key in ruled_in] + [
+        c for c in ranked if c.key not in ruled_in and c.key not in ruled_out
+    ]
     causes: list[str] = []
     keys: list[str] = []
-    for cause in entry.ranked_causes(text, fields):
-        rendered = cause.render(fields)
+    for cause in ranked:
+        rendered = cause.render(context, cause.key in ruled_in)
         if rendered is not None:
             causes.append(rendered)
             keys.append(cause.key)
@@ -197,12 +274,16 @@ def _build(
         fields=fields,
         causes=causes,
         first_steps=first_steps,
-        fixes=_order_fixes(entry, keys, fields),
+        fixes=_order_fixes(entry, keys, context),
         matched=block.line_at(m.offset).text.strip(),
         exception=block.exception,
         family=entry.family,
         rank=fields.get("rank") if isinstance(fields.get("rank"), int) else None,
         line=block.line_at(m.offset).index + 1,
+        confidence="high" if any(f.confirms for f in found) else _confidence(m, lines),
+        facts=stated,
+        evidence=[f.said for f in found],
+        machine=local,
     )
 
 
@@ -245,20 +326,35 @@ def _shorten(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def explain_text(text: str) -> Explanation:
+def explain_text(text: str, machine: here.Machine | None = None) -> Explanation:
     """Explain an error message, a traceback or a whole log (a torchrun log included: the
-    answer is the root failure, the first rank's first error)."""
+    answer is the root failure, the first rank's first error). `machine`: the facts of the
+    machine where it happened (torchdoctor.evidence gathers them), evidence for the causes."""
     lines = extract.clean(text)
     job = torchrun.parse(lines)
     if job is not None:
-        return _explain_job(lines, job)
+        return _explain_job(lines, job, machine)
     primary, others = _choose(lines)
     if primary is None:
         return unknown(text, lines)
     cleaned = "\n".join(line.text for line in lines)
-    out = _build(primary, lines, cleaned)
+    out = _build(primary, lines, cleaned, machine=machine)
     out.also = [_also(m) for m in others]
+    if any(_rival(m, primary) for m in others):
+        out.confidence = "low"  # two root errors of different kinds: the pick may be wrong
     return out
+
+
+def _rival(m: _Match, primary: _Match) -> bool:
+    """Another error in the text that could be the root as well as the one picked: not a
+    consequence (secondary), not a wrapper that reports another error (priority < 0)."""
+    return (
+        m.entry.code != primary.entry.code
+        and not m.entry.secondary
+        and not m.loose
+        and m.entry.priority >= 0
+        and primary.entry.priority >= 0
+    )
 
 
 def _also(m: _Match, rank: int | None = None) -> dict[str, Any]:
@@ -348,7 +444,9 @@ def _calls_by_rank(errors: list[_RankError]) -> str | None:
     return "; ".join(f"rank {r}: {call}" for r, call in sorted(calls))
 
 
-def _explain_job(lines: list[extract.Line], job: torchrun.JobLog) -> Explanation:
+def _explain_job(
+    lines: list[extract.Line], job: torchrun.JobLog, machine: here.Machine | None = None
+) -> Explanation:
     text = "\n".join(line.text for line in lines)
     groups: list[tuple[int | None, set[int]]] = [(r, set()) for r in job.ranks]
     by_rank = {r: keep for r, keep in groups}
@@ -413,7 +511,7 @@ def _explain_job(lines: list[extract.Line], job: torchrun.JobLog) -> Explanation
     if root.match is not None and (not root.match.entry.secondary or root.exception is None):
         if rank is not None:
             fields["rank"] = rank
-        out = _build(root.match, root.lines, text, fields)
+        out = _build(root.match, root.lines, text, fields, machine)
         out.line = root.index + 1
     else:
         assert root.exception is not None
@@ -442,11 +540,11 @@ def _class_names(exc: BaseException) -> list[str]:
     return [cls.__name__ for cls in type(exc).__mro__]
 
 
-def explain_exception(exc: BaseException) -> Explanation:
+def explain_exception(exc: BaseException, machine: here.Machine | None = None) -> Explanation:
     """Explain a caught exception: its traceback and message, and its class (torch's
     OutOfMemoryError, dynamo's Unsupported, ...) when the message alone says too little."""
-    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    out = explain_text(text)
+    text = exception_text(exc)
+    out = explain_text(text, machine)
     if not out.recognised:
         names = _class_names(exc)
         for entry in entries():
@@ -456,17 +554,22 @@ def explain_exception(exc: BaseException) -> Explanation:
                     (extract.Line(0, f"{type(exc).__name__}: {exc}", str(exc)),),
                     type(exc).__name__,
                 )
-                out = _build(_Match(entry, block, 0), lines, "\n".join(x.text for x in lines))
+                cleaned = "\n".join(x.text for x in lines)
+                out = _build(_Match(entry, block, 0), lines, cleaned, machine=machine)
                 break
     out.exception = type(exc).__name__
     return out
 
 
-def explain(error: BaseException | str) -> Explanation:
+def exception_text(exc: BaseException) -> str:
+    return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+
+
+def explain(error: BaseException | str, machine: here.Machine | None = None) -> Explanation:
     if isinstance(error, BaseException):
-        return explain_exception(error)
+        return explain_exception(error, machine)
     if isinstance(error, str):
-        return explain_text(error)
+        return explain_text(error, machine)
     raise TypeError(f"explain() takes an exception or a string, not {type(error).__name__}")
 
 

@@ -61,9 +61,12 @@ LEAF_INPLACE = Entry(
     ),
     fixes=(
         Fix(
-            "Update parameters without recording",
-            "with torch.no_grad():\n    for p in model.parameters():\n        p -= lr * p.grad",
-            ("manual_update",),
+            "Change the leaf under torch.no_grad(), or use the out-of-place form",
+            "with torch.no_grad():          # a change autograd must not record (an update)\n"
+            "    for p in model.parameters():\n"
+            "        p -= lr * p.grad\n"
+            "x = x + 1                      # out-of-place: autograd records a new tensor",
+            ("manual_update", "inplace_op"),
         ),
         Fix(
             "Initialise with nn.init (it runs under no_grad)",
@@ -182,9 +185,11 @@ INPLACE_MODIFIED = Entry(
     ),
     fixes=(
         Fix(
-            "Use out-of-place operations",
-            "x = x + residual        # not x += residual\n"
-            "self.act = nn.ReLU()    # not nn.ReLU(inplace=True)",
+            "Use out-of-place operations, or clone before the change",
+            "x = x + residual                    # not x += residual\n"
+            "self.act = nn.ReLU(inplace=False)   # not nn.ReLU(inplace=True)\n"
+            "y = y.clone()                       # when it must change in place\n"
+            "y[mask] = 0",
             ("augmented", "relu_inplace", "own_output"),
         ),
         Fix(
@@ -265,8 +270,10 @@ BACKWARD_TWICE = Entry(
     ),
     fixes=(
         Fix(
-            "Cut the graph between steps",
-            "hidden = hidden.detach()  # at the start of each step (truncated BPTT)",
+            "Cut the graph between steps (retain it only for an intended second backward)",
+            "hidden = hidden.detach()  # at the start of each step (truncated BPTT)\n"
+            "# two backward passes through one graph on purpose:\n"
+            "loss_a.backward(retain_graph=True)\nloss_b.backward()",
             ("state_carried", "stale_reference"),
         ),
         Fix(
@@ -294,6 +301,7 @@ NO_GRAD_FN = Entry(
     patterns=(
         r"element \d+ of tensors does not require grad and does not have a grad_fn",
         r"does not require grad and does not have a grad_fn",
+        r"element \d+ of tensors does not require grad",
         r"One of the differentiated Tensors does not require grad",
     ),
     examples=(
@@ -305,6 +313,18 @@ NO_GRAD_FN = Entry(
         "backward() was called on a tensor that is not connected to any parameter.",
     ),
     causes=(
+        Cause(
+            "checkpoint_inputs",
+            "Gradient checkpointing (the reentrant kind, the default of older transformers) "
+            "with frozen inputs: with LoRA or other adapters the embeddings are frozen, so no "
+            "input of a checkpointed block requires grad and its output has no grad_fn.",
+            weight=2.5,
+            signals=(
+                r"gradient_checkpointing|checkpoint\.py|checkpoint\(|peft|lora|adapter|"
+                r"enable_input_require_grads|CheckpointFunction",
+            ),
+            boost=3,
+        ),
         Cause(
             "no_grad",
             "The loss was computed under torch.no_grad() or torch.inference_mode() (an "
@@ -339,6 +359,16 @@ NO_GRAD_FN = Entry(
         "Check torch.is_grad_enabled() at the point where the loss is computed.",
     ),
     fixes=(
+        Fix(
+            "Make the checkpointed blocks' inputs require grad",
+            "model.enable_input_require_grads()   # Hugging Face; before get_peft_model\n"
+            "model.gradient_checkpointing_enable(\n"
+            '    gradient_checkpointing_kwargs={"use_reentrant": False})',
+            ("checkpoint_inputs",),
+            needs=("mentions.checkpointing",),
+            check="Applies when gradient checkpointing is on and the base model is frozen "
+            "(LoRA, adapters): check the training arguments.",
+        ),
         Fix(
             "Compute the training loss with grad enabled",
             "model.train()\n"

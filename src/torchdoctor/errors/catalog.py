@@ -26,6 +26,8 @@ FAMILIES: tuple[str, ...] = (
     "memory",
     "cuda",
     "distributed",
+    "launcher",
+    "parallel",
     "tensors",
     "shapes",
     "autograd",
@@ -34,6 +36,7 @@ FAMILIES: tuple[str, ...] = (
     "compile",
     "xla",
     "numerics",
+    "install",
 )
 
 _PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
@@ -108,10 +111,11 @@ class Cause:
             score += self.boost
         return score
 
-    def render(self, fields: Fields) -> str | None:
-        """What to say about this cause for these fields, or None to leave it out."""
+    def render(self, fields: Fields, ruled_in: bool = False) -> str | None:
+        """What to say about this cause for these fields, or None to leave it out. A cause the
+        machine rules in (`ruled_in`) is said even where the text's fields leave it out."""
         holds = self.holds(fields)
-        if self.only_when and holds is False:
+        if self.only_when and holds is False and not ruled_in:
             return None
         if holds and self.evidence:
             said = pick(self.evidence, fields)
@@ -122,11 +126,31 @@ class Cause:
 
 @dataclass(frozen=True)
 class Fix:
-    """A remedy with a short piece of code; it ranks with the best-ranked of its causes."""
+    """A remedy with a short piece of code; it ranks with the best-ranked of its causes.
+    `needs` names the facts that decide whether the fix applies; when the text states none of
+    them, `check` says what to look at before applying it."""
 
     title: Text
     code: Text
     causes: tuple[str, ...] = ()
+    needs: tuple[str, ...] = ()
+    check: Text = ()
+
+    def check_for(self, fields: Fields) -> str | None:
+        """What to check before applying the fix, when none of the facts it needs is known.
+        A need is a field's name, or `name.item` for an item of a list field (the text
+        mentions gradient checkpointing: `mentions.checkpointing`)."""
+        if not self.needs or any(_known(fields, name) for name in self.needs):
+            return None
+        return pick(self.check, fields) if self.check else None
+
+
+def _known(fields: Fields, need: str) -> bool:
+    name, _, item = need.partition(".")
+    value = fields.get(name)
+    if item:
+        return isinstance(value, (list, tuple, set, dict)) and item in value
+    return value not in (None, "", [], ())
 
 
 @dataclass(frozen=True)
@@ -147,11 +171,26 @@ class Entry:
     priority: int = 0
     secondary: bool = False
     exceptions: tuple[str, ...] = ()
+    keys: tuple[str, ...] = ()
+    # Patterns in the lines just before the error (its traceback) that make a key-noun match
+    # certain: the loader that raised it, the API that was called.
+    confirm: tuple[str, ...] = ()
     family: str = field(default="", compare=False)
 
     def search(self, message: str) -> re.Match[str] | None:
         """The first pattern found in the message, if the guard agrees."""
         for pattern in self.patterns:
+            m = rx(pattern).search(message)
+            if m is not None:
+                if self.guard is not None and not self.guard(message):
+                    return None
+                return m
+        return None
+
+    def search_keys(self, message: str) -> re.Match[str] | None:
+        """The family's key nouns (what stays when the wording changes: the operator, the API,
+        the exception class): a match is a likely category, said with less confidence."""
+        for pattern in self.keys:
             m = rx(pattern).search(message)
             if m is not None:
                 if self.guard is not None and not self.guard(message):

@@ -51,22 +51,36 @@ def _prefix(longer: list[str], shorter: list[str]) -> str | None:
     return prefix if count >= max(1, len(longer) // 2) else None
 
 
+def _wrapper_prefix(keys: list[str], other: list[str]) -> str | None:
+    """A wrapper's prefix (DDP's module., torch.compile's _orig_mod.) on every key of one side
+    when the other side lists none to compare with."""
+    if not keys or other:
+        return None
+    for prefix in ("module.", "_orig_mod."):
+        if all(k.startswith(prefix) for k in keys):
+            return prefix
+    return None
+
+
 def _keys_fields(message: str, text: str) -> Fields:
     f: Fields = {}
     model = first(r"Error\(s\) in loading state_dict for (\w+)", message)
     if model:
         f["model_class"] = model
     missing, unexpected = _keys("Missing", message), _keys("Unexpected", message)
+    for side, keys in (("missing", missing), ("unexpected", unexpected)):
+        # torch <= 0.3 named one key: unexpected key "module.conv1.weight" in state_dict
+        keys += [m.group(1) for m in all_of(rf"{side} key \"([^\"]+)\" in state_dict", message)]
     f["missing_count"], f["unexpected_count"] = len(missing), len(unexpected)
     if missing:
         f["missing_keys"] = ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else "")
     if unexpected:
         f["unexpected_keys"] = ", ".join(unexpected[:5]) + (" ..." if len(unexpected) > 5 else "")
-    prefix = _prefix(unexpected, missing)
+    prefix = _prefix(unexpected, missing) or _wrapper_prefix(unexpected, missing)
     if prefix is not None:
         f["prefix"], f["prefix_side"] = prefix, "checkpoint"
     else:
-        prefix = _prefix(missing, unexpected)
+        prefix = _prefix(missing, unexpected) or _wrapper_prefix(missing, unexpected)
         if prefix is not None:
             f["prefix"], f["prefix_side"] = prefix, "model"
     wrapper = [k for k in unexpected if k in _WRAPPER_KEYS]
@@ -104,7 +118,11 @@ CKPT_KEYS = Entry(
         "'_orig_mod.', training frameworks add their own; or the file is a training checkpoint "
         "whose model weights sit under one of its keys."
     ),
-    patterns=(r"Missing key\(s\) in state_dict", r"Unexpected key\(s\) in state_dict"),
+    patterns=(
+        r"Missing key\(s\) in state_dict",
+        r"Unexpected key\(s\) in state_dict",
+        r"(?:unexpected|missing) keys? \"[^\"]+\" in state_dict",  # torch <= 0.3
+    ),
     priority=5,
     examples=(
         "RuntimeError: Error(s) in loading state_dict for ResNet: Missing key(s) in "
@@ -389,8 +407,25 @@ CUDA_DESERIALIZE = Entry(
             when=lambda f: "device_count" in f,
             boost=12,
         ),
+        Cause(
+            "cpu_build",
+            "The machine has a GPU but this PyTorch cannot use it: a CPU-only build (its "
+            "version ends in +cpu) or a driver too old for the build's CUDA.",
+            evidence="The machine has a GPU ({{gpu_names}}) but this PyTorch ({{torch_version}}) "
+            "cannot use it: a CPU-only build, or a driver too old for its CUDA.",
+            weight=1.5,
+            when=lambda f: (
+                (str(f.get("torch_version", "")).endswith("+cpu") or bool(f.get("gpu_names")))
+                or None
+            ),
+            boost=12,
+        ),
     ),
-    first_steps=("Always pass map_location to torch.load for files from another machine.",),
+    first_steps=(
+        "Always pass map_location to torch.load for files from another machine.",
+        'On a machine with a GPU: `python -c "import torch; print(torch.__version__, '
+        'torch.version.cuda, torch.cuda.is_available())"` and `nvidia-smi`.',
+    ),
     fixes=(
         Fix(
             "Load to the CPU, then move the model",
@@ -402,6 +437,15 @@ CUDA_DESERIALIZE = Entry(
             "Load to this rank's GPU",
             'state = torch.load(path, map_location=f"cuda:{local_rank}", weights_only=True)',
             ("fewer_gpus",),
+        ),
+        Fix(
+            "Install the CUDA build of PyTorch on a machine with a GPU",
+            "pip install torch --index-url https://download.pytorch.org/whl/cu126\n"
+            'python -c "import torch; print(torch.version.cuda, torch.cuda.is_available())"',
+            ("cpu_build",),
+            needs=("gpu_names", "torch_version"),
+            check="Check first that the machine has a GPU (`nvidia-smi`) and that torch is a "
+            "CPU build (`torch.version.cuda` is None).",
         ),
     ),
 )
@@ -472,7 +516,9 @@ WEIGHTS_ONLY = Entry(
         ),
         Cause(
             "numpy",
-            "NumPy objects (a metric saved as np.float64, an array) inside the checkpoint.",
+            "NumPy objects (a metric saved as np.float64, an array) inside the checkpoint: "
+            "allow-listing the one global named is not enough, the next load stops at "
+            "numpy.dtype and then at the dtype's class.",
             weight=0.3,
             signals=(r"GLOBAL numpy",),
             boost=12,
@@ -490,6 +536,14 @@ WEIGHTS_ONLY = Entry(
     ),
     fixes=(
         Fix(
+            "A file you trust: load it with weights_only=False (or allow-list all NumPy needs)",
+            'state = torch.load(path, map_location="cpu", weights_only=False)  # trusted only\n'
+            "# or, keeping weights_only=True, every global a NumPy scalar needs:\n"
+            "torch.serialization.add_safe_globals(\n"
+            "    [np.core.multiarray.scalar, np.dtype, type(np.dtype(np.float64))])",
+            ("numpy",),
+        ),
+        Fix(
             ("Allow-list {{global_name}}", "Allow-list the class"),
             (
                 "import {{global_module}}\n"
@@ -498,7 +552,7 @@ WEIGHTS_ONLY = Entry(
                 "torch.serialization.add_safe_globals([MyConfig])\n"
                 'state = torch.load(path, map_location="cpu", weights_only=True)',
             ),
-            ("pickled_object", "numpy"),
+            ("pickled_object",),
         ),
         Fix(
             "Re-save a clean checkpoint once (from a trusted file)",
@@ -529,7 +583,15 @@ CORRUPT = Entry(
         r"invalid header or archive is corrupted",
         r"unexpected EOF, expected \d+ more bytes",
         r"invalid load key, '.'",
-        r"EOFError: Ran out of input",
+        r"pickle data was truncated",
+    ),
+    # Also what a spawned child reads when its parent died (Windows multiprocessing): without
+    # a loader in the traceback, a likely category only. torch >= 2.6's weights_only loader
+    # raises a bare EOFError on an empty file.
+    keys=(r"EOFError: Ran out of input", r"^EOFError\s*$"),
+    confirm=(
+        r"torch[/\\]serialization\.py|\btorch\.load\(|pickle\.load\(|_legacy_load"
+        r"|_weights_only_unpickler",
     ),
     examples=(
         "RuntimeError: PytorchStreamReader failed reading zip archive: failed finding central "
@@ -566,6 +628,9 @@ CORRUPT = Entry(
             "truncated",
             "Saving or copying stopped early: the job was killed while writing, the disk "
             "filled up, or a transfer did not finish.",
+            evidence="{{empty_file}} is empty (0 bytes): the save never wrote it (killed, disk "
+            "full) or the download failed.",
+            when=lambda f: "empty_file" in f or None,
             weight=2,
         ),
         Cause(
@@ -579,8 +644,9 @@ CORRUPT = Entry(
     ),
     fixes=(
         Fix(
-            "Fetch the real file",
-            "git lfs pull   # or download it again",
+            "Fetch the real file, or write it again",
+            "git lfs pull   # a Git LFS pointer: fetch the file itself\n"
+            "# otherwise download it again, or save it again from the run that made it",
             ("lfs", "html", "truncated"),
         ),
         Fix(

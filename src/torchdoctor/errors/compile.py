@@ -49,7 +49,12 @@ GRAPH_BREAK = Entry(
         r"Failed to trace builtin operator",
         r"call_function BuiltinVariable\(print\)",
         r"Skipping frame because",
+        r"Dynamic control flow is not supported",
+        r"(?:^|\s)Unsupported: (?:call_function|comparison|builtin|Skip calling|Attempted|"
+        r"generic_jump|torch\.\*|dynamic shape)",
+        r"\[__graph_breaks\]",
     ),
+    keys=(r"torch\._dynamo\.exc\.\w+", r"\bdynamo\b.*\bUnsupported\b"),
     exceptions=("Unsupported",),
     examples=(
         "torch._dynamo.exc.Unsupported: Data-dependent branching\n  Explanation: Detected "
@@ -73,7 +78,10 @@ GRAPH_BREAK = Entry(
             "Python control flow on a tensor's value (if x.sum() > 0:, while loss > eps:): "
             "the graph would depend on the data.",
             weight=1,
-            signals=(r"Data-dependent branching|generic_jump|jump with TensorVariable",),
+            signals=(
+                r"Data-dependent branching|generic_jump|jump with TensorVariable"
+                r"|Dynamic control flow",
+            ),
             boost=12,
         ),
         Cause(
@@ -147,7 +155,7 @@ GRAPH_BREAK = Entry(
 
 def _recompile_fields(message: str, text: str) -> Fields:
     f: Fields = {}
-    limit = first(r"(?:cache_size_limit|recompile_limit) \((\d+)\)", message)
+    limit = first(r"(?:cache_size_limit|recompile_limit) \((\d+)\)", f"{message}\n{text}")
     if limit:
         f["limit"] = int(limit)
     function = first(r"function: '([^']+)'", text)
@@ -172,6 +180,8 @@ RECOMPILE = Entry(
         r"torch\._dynamo hit config",
         r"(?:cache_size_limit|recompile_limit) \(\d+\)",
         r"Recompiling function",
+        r"FailOnRecompileLimitHit",
+        r"recompile_limit reached with (?:fullgraph|one_graph)=True",
     ),
     priority=2,
     examples=(
@@ -242,7 +252,10 @@ BACKEND_FAILED = Entry(
         r"LoweringException",
         r"CppCompileError",
         r"TorchRuntimeError: (?:Failed running|Dynamo failed to run FX node)",
+        r"\bTritonMissing\b",
+        r"Cannot find a working triton installation",
     ),
+    keys=(r"torch\._inductor\.exc\.\w+",),
     priority=-5,
     examples=(
         "torch._dynamo.exc.BackendCompilerFailed: backend='inductor' raised:\nCppCompileError: "
@@ -266,11 +279,20 @@ BACKEND_FAILED = Entry(
             boost=12,
         ),
         Cause(
-            "triton",
-            "A generated Triton kernel needs more resources than the GPU has (shared "
-            "memory) or Triton is missing.",
+            "triton_missing",
+            "Triton is not installed in the Python that runs the program, or it is too old "
+            "for this torch (on Windows it is the separate triton-windows package); Inductor "
+            "needs it for GPU code. A GPU older than compute capability 7.0 is not "
+            "supported by Triton either.",
             weight=0.5,
-            signals=(r"triton|OutOfResources",),
+            signals=(r"TritonMissing|Cannot find a working triton",),
+            boost=30,
+        ),
+        Cause(
+            "triton",
+            "A generated Triton kernel needs more resources than the GPU has (shared memory).",
+            weight=0.5,
+            signals=(r"OutOfResources|triton\.(?:runtime|compiler)",),
             boost=12,
         ),
         Cause(
@@ -294,6 +316,13 @@ BACKEND_FAILED = Entry(
     ),
     fixes=(
         Fix(
+            "Install the Triton that matches this torch, in the Python that runs the program",
+            "python -m pip install -U triton            # Linux: the version torch pins\n"
+            "python -m pip install -U triton-windows    # Windows\n"
+            '# or skip Inductor meanwhile: torch.compile(model, backend="aot_eager")',
+            ("triton_missing",),
+        ),
+        Fix(
             "Bisect the backend",
             'model = torch.compile(model, backend="aot_eager")  # then "inductor"',
             ("compiler_bug", "model_error"),
@@ -311,4 +340,106 @@ BACKEND_FAILED = Entry(
     ),
 )
 
-ENTRIES = (GRAPH_BREAK, RECOMPILE, BACKEND_FAILED)
+
+def _guard_fields(message: str, text: str) -> Fields:
+    f: Fields = {}
+    expr = first(
+        r"Could not guard on data-dependent expression (.+?)(?:\s+\(unhinted|\.\s|$)", message
+    ) or first(
+        r"Could not extract specialized integer from data-dependent "
+        r"expression (\S+)",
+        message,
+    )
+    if expr:
+        f["expression"] = expr.strip()
+    culprit = first(r"Caused by: .*?\((\S+:\d+) in (\w+)\)", text) or first(
+        r"Caused by: \((\S+:\d+) in \w+\)", text
+    )
+    if culprit:
+        f["culprit"] = culprit
+    if first(r"(torch\.export\.export|_export_to_torch_ir|torch\.onnx|executorch)", text):
+        f["exporter"] = "export"
+    return f
+
+
+DATA_DEPENDENT = Entry(
+    code="export.data_dependent",
+    title="torch.export: a guard on a data-dependent value",
+    meaning=(
+        "torch.export (and torch.compile with fullgraph, ONNX's dynamo exporter, ExecuTorch) "
+        "traces with symbolic values. A value that comes from the data (the result of "
+        ".item(), nonzero(), a mask's count: an unbacked symbol u0, u1, ...) was used where a "
+        "concrete answer is needed (an if, a size check, a view), and the tracer cannot know "
+        "which branch the data will take."
+    ),
+    patterns=(
+        r"Could not guard on data-dependent expression",
+        r"GuardOnDataDependentSymNode",
+        r"Could not extract specialized integer from data-dependent expression",
+        r"data-dependent expression \w+\(u\d+",
+        r"Tried to use data-dependent value in the subsequent computation",
+    ),
+    keys=(r"data-dependent expression", r"unbacked symbol"),
+    priority=4,
+    examples=(
+        "torch.fx.experimental.symbolic_shapes.GuardOnDataDependentSymNode: Could not guard "
+        "on data-dependent expression Eq(u0, 1) (unhinted: Eq(u0, 1)).  (Size-like symbols: "
+        "none)",
+    ),
+    summary=(
+        "The tracer needs to decide {{expression}}, which depends on the data ({{culprit}}).",
+        "The tracer needs to decide {{expression}}, which depends on the data.",
+        "The tracer met a decision that depends on the data.",
+    ),
+    extract=_guard_fields,
+    causes=(
+        Cause(
+            "branch_on_data",
+            "The model branches on, or checks, a value computed from the data (if mask.any(), "
+            "a size from nonzero(), a count from .item()).",
+            weight=2,
+        ),
+        Cause(
+            "library_check",
+            (
+                "A library's own check, not your code, asks the question ({{culprit}}): a "
+                "size-0 or size-1 test in a framework function that could use "
+                "guard_size_oblivious.",
+                "A library's own check, not your code, asks the question (a size-0 or size-1 "
+                "test in a framework function).",
+            ),
+            weight=1,
+            signals=(r"Potential framework code culprit|guard_size_oblivious|_meta_registrations",),
+            boost=2,
+        ),
+        Cause(
+            "quantization",
+            "An observer or quantization step computes values from the data at trace time.",
+            weight=0.3,
+            signals=(r"activation_post_process|observer|quantiz",),
+            boost=5,
+        ),
+    ),
+    first_steps=(
+        'Find the line: rerun with TORCH_LOGS="+dynamic" and '
+        "TORCHDYNAMO_EXTENDED_DEBUG_GUARD_ADDED=\"<the expression>\"; the 'User Stack' and "
+        "'Caused by' lines point at it.",
+    ),
+    fixes=(
+        Fix(
+            "Tell the tracer what it cannot know",
+            "n = mask.sum().item()\n"
+            "torch._check(n > 1)          # or torch._check_is_size(n)\n"
+            "# branches on data: torch.cond(pred, true_fn, false_fn, (x,))",
+            ("branch_on_data", "library_check"),
+        ),
+        Fix(
+            "Compute data-dependent values outside the exported function",
+            "lengths = mask.sum(1)         # before export, passed in as an input\n"
+            "ep = torch.export.export(model, (x, lengths))",
+            ("branch_on_data", "quantization"),
+        ),
+    ),
+)
+
+ENTRIES = (GRAPH_BREAK, RECOMPILE, BACKEND_FAILED, DATA_DEPENDENT)

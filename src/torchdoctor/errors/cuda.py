@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from torchdoctor.errors import facts, here
 from torchdoctor.errors.catalog import Cause, Entry, Fields, Fix, first
 
 _BLOCKING = (
@@ -269,9 +270,10 @@ CUBLAS_ALLOC = Entry(
     ),
     fixes=(
         Fix(
-            "Leave room for the workspace",
-            "# smaller batch, or give cached blocks back before the first matmul\n"
-            "torch.cuda.empty_cache()",
+            "Leave GPU memory for cuBLAS's workspace",
+            "# a smaller batch or model, or a GPU nothing else uses (nvidia-smi):\n"
+            "CUDA_VISIBLE_DEVICES=1 python train.py\n"
+            "torch.cuda.empty_cache()  # give cached blocks back before the first matmul",
             ("memory",),
         ),
         Fix(
@@ -328,14 +330,24 @@ CUBLAS_ERROR = Entry(
             weight=1.5,
             signals=(r"INVALID_VALUE|NOT_SUPPORTED",),
         ),
-        Cause("versions", "A cuBLAS library that does not match the PyTorch build.", weight=0.5),
+        Cause(
+            "versions",
+            "The PyTorch build does not fit the GPU or the CUDA libraries it finds: a build "
+            "for an older CUDA on a newer GPU, or a cuBLAS from another CUDA on the library "
+            "path. The error then stays in this call under CUDA_LAUNCH_BLOCKING=1.",
+            weight=0.5,
+            when=lambda f: facts.blackwell(f) or None,
+            boost=12,
+        ),
     ),
     first_steps=(_BLOCKING, "Print the shapes, strides and dtypes of the matmul's operands."),
     fixes=(
         Fix(
-            "Expose the real first error",
-            "CUDA_LAUNCH_BLOCKING=1 python train.py",
-            ("earlier_error",),
+            "Expose the real first error; if it stays in cuBLAS, install a build for this GPU",
+            "CUDA_LAUNCH_BLOCKING=1 python train.py   # an earlier error now shows its own line\n"
+            "# still cuBLAS: a torch built for this GPU and driver\n"
+            "pip install torch --index-url https://download.pytorch.org/whl/cu126",
+            ("earlier_error", "versions"),
         ),
         Fix(
             "Give cuBLAS plain inputs",
@@ -357,6 +369,9 @@ CUDNN_ERROR = Entry(
         r"CUDNN_STATUS_\w+",
         r"cuDNN error",
         r"Unable to find a valid cuDNN algorithm",
+        r"(?:GET|FIND) was unable to find an engine to execute this computation",
+        r"cuDNN Frontend error",
+        r"CUDNN_BACKEND_\w+",
     ),
     examples=(
         "RuntimeError: cuDNN error: CUDNN_STATUS_INTERNAL_ERROR",
@@ -373,7 +388,10 @@ CUDNN_ERROR = Entry(
             "Not enough GPU memory for cuDNN's workspace: this usually is an out-of-memory "
             "error reported by cuDNN.",
             weight=2,
-            signals=(r"valid cuDNN algorithm|NOT_INITIALIZED|ALLOC_FAILED|INTERNAL_ERROR",),
+            signals=(
+                r"valid cuDNN algorithm|NOT_INITIALIZED|ALLOC_FAILED|INTERNAL_ERROR|"
+                r"unable to find an engine",
+            ),
         ),
         Cause(
             "inputs",
@@ -384,9 +402,12 @@ CUDNN_ERROR = Entry(
         ),
         Cause(
             "versions",
-            "A cuDNN library that does not match the PyTorch build or the driver.",
+            "A cuDNN library that does not match the PyTorch build or the driver (a second "
+            "cuDNN on LD_LIBRARY_PATH, a GPU newer than the build: cuDNN's v8 API then finds "
+            "no engine for the layer).",
             weight=0.5,
-            signals=(r"VERSION_MISMATCH|ARCH_MISMATCH",),
+            signals=(r"VERSION_MISMATCH|ARCH_MISMATCH|unable to find an engine",),
+            boost=1,
         ),
     ),
     first_steps=(
@@ -488,12 +509,14 @@ INVALID_DEVICE = Entry(
             "CUDA_VISIBLE_DEVICES hides GPUs: inside the process the visible ones are "
             "renumbered from 0.",
             weight=1.5,
+            signals=(r"CUDA_VISIBLE_DEVICES",),
         ),
         Cause(
             "hardcoded",
-            "A hard-coded device such as 'cuda:1', or a checkpoint restored to the GPU it was "
-            "saved from.",
-            weight=1,
+            "A GPU index that this machine does not have: a default of the script (--gpu 1, "
+            "'cuda:1', a list of GPUs written for another machine), or a checkpoint restored "
+            "to the GPU it was saved from.",
+            weight=2.2,
             signals=(r"cuda:\d|torch\.load",),
         ),
     ),
@@ -502,6 +525,12 @@ INVALID_DEVICE = Entry(
         "process.",
     ),
     fixes=(
+        Fix(
+            "Use a GPU index that exists (they count from 0 among the visible GPUs)",
+            "CUDA_VISIBLE_DEVICES=0 python train.py --gpu 0\n"
+            "assert idx < torch.cuda.device_count(), (idx, torch.cuda.device_count())",
+            ("visible", "hardcoded"),
+        ),
         Fix(
             "As many processes as GPUs",
             "torchrun --nproc_per_node=gpu train.py  # one process per visible GPU",
@@ -523,7 +552,7 @@ NO_KERNEL_IMAGE = Entry(
         "too old for the wheel)."
     ),
     patterns=(
-        r"no kernel image is available for execution on the device",
+        r"no kernel image is available(?: for execution on the device)?",
         r"CUDA capability sm_\d+ is not compatible",
     ),
     examples=(
@@ -541,6 +570,17 @@ NO_KERNEL_IMAGE = Entry(
             "old PyTorch, or an old GPU dropped by a new one.",
             weight=2,
         ),
+        Cause(
+            "driver",
+            "The driver is older than the CUDA this PyTorch was built for: even a build that "
+            "includes the GPU (cu128 for an RTX 50) needs a driver that knows its CUDA.",
+            evidence="The driver ({{driver}}, up to CUDA {{driver_cuda}}) is older than the "
+            "CUDA this PyTorch was built for ({{cuda_build}}): a build that includes the GPU "
+            "still needs a driver that knows its CUDA.",
+            weight=0.3,
+            when=lambda f: here.driver_too_old(f),
+            boost=20,
+        ),
         Cause("extension", "A compiled extension built for other architectures.", weight=0.5),
     ),
     first_steps=("Compare torch.cuda.get_device_capability() with torch.cuda.get_arch_list().",),
@@ -549,6 +589,14 @@ NO_KERNEL_IMAGE = Entry(
             "Install a build that supports the GPU",
             "pip install --upgrade torch --index-url https://download.pytorch.org/whl/cu128",
             ("wheel",),
+        ),
+        Fix(
+            "Update the NVIDIA driver to one for the build's CUDA",
+            "nvidia-smi   # 'CUDA Version' in its header must be >= torch.version.cuda\n"
+            "# CUDA 12.8 builds (RTX 50, B200) need driver 570 or newer",
+            ("driver",),
+            needs=("driver_cuda",),
+            check="Compare the 'CUDA Version' in nvidia-smi's header with torch.version.cuda.",
         ),
         Fix(
             "Rebuild extensions for this GPU",
@@ -577,28 +625,31 @@ FORKED = Entry(
             "dataset_cuda",
             "The Dataset (or collate_fn) moves data to the GPU or calls CUDA inside "
             "DataLoader workers.",
-            weight=2,
-            signals=(r"worker|__getitem__|collate",),
+            weight=1,
+            signals=(r"DataLoader|_worker_loop|__getitem__|collate",),
+            boost=2,
         ),
         Cause(
             "pool",
-            "A multiprocessing pool started with fork after CUDA was initialised.",
-            weight=1,
+            "A multiprocessing pool or Process started with fork after CUDA was initialised "
+            "(on Linux fork is the default start method).",
+            weight=1.5,
+            signals=(r"multiprocessing[/\\.](?:pool|process|context)|Pool\(|Process\(",),
         ),
     ),
     first_steps=("Find the CUDA call in the worker's traceback (Original Traceback).",),
     fixes=(
         Fix(
+            "Start the processes with spawn",
+            'torch.multiprocessing.set_start_method("spawn", force=True)  # in __main__\n'
+            'loader = DataLoader(ds, num_workers=4, multiprocessing_context="spawn")',
+            ("pool",),
+        ),
+        Fix(
             "Keep workers on the CPU; move the batch in the training loop",
             "for x, y in loader:  # pin_memory=True in the DataLoader\n"
             "    x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)",
             ("dataset_cuda",),
-        ),
-        Fix(
-            "Start workers with spawn",
-            'loader = DataLoader(ds, num_workers=4, multiprocessing_context="spawn")\n'
-            'torch.multiprocessing.set_start_method("spawn", force=True)',
-            ("pool", "dataset_cuda"),
         ),
     ),
 )

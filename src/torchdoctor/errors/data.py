@@ -7,7 +7,7 @@ from torchdoctor.errors.catalog import Cause, Entry, Fields, Fix, first
 
 def _target_fields(message: str, text: str) -> Fields:
     f: Fields = {}
-    label = first(r"Target (-?\d+) is out of bounds", message)
+    label = first(r"Target (-?\d+) (?:is )?out of bounds", message)
     if label is not None:
         f["label"] = int(label)
         if f["label"] >= 0:
@@ -28,6 +28,7 @@ TARGET_OUT_OF_BOUNDS = Entry(
     ),
     patterns=(
         r"Target -?\d+ is out of bounds",
+        r"Target -?\d+ out of bounds at \S*ClassNLLCriterion",
         r"cur_target >= 0 && cur_target < n_classes",
         r"\bt >= 0 && t < n_classes",
     ),
@@ -79,6 +80,17 @@ TARGET_OUT_OF_BOUNDS = Entry(
             weight=2,
         ),
         Cause(
+            "mask_pixels",
+            "Segmentation masks were read as pixel values (0-255 greyscale, or RGB colours) "
+            "instead of class indices: a label this large is a grey level, not a class.",
+            evidence="Label {{label}} looks like a grey level: segmentation masks were read "
+            "as pixel values (0-255) instead of class indices.",
+            weight=0.5,
+            when=lambda f: 100 <= f["label"] < 255 and f.get("num_classes", 0) < 100,
+            signals=(r"mask|segment|seg_|unet|deeplab|\.png",),
+            boost=12,
+        ),
+        Cause(
             "wrong_column",
             "The targets are not class indices at all: a wrong column, pixel values or boxes "
             "used as labels, or one-hot labels turned into indices along the wrong dimension.",
@@ -110,6 +122,13 @@ TARGET_OUT_OF_BOUNDS = Entry(
         ),
         Fix(
             "Shift 1-based labels", "labels = labels - 1  # classes 1..C -> 0..C-1", ("one_based",)
+        ),
+        Fix(
+            "Turn mask pixel values into class indices",
+            'mask = np.array(Image.open(path).convert("L"))\n'
+            "mask = torch.from_numpy((mask > 127).astype(np.int64))   # two classes\n"
+            "# more classes: a lookup table from each grey level or colour to its class",
+            ("mask_pixels",),
         ),
         Fix(
             "Size the head from the data",
@@ -148,6 +167,8 @@ INDEX_OUT_OF_RANGE = Entry(
     ),
     patterns=(
         r"index out of range in self",
+        r"^(?:IndexError|RuntimeError): index out of range(?: at \S*(?:TH|ATen|aten)\S*)?\s*$",
+        r"^(?:RuntimeError: )?index out of range at \S*(?:/TH|aten/)",
         r"index -?\d+ is out of bounds for (?:dimension|axis) \d+ with size \d+",
         r"srcIndex < srcSelectDimSize",
     ),
@@ -169,7 +190,7 @@ INDEX_OUT_OF_RANGE = Entry(
             "A token id is >= the embedding's num_embeddings: tokenizer and model vocabularies "
             "differ, or tokens were added without resizing the embeddings.",
             weight=1,
-            signals=(r"index out of range in self|srcIndex|embedding",),
+            signals=(r"index out of range in self|srcIndex|embedding|THTensorEvenMoreMath",),
             boost=12,
         ),
         Cause(
@@ -195,9 +216,11 @@ INDEX_OUT_OF_RANGE = Entry(
     ),
     fixes=(
         Fix(
-            "Match embeddings to the tokenizer",
-            "model.resize_token_embeddings(len(tokenizer))  # Hugging Face models\n"
-            "assert ids.max() < model.get_input_embeddings().num_embeddings",
+            "Keep ids inside the embeddings: the vocabulary and the sequence length",
+            "print(ids.max(), model.get_input_embeddings().num_embeddings, ids.shape[-1])\n"
+            "model.resize_token_embeddings(len(tokenizer))   # ids beyond the vocabulary\n"
+            "enc = tokenizer(texts, truncation=True,          # longer than the positions\n"
+            "                max_length=model.config.max_position_embeddings)",
             ("vocab",),
         ),
         Fix(
@@ -328,7 +351,11 @@ WORKER_ERROR = Entry(
         "worker's own traceback is printed after 'Original Traceback' and its last line is "
         "the real error."
     ),
-    patterns=(r"Caught \w+ in DataLoader worker process \d+",),
+    patterns=(
+        r"Caught \w+ in DataLoader worker process \d+",
+        # torch <= 0.4: the worker's traceback is the message of the re-raised exception.
+        r"^\w+(?:Error|Exception): Traceback \(most recent call last\):?\s*$",
+    ),
     priority=-1,
     examples=(
         "KeyError: Caught KeyError in DataLoader worker process 0. Original Traceback (most "

@@ -82,7 +82,6 @@ NCCL_TIMEOUT = Entry(
         r"Some NCCL operations have failed or timed out",
         r"collective operation timeout",
         r"NCCL (?:timeout|operation timed out)",
-        r"Timed out waiting \d+ms for (?:recv|send) operation",
         r"retrieving ncclUniqueId from \[\d+\] via c10d key-value store.*(?:Timeout|timed out)",
         r"watchdog (?:got stuck|thread terminated)|Heartbeat monitor timed out",
     ),
@@ -292,6 +291,14 @@ NCCL_ERROR = Entry(
             signals=(r"Duplicate GPU|invalid usage",),
         ),
         Cause(
+            "p2p",
+            "Direct GPU-to-GPU (peer-to-peer) transfers do not work on this machine: consumer "
+            "GPUs, a VM, or the PCIe switch's ACS/IOMMU settings in the way. NCCL then fails "
+            "with 'unhandled cuda error' (or hangs) on the first collective.",
+            weight=1.2,
+            signals=(r"unhandled cuda error|\bP2P\b|peer access|NCCL_P2P",),
+        ),
+        Cause(
             "cuda",
             (
                 "A CUDA failure on this rank ({{cuda_failure}}) surfaced through NCCL.",
@@ -300,6 +307,7 @@ NCCL_ERROR = Entry(
             ),
             weight=1,
             signals=(r"unhandled cuda error|Cuda failure|out of memory",),
+            when=lambda f: "cuda_failure" in f or None,
         ),
         Cause(
             "peer_died",
@@ -349,6 +357,12 @@ NCCL_ERROR = Entry(
             "Rule InfiniBand in or out",
             "NCCL_IB_DISABLE=1 torchrun ...  # slower; only to locate the problem",
             ("setup", "network"),
+        ),
+        Fix(
+            "Rule peer-to-peer transfers out",
+            "NCCL_P2P_DISABLE=1 torchrun --nproc_per_node=8 train.py\n"
+            "nvidia-smi topo -m   # how the GPUs are connected",
+            ("p2p",),
         ),
         Fix(
             "Expose the CUDA error itself",
@@ -437,11 +451,6 @@ ADDRESS_IN_USE = Entry(
     ),
     fixes=(
         Fix(
-            "End the leftover process",
-            ("lsof -t -i :{{port}} | xargs -r kill", "lsof -t -i :29500 | xargs -r kill"),
-            ("stale",),
-        ),
-        Fix(
             "Use another port",
             (
                 "torchrun --master_port={{next_port}} --nproc_per_node=8 train.py\n"
@@ -449,6 +458,11 @@ ADDRESS_IN_USE = Entry(
                 "torchrun --master_port=29501 --nproc_per_node=8 train.py",
             ),
             ("two_jobs", "stale"),
+        ),
+        Fix(
+            "End the leftover process",
+            ("lsof -t -i :{{port}} | xargs -r kill", "lsof -t -i :29500 | xargs -r kill"),
+            ("stale",),
         ),
         Fix(
             "Let torchrun pick a free port on a single node",
@@ -573,7 +587,9 @@ CONNECT = Entry(
     patterns=(
         r"client socket has timed out after \d+m?s while trying to connect to",
         r"\bDistNetworkError\b",
-        r"Connection (?:refused|reset by peer|closed by peer)",
+        r"Connection refused",
+        r"client socket has failed to connect to any network address",
+        r"TCP client failed to connect",
         r"failed to connect to .* \(errno: \d+",
         r"Rendezvous(?:Connection|Timeout)Error",
         r"Temporary failure in name resolution|Name or service not known",
@@ -581,9 +597,8 @@ CONNECT = Entry(
     examples=(
         "torch.distributed.DistNetworkError: The client socket has timed out after 900s while "
         "trying to connect to (node0, 29500).",
-        "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed "
-        "by peer [10.0.0.3]:43627",
-        "ConnectionResetError: [Errno 104] Connection reset by peer",
+        "RuntimeError: The client socket has failed to connect to any network address of "
+        "(node0, 29500).",
     ),
     summary=(
         "Could not reach the rendezvous at {{host}}:{{port}} within {{waited}} s.",
@@ -592,13 +607,6 @@ CONNECT = Entry(
     extract=_connect_fields,
     secondary=True,
     causes=(
-        Cause(
-            "peer_died",
-            "The other end died: a rank crashed and the others lost their connections to it.",
-            weight=2,
-            signals=(r"reset by peer|closed by peer|Broken pipe",),
-            boost=3,
-        ),
         Cause(
             "address",
             "MASTER_ADDR or the port is wrong or unreachable from this node (firewall, DNS, "
@@ -639,6 +647,8 @@ ENV_MISSING = Entry(
     patterns=(
         r"environment variable \w+ expected, but not set",
         r"Error initializing torch\.distributed using env://",
+        r"(?:rank|world_size|MASTER_ADDR|MASTER_PORT) is not set but it is required for env://",
+        r"_env_error\(\"(?:RANK|WORLD_SIZE|MASTER_ADDR|MASTER_PORT)\"\)",
         r"KeyError: '(?:LOCAL_RANK|RANK|WORLD_SIZE|MASTER_ADDR|MASTER_PORT|LOCAL_WORLD_SIZE)'",
     ),
     examples=(
@@ -650,7 +660,12 @@ ENV_MISSING = Entry(
         "{{variable}} is not set: the script expects to be started by a distributed launcher.",
     ),
     extract=lambda message, text: (
-        {"variable": v} if (v := first(r"(?:variable |KeyError: ')([A-Z_]+)", message)) else {}
+        {"variable": v.upper()}
+        if (
+            v := first(r"(?:variable |KeyError: '|_env_error\(\")([A-Z_]+)", message)
+            or first(r"\b(rank|world_size|MASTER_ADDR|MASTER_PORT) is not set", message)
+        )
+        else {}
     ),
     causes=(
         Cause(
@@ -751,14 +766,15 @@ DDP_UNUSED = Entry(
     ),
     fixes=(
         Fix(
+            "Tell DDP that some parameters may be unused (costs a graph traversal per step)",
+            "model = DDP(model, device_ids=[local_rank], find_unused_parameters=True)\n"
+            "# mmdetection-style configs: find_unused_parameters = True",
+            ("unused_branch", "outputs_unused"),
+        ),
+        Fix(
             "Freeze what is not trained",
             "for p in model.aux_head.parameters():\n    p.requires_grad_(False)",
             ("frozen", "unused_branch"),
-        ),
-        Fix(
-            "Tell DDP that some parameters may be unused (costs a graph traversal per step)",
-            "model = DDP(model, device_ids=[local_rank], find_unused_parameters=True)",
-            ("unused_branch", "outputs_unused"),
         ),
     ),
 )
@@ -1038,6 +1054,282 @@ CHILD_FAILED = Entry(
 )
 
 
+def _gloo_fields(message: str, text: str) -> Fields:
+    f: Fields = {}
+    timeout = first(r"Timed out waiting (\d+)ms", message)
+    if timeout is not None:
+        f["timeout_ms"] = int(timeout)
+        f["timeout"] = _minutes(int(timeout))
+    op = first(r"for (recv|send) operation", message)
+    if op:
+        f["op"] = op
+    call = first(
+        r"in (all_gather\w*|all_reduce|broadcast\w*|gather\w*|barrier|reduce\w*|send|recv)"
+        r"\b",
+        text,
+    )
+    if call:
+        f["call"] = call
+    return f
+
+
+GLOO_TIMEOUT = Entry(
+    code="gloo.timeout",
+    title="gloo collective timed out",
+    meaning=(
+        "A collective or point-to-point call on a gloo process group (the CPU backend; also "
+        "what metrics, object gathers and barriers often use next to NCCL) waited longer than "
+        "the group's timeout, 30 minutes by default, for a peer that never sent or received. "
+        "gloo has no watchdog: the call itself raises in the thread that made it, on the rank "
+        "that waited. The peer did not come: it failed, it is slow, or it took another path."
+    ),
+    patterns=(
+        r"unbound_buffer\.cc:\d+\] Timed out waiting \d+ms for (?:recv|send) operation",
+        r"Timed out waiting \d+ms for (?:recv|send) operation to complete",
+        r"Application timeout caused pair closure",
+        r"gloo.*\bTimed out\b",
+    ),
+    priority=1,
+    secondary=True,
+    examples=(
+        "RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out "
+        "waiting 1800000ms for recv operation to complete",
+    ),
+    summary=(
+        "A gloo {{op}} waited {{timeout}} for its peer and gave up.",
+        "A gloo call waited for its peer longer than the timeout and gave up.",
+    ),
+    extract=_gloo_fields,
+    causes=(
+        Cause(
+            "peer_failed",
+            "The peer rank failed or exited first (an exception, out of memory, a kill); its "
+            "own log holds the root error.",
+            weight=2,
+        ),
+        Cause(
+            "diverged",
+            "The ranks reached different calls: a gather of metrics or objects run by some "
+            "ranks only (evaluation on rank 0, a branch on rank), or an extra batch on one rank.",
+            weight=2,
+            signals=(r"gather|all_gather_object|evaluat|comm\.py",),
+            boost=1,
+            when=lambda f: "calls_by_rank" in f,
+            evidence=(
+                "The ranks waited in different calls ({{calls_by_rank}}): their code paths "
+                "diverged, and each waits for a partner that is in another call.",
+            ),
+        ),
+        Cause(
+            "slow_peer",
+            "The peer is alive but busy for longer than the timeout: evaluating, saving a "
+            "checkpoint or loading data on one rank while the others wait in a gloo call.",
+            weight=1.5,
+            signals=(r"evaluat|save|checkpoint|epoch",),
+            boost=1,
+        ),
+        Cause(
+            "network",
+            "The nodes cannot exchange data on the interface gloo picked (a wrong interface "
+            "across nodes, a firewall).",
+            weight=0.5,
+        ),
+    ),
+    first_steps=(
+        _ALL_RANKS,
+        "Dump the stacks of the rank that did not arrive (`torchdoctor ENDPOINT backtrace`, "
+        "py-spy dump): it is either dead, elsewhere in the code, or still busy.",
+    ),
+    fixes=(
+        Fix(
+            "Every rank makes the same gloo calls, in the same order",
+            "metrics = evaluate(model)                 # on every rank\n"
+            "gathered = [None] * dist.get_world_size()\n"
+            "dist.all_gather_object(gathered, metrics)  # not under `if rank == 0`",
+            ("diverged", "peer_failed"),
+        ),
+        Fix(
+            "A timeout long enough for the slow step, or a barrier after it",
+            'dist.init_process_group("nccl", timeout=datetime.timedelta(hours=2))\n'
+            'cpu_group = dist.new_group(backend="gloo", timeout=datetime.timedelta(hours=2))',
+            ("slow_peer",),
+        ),
+        Fix(
+            "Pin gloo to the interface the nodes share",
+            "export GLOO_SOCKET_IFNAME=eth0",
+            ("network",),
+        ),
+    ),
+)
+
+
+PEER_LOST = Entry(
+    code="dist.peer_lost",
+    title="A peer went away in the middle of the run",
+    meaning=(
+        "A connection to another rank was closed or reset while the job was running: gloo "
+        "reports 'Connection closed by peer' or 'Connection reset by peer' when the process at "
+        "the other end exited or died. This rank did nothing wrong; the question is why the "
+        "other one left: it crashed, was killed, or finished and exited while this rank still "
+        "exchanged data with it."
+    ),
+    patterns=(
+        r"Connection closed by peer",
+        r"(?:gloo|pair\.cc|c10d|socket\.cpp|rank).*Connection reset by peer",
+        r"Read error \[[^\]]*\]:\d+: Connection reset",
+        r"gloo::IoException",
+        r"Broken pipe.*(?:gloo|c10d|pair\.cc)",
+        r"(?:gloo|c10d|pair\.cc).*Broken pipe",
+    ),
+    secondary=True,
+    examples=(
+        "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed "
+        "by peer [127.0.0.1]:38032",
+        "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:589] Read error "
+        "[192.168.70.92]:25266: Connection reset by peer",
+    ),
+    summary=(
+        "The connection to the rank at {{peer}} was closed: that process exited or died.",
+        "A connection to another rank was closed: that process exited or died.",
+    ),
+    extract=lambda message, text: (
+        {"peer": p.replace("]", "")}
+        if (p := first(r"by peer \[?([\w.:]+\]?:\d+)", message))
+        else {}
+    ),
+    causes=(
+        Cause(
+            "peer_died",
+            "The other rank died first: an exception, an out-of-memory kill (SIGKILL, no "
+            "traceback), or a crash of the process; its own log holds the root error.",
+            weight=3,
+        ),
+        Cause(
+            "peer_exited",
+            "The other rank finished and exited while this one still talked to it: it ran "
+            "fewer steps (uneven data, an early break), or returned without waiting for an "
+            "isend to complete.",
+            weight=1.5,
+            signals=(r"isend|irecv|send\(|recv\(",),
+            boost=2,
+        ),
+        Cause(
+            "connection_dropped",
+            "Something between the nodes closed an idle connection (a firewall or NAT "
+            "timeout on long pauses such as evaluation).",
+            weight=0.3,
+        ),
+    ),
+    first_steps=(
+        _ALL_RANKS,
+        "Look for the other rank's traceback, an exit code or a signal in the launcher's "
+        "summary (`exitcode: -9` is a SIGKILL), and the kernel log of its node.",
+    ),
+    fixes=(
+        Fix(
+            "Find the rank that left first",
+            "torchrun --nproc_per_node=4 --tee 3 --log-dir logs/ train.py\n"
+            "torchdoctor explain logs/   # the first rank's own error",
+            ("peer_died",),
+        ),
+        Fix(
+            "End every rank together",
+            "req = dist.isend(tensor, dst=1)\n"
+            "req.wait()                    # before leaving\n"
+            "dist.barrier()\n"
+            "dist.destroy_process_group()",
+            ("peer_exited",),
+        ),
+    ),
+)
+
+
+BACKEND_UNAVAILABLE = Entry(
+    code="dist.backend_unavailable",
+    title="The distributed backend is not built into this PyTorch",
+    meaning=(
+        "init_process_group asked for a backend this PyTorch does not have: NCCL exists only "
+        "in the CUDA builds for Linux (not on Windows or macOS, not in CPU-only builds), MPI "
+        "only in builds from source with MPI, and NCCL needs a GPU per process."
+    ),
+    patterns=(
+        r"Distributed package doesn't have (?:NCCL|MPI|Gloo|UCC) built in",
+        r"Backend (?:nccl|mpi|ucc) not available",
+        r"ProcessGroupNCCL is only supported with GPUs, no GPUs found",
+        r"use_libuv was requested but PyTorch was buil[dt] without libuv support",
+    ),
+    keys=(r"doesn't have NCCL",),
+    priority=4,
+    examples=(
+        "RuntimeError: Distributed package doesn't have NCCL built in",
+        "RuntimeError: ProcessGroupNCCL is only supported with GPUs, no GPUs found!",
+    ),
+    summary=(
+        "This PyTorch has no {{backend}} backend.",
+        "The requested distributed backend is not part of this PyTorch build.",
+    ),
+    extract=lambda message, text: (
+        {"backend": b}
+        if (b := first(r"doesn't have (\w+) built in|Backend (\w+) not available", message))
+        else ({"backend": "NCCL"} if "ProcessGroupNCCL" in message else {})
+    ),
+    causes=(
+        Cause(
+            "platform",
+            "NCCL does not exist on Windows or macOS: PyTorch for those platforms ships gloo only.",
+            weight=2,
+            when=lambda f: f.get("platform") in ("windows", "macos") or None,
+            boost=10,
+        ),
+        Cause(
+            "cpu_build",
+            "A CPU-only PyTorch is installed (no CUDA, hence no NCCL).",
+            weight=1,
+            when=lambda f: f.get("cuda_build") == "cpu" or None,
+            boost=10,
+        ),
+        Cause(
+            "no_gpu",
+            "No GPU is visible to the process, and NCCL works only between GPUs.",
+            weight=0.5,
+            signals=(r"no GPUs found",),
+            boost=10,
+        ),
+        Cause(
+            "libuv",
+            "On Windows, torch >= 2.4 asks for a libuv TCPStore the Windows wheels lack.",
+            weight=0.2,
+            signals=(r"libuv",),
+            boost=20,
+        ),
+    ),
+    first_steps=(
+        'python -c "import torch, torch.distributed as d; print(torch.__version__, '
+        'd.is_nccl_available(), d.is_gloo_available(), torch.cuda.is_available())"',
+    ),
+    fixes=(
+        Fix(
+            "Use the gloo backend where NCCL does not exist (Windows, macOS, CPU)",
+            'backend = "nccl" if dist.is_nccl_available() and torch.cuda.is_available() '
+            'else "gloo"\n'
+            "dist.init_process_group(backend)\n"
+            "# or train under WSL2 / Linux, where NCCL exists",
+            ("platform", "cpu_build", "no_gpu"),
+        ),
+        Fix(
+            "Install a CUDA build of PyTorch (Linux)",
+            "pip install torch --index-url https://download.pytorch.org/whl/cu126",
+            ("cpu_build",),
+        ),
+        Fix(
+            "Turn libuv off on Windows",
+            "set USE_LIBUV=0\ntorchrun --nproc_per_node=2 train.py",
+            ("libuv",),
+        ),
+    ),
+)
+
+
 ENTRIES = (
     NCCL_TIMEOUT,
     NCCL_ERROR,
@@ -1048,4 +1340,7 @@ ENTRIES = (
     ENV_MISSING,
     DDP_UNUSED,
     CHILD_FAILED,
+    GLOO_TIMEOUT,
+    PEER_LOST,
+    BACKEND_UNAVAILABLE,
 )

@@ -211,15 +211,16 @@ _NAN_CAUSES = (
 
 _NAN_FIXES = (
     Fix(
-        "Clip gradients",
-        "torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)",
-        ("no_clipping", "learning_rate"),
-    ),
-    Fix(
-        "Warm up the learning rate",
+        "Lower the learning rate and warm it up",
+        "optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)  # e.g. a tenth of now\n"
         "scheduler = torch.optim.lr_scheduler.LambdaLR(\n"
         "    optimizer, lambda step: min(1.0, (step + 1) / 1000))",
         ("learning_rate",),
+    ),
+    Fix(
+        "Clip gradients",
+        "torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)",
+        ("no_clipping", "learning_rate"),
     ),
     Fix(
         "Numerically stable forms",
@@ -341,7 +342,7 @@ BCE_RANGE = Entry(
         "mean it received logits or a broken prediction."
     ),
     patterns=(
-        r"all elements of input should be between 0 and 1",
+        r"all elements of (?:input|target) should be between 0 and 1",
         r"input_val >= zero && input_val <= one",
         r"Assertion `x >= 0\. && x <= 1\.' failed",
     ),
@@ -375,4 +376,83 @@ BCE_RANGE = Entry(
     ),
 )
 
-ENTRIES = (ANOMALY, NAN_LOSS, GRAD_NORM, BCE_RANGE)
+
+def _unscale_fields(message: str, text: str) -> Fields:
+    f: Fields = {}
+    if rx(r"peft|lora|LoraConfig").search(text):
+        f["adapters"] = "peft"
+    return f
+
+
+UNSCALE_FP16 = Entry(
+    code="amp.unscale_fp16",
+    title="GradScaler met float16 gradients (parameters stored in float16)",
+    meaning=(
+        "Mixed precision keeps the trainable parameters (and so their gradients) in float32 "
+        "and lets autocast run the operations in float16; GradScaler then unscales float32 "
+        "gradients. It refuses float16 gradients, because their updates would be lost to "
+        "rounding: some trainable parameters are float16 themselves."
+    ),
+    patterns=(
+        r"Attempting to unscale FP16 gradients",
+        r"unscale_ called on FP16 gradients",
+    ),
+    keys=(r"unscale\w* .*FP16",),
+    priority=3,
+    examples=("ValueError: Attempting to unscale FP16 gradients.",),
+    summary=("Trainable parameters are stored in float16; GradScaler needs them in float32.",),
+    extract=_unscale_fields,
+    causes=(
+        Cause(
+            "half_model",
+            "The model was loaded or cast to float16 (torch_dtype=torch.float16, .half(), an "
+            "fp16 checkpoint) and then trained with fp16 mixed precision.",
+            weight=2,
+        ),
+        Cause(
+            "half_adapters",
+            "LoRA/PEFT adapters were created in float16 on a float16 base model; only they "
+            "are trained, and they must be float32.",
+            weight=1.5,
+            when=lambda f: f.get("adapters") == "peft" or None,
+            boost=2,
+        ),
+        Cause(
+            "library_version",
+            "A library version that casts adapters or the model differently (peft, "
+            "transformers, accelerate newer than the training script expects).",
+            evidence="The project pins {{pinned}} but {{installed}} is installed: a library "
+            "version that casts adapters or the model differently than the script expects.",
+            when=lambda f: "pinned" in f or None,
+            weight=0.5,
+            signals=(r"peft|transformers/trainer\.py",),
+        ),
+    ),
+    first_steps=(
+        "List the trainable parameters' dtypes: {p.dtype for p in model.parameters() if "
+        "p.requires_grad}.",
+    ),
+    fixes=(
+        Fix(
+            "Keep the trainable parameters in float32 (autocast still runs in float16)",
+            "for p in model.parameters():\n"
+            "    if p.requires_grad:\n"
+            "        p.data = p.data.float()\n"
+            "# or load the model in float32: from_pretrained(..., torch_dtype=torch.float32)",
+            ("half_model", "half_adapters"),
+        ),
+        Fix(
+            "Or train in bfloat16 without a GradScaler",
+            'with torch.autocast("cuda", dtype=torch.bfloat16):\n'
+            "    loss = model(**batch).loss\nloss.backward()  # no scaler needed for bf16",
+            ("half_model",),
+        ),
+        Fix(
+            "Use the library versions the training script was written for",
+            "pip install peft==0.3.0  # the version its requirements name",
+            ("library_version",),
+        ),
+    ),
+)
+
+ENTRIES = (ANOMALY, NAN_LOSS, GRAD_NORM, BCE_RANGE, UNSCALE_FP16)

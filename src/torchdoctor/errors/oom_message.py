@@ -1,6 +1,8 @@
 """The grammar of out-of-memory messages, torch-free: which wording is an OOM of which device,
-and the numbers each wording carries. `torchdoctor explain` (errors/memory.py) and the live
-OOM capture (memory/oom.py) both read messages through it.
+and the numbers each wording carries. The one place that decides "is this text an
+out-of-memory error": `torchdoctor explain` (errors/memory.py), the live OOM capture
+(memory/oom.py) and the batch-size finder (memory/batch_size.py, `torchdoctor batch-size`) all
+read messages through it.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ from torchdoctor.units import SIZE, human, size_in
 # An exception or log line that says an allocation failed, by device.
 GPU_PATTERNS = (
     r"\b(?:CUDA|HIP|XPU) out of memory",
-    r"CUDA error: out of memory",
-    r"cudaErrorMemoryAllocation",
+    r"CUDA error: ?out of memory",
+    r"cuda runtime error \(2\) ?: ?out of memory",  # torch <= 0.4
+    r"cudaErrorMemoryAllocation|hipErrorOutOfMemory",
     r"\bOutOfMemoryError\b",
 )
 CPU_PATTERNS = (
@@ -24,8 +27,29 @@ CPU_PATTERNS = (
     r"\b(?:_ArrayMemoryError|MemoryError)\b",
     r"Unable to allocate \S+ \S+ for an array with shape",
     r"std::bad_alloc",
+    r"posix_memalign\(&data, gAlignment, nbytes\) == 0\. 12 vs 0",  # ENOMEM, torch <= 1.1
+    # ENOMEM (a fork, an mmap), not glibc's "cannot allocate memory in static TLS block",
+    # which is a library loaded too late, not a shortage.
+    r"\bCannot allocate memory\b(?! in static TLS)",
+    r"\[WinError (?:8|1455)\]",  # Windows: not enough memory resources; paging file too small
+    # The kernel's word: the OOM killer, a cgroup's limit, Kubernetes.
+    r"Out of memory: Kill(?:ed)? process",
+    r"Memory cgroup out of memory",
+    r"\bOOMKilled\b",
 )
 MPS_PATTERNS = (r"MPS backend out of memory",)
+# A library's own allocation failing: an out-of-memory error of the device it runs on (cuBLAS
+# creating its handle or workspace on a full GPU, NCCL its buffers); explain files these
+# under the library (cublas.alloc, nccl.error).
+LIBRARY_PATTERNS = (
+    r"CUBLAS_STATUS_ALLOC_FAILED",
+    r"Cuda failure '?out of memory",  # NCCL's report of its CUDA allocation
+)
+# Failures that are allocations only when the process runs under a memory limit (RLIMIT_AS in
+# `torchdoctor batch-size`): oneDNN reports a failed allocation as a primitive it could not
+# create, which otherwise also means an unsupported layout or dtype.
+LIMITED_PATTERNS = (r"could not create a primitive", r"OpenBLAS[^\n]*memory allocation failed")
+OOM_CLASSES = ("MemoryError", "OutOfMemoryError", "_ArrayMemoryError")
 
 
 def _put(fields: Fields, name: str, size_text: str | None) -> None:
@@ -123,6 +147,31 @@ class OomMessage:
 
 def _matches(patterns: tuple[str, ...], text: str) -> bool:
     return any(re.search(p, text, re.IGNORECASE) for p in patterns)
+
+
+def is_oom_text(text: str, limited: bool = False) -> bool:
+    """Whether `text` (an exception's message, a traceback or a process's stderr) says an
+    allocation failed: on a GPU (CUDA, ROCm, XPU), on Apple's MPS, in host memory, or inside
+    cuBLAS. With `limited` (the process ran under a memory limit), oneDNN's and OpenBLAS's
+    failed allocations count too."""
+    patterns: tuple[str, ...] = GPU_PATTERNS + MPS_PATTERNS + CPU_PATTERNS + LIBRARY_PATTERNS
+    if limited:
+        patterns += LIMITED_PATTERNS
+    return _matches(patterns, text)
+
+
+def is_oom(exc: BaseException, limited: bool = False) -> bool:
+    """Whether an exception, or one it was raised from, is an out-of-memory error: by its class
+    (MemoryError, torch's OutOfMemoryError) or by its message (is_oom_text)."""
+    current: BaseException | None = exc
+    for _ in range(8):
+        if current is None:
+            return False
+        names = {cls.__name__ for cls in type(current).__mro__}
+        if names & set(OOM_CLASSES) or is_oom_text(str(current), limited):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def parse(text: str) -> OomMessage | None:

@@ -45,6 +45,7 @@ MATMUL = Entry(
     patterns=(
         r"mat1 and mat2 shapes cannot be multiplied",
         r"size mismatch, m1: \[",
+        r"size mismatch at \S*(?:THCTensorMathBlas|THTensorMath|Blas)",
         r"size mismatch, got input \(\d+\), mat",
         r"Expected size for first two dimensions of batch2 tensor",
         r"a and b must have same reduction dim",
@@ -200,6 +201,18 @@ SIZE_MISMATCH = Entry(
     extract=_size_fields,
     causes=(
         Cause(
+            "image_channels",
+            "An image with another number of channels than the model or the normalisation "
+            "expects: a PNG with an alpha channel (RGBA, 4) or a greyscale image (1) where 3 "
+            "(RGB) are expected.",
+            evidence="Sizes {{size_a}} and {{size_b}} are likely image channels: a PNG with an "
+            "alpha channel (RGBA) or a greyscale image where RGB (3) is expected.",
+            weight=0,
+            when=lambda f: {f["size_a"], f["size_b"]} in ({3, 4}, {1, 3}) and f["dim"] in (0, 1),
+            boost=12,
+            only_when=True,
+        ),
+        Cause(
             "batch_folded",
             (
                 "A reshape folded the batch into the features (x.view(-1, N) with the wrong N) "
@@ -250,6 +263,11 @@ SIZE_MISMATCH = Entry(
     ),
     first_steps=_SHAPE_STEPS,
     fixes=(
+        Fix(
+            "Convert every image to RGB when loading it",
+            'img = Image.open(path).convert("RGB")  # drops alpha, expands greyscale',
+            ("image_channels",),
+        ),
         Fix(
             "Keep the batch dimension when reshaping",
             "x = x.view(x.size(0), -1)  # not x.view(-1, 784)",

@@ -109,6 +109,7 @@ DEVICE_MISMATCH = Entry(
         r"to have the same device as tensor for argument",
         r"found at least two devices",
         r"Expected a '\w+' device type for generator",
+        r"Placeholder storage has not been allocated on MPS device",
     ),
     guard=_device_guard,
     examples=(
@@ -131,6 +132,14 @@ DEVICE_MISMATCH = Entry(
     ),
     extract=_device_fields,
     causes=(
+        Cause(
+            "mps_not_moved",
+            "On a Mac, part of the computation is not on the 'mps' device: the model was moved "
+            "and the batch was not (or the reverse), or a trainer left one of them on the CPU.",
+            weight=0.1,
+            signals=(r"Placeholder storage has not been allocated on MPS",),
+            boost=20,
+        ),
         Cause(
             "input_not_moved",
             "The batch (inputs or targets) was not moved to the model's device, or the result "
@@ -182,6 +191,12 @@ DEVICE_MISMATCH = Entry(
     ),
     fixes=(
         Fix(
+            "Put the model and every batch on the mps device",
+            'device = torch.device("mps")\nmodel.to(device)\nx = x.to(device)\n'
+            "# Hugging Face Trainer: TrainingArguments(..., use_mps_device=True) on old versions",
+            ("mps_not_moved",),
+        ),
+        Fix(
             "Move the batch, and assign the result",
             "x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)",
             ("input_not_moved",),
@@ -190,6 +205,13 @@ DEVICE_MISMATCH = Entry(
             "Move the model after it is complete",
             "model = build_model()\nmodel.fc = nn.Linear(512, num_classes)\nmodel.to(device)",
             ("model_not_moved",),
+        ),
+        Fix(
+            "Keep everything on one GPU, or follow the device map",
+            "CUDA_VISIBLE_DEVICES=0 python infer.py   # one GPU: nothing can land on another\n"
+            "# split on purpose (device_map='auto'): inputs go to the first layer's device\n"
+            "inputs = {k: v.to(model.device) for k, v in inputs.items()}",
+            ("two_gpus",),
         ),
         Fix(
             "Create tensors on the device of the data",
@@ -213,7 +235,7 @@ def _dtype_fields(message: str, text: str) -> Fields:
         (r"Found dtype (\w+) but expected (\w+)", "found", "expected"),
         (r"expected target dtype to be (\w+(?: or \w+)?), but got (\w+)", "expected", "found"),
         (r"must have the same dtype, but got (\w+) and (\w+)", "found", "expected"),
-        (r"to have the same dtype, but got: (\w+) != (\w+)", "found", "expected"),
+        (r"to have the same dtype, but got: ?([\w:]+) ?!= ?([\w:]+)", "found", "expected"),
         (r"Expected object of scalar type (\w+) but got scalar type (\w+)", "expected", "found"),
         (r"result type (\w+) can't be cast to the desired output type (\w+)", "found", "expected"),
         (
@@ -291,6 +313,16 @@ DTYPE_MISMATCH = Entry(
             when=lambda f: _mentions(f, "long") and not _mentions(f, "double", "half"),
         ),
         Cause(
+            "two_half_dtypes",
+            "float16 and bfloat16 meet: one part (a component loaded with its own torch_dtype, "
+            "an adapter, the inputs) is in float16 and another in bfloat16, or autocast runs "
+            "in one while the weights are stored in the other.",
+            weight=0,
+            when=lambda f: _mentions(f, "half", "float16") and _mentions(f, "bfloat16"),
+            boost=12,
+            only_when=True,
+        ),
+        Cause(
             "half",
             "Half or bfloat16 tensors meet float32 ones outside autocast: a manual .half() on "
             "the model or the inputs, or an op outside the autocast region.",
@@ -348,8 +380,16 @@ DTYPE_MISMATCH = Entry(
             ("targets", "float_indices"),
         ),
         Fix(
-            "Let autocast choose per-op precision instead of .half()",
-            'with torch.autocast("cuda", dtype=torch.bfloat16):\n    out = model(x)',
+            "One half-precision dtype throughout",
+            "model.to(torch.bfloat16)            # every component, adapters included\n"
+            "x = x.to(torch.bfloat16)\n"
+            "# or load each part with the same torch_dtype=torch.bfloat16",
+            ("two_half_dtypes",),
+        ),
+        Fix(
+            "Let autocast choose per-op precision, or give the input the weights' dtype",
+            'with torch.autocast("cuda", dtype=torch.bfloat16):\n    out = model(x)\n'
+            "x = x.to(next(model.parameters()).dtype)  # without autocast",
             ("half", "no_kernel"),
         ),
         Fix(
@@ -369,7 +409,7 @@ NUMPY_CONVERSION = Entry(
         "tensors that require grad and tensors on a GPU."
     ),
     patterns=(
-        r"Can't call numpy\(\) on Tensor that requires grad",
+        r"Can't call `?numpy\(\)`? on (?:Tensor|Variable) that requires grad",
         r"can't convert \S+ device type tensor to numpy",
     ),
     examples=(

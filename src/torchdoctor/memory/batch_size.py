@@ -27,18 +27,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from torchdoctor.errors.oom_message import is_oom
 from torchdoctor.memory.host import available, status_fields
 from torchdoctor.units import human
-
-OOM_MARKERS = (
-    "out of memory",
-    "can't allocate memory",
-    "not enough memory",
-    "cannot allocate memory",
-    "memoryerror",
-    "bad_alloc",
-    "outofmemoryerror",
-)
 
 
 @dataclasses.dataclass
@@ -80,24 +71,6 @@ def summary(result: BatchSizeResult) -> str:
     if result.memory_per_sample:
         text += f"; memory per sample ≈ {human(result.memory_per_sample)}"
     return text
-
-
-def is_oom_text(text: str) -> bool:
-    low = text.lower()
-    return any(marker in low for marker in OOM_MARKERS)
-
-
-def is_oom(exc: BaseException) -> bool:
-    current: BaseException | None = exc
-    for _ in range(8):
-        if current is None:
-            return False
-        if isinstance(current, MemoryError) or type(current).__name__ == "OutOfMemoryError":
-            return True
-        if isinstance(current, RuntimeError) and is_oom_text(str(current)):
-            return True
-        current = current.__cause__ or current.__context__
-    return False
 
 
 def malloc_trim() -> None:

@@ -27,6 +27,7 @@ from torchdoctor._version import __version__
 from torchdoctor.config import parse_listen
 from torchdoctor.diagnose import MODULES as KINDS
 from torchdoctor.diagnose.record import SEVERITIES
+from torchdoctor.identity import rank_from_env
 from torchdoctor.probe.server import _RequestHandler, _ServerMixin, serve_in_background
 from torchdoctor.report.prometheus import CONTENT_TYPE, render
 from torchdoctor.store import rundir
@@ -256,7 +257,7 @@ def start_metrics_server(session: Any) -> MetricsServer | None:
         if session.token is None:
             rundir.write_token(session.run_dir, token)
     try:
-        server = MetricsServer(host, port, token, LiveTables(session.tables), global_rank())
+        server = MetricsServer(host, port, token, LiveTables(session.tables), rank_from_env())
     except OSError as exc:
         warn_once("metrics", f"no /metrics endpoint on {host}:{port}: {exc.strerror or exc}")
         return None
@@ -270,8 +271,4 @@ def local_rank() -> int:
 
 
 def global_rank() -> int:
-    for var in ("RANK", "LOCAL_RANK"):
-        value = os.environ.get(var, "")
-        if value.isdigit():
-            return int(value)
-    return 0
+    return rank_from_env()

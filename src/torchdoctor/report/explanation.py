@@ -53,6 +53,8 @@ def render_text(explanation: Any, brief: bool = False) -> str:
         return _brief(e)
     out: list[str] = []
     head = f"{e.category}: {e.title}" if e.recognised else e.title
+    if e.recognised and getattr(e, "confidence", "high") == "low":
+        head += "  (probably: the text does not say so plainly)"
     out.append(head)
     out.append(_wrap(e.summary))
     origin = _origin(e)
@@ -63,6 +65,13 @@ def render_text(explanation: Any, brief: bool = False) -> str:
     lines = field_lines(e.fields)
     if lines:
         out += ["", "From the message", *lines]
+    stated = _fact_lines(getattr(e, "facts", None) or {})
+    if stated:
+        out += ["", "Facts in the text", *stated]
+    evidence = getattr(e, "evidence", None) or []
+    if evidence:
+        out += ["", "On this machine"]
+        out += [_wrap(item, "    ", "  - ") for item in evidence]
     if e.causes:
         out += ["", "Likely causes, most likely first"]
         for i, cause in enumerate(e.causes[:MAX_CAUSES], 1):
@@ -76,6 +85,8 @@ def render_text(explanation: Any, brief: bool = False) -> str:
         out += ["", "Fixes"]
         for i, fix in enumerate(e.fixes[:MAX_FIXES], 1):
             out.append(_wrap(fix["title"], "     ", f"  {i}. "))
+            if fix.get("check"):
+                out.append(_wrap(f"(check first: {fix['check']})", "       "))
             out += [f"       {line}".rstrip() for line in fix["code"].splitlines()]
     if e.also:
         out += ["", "Also in this text"]
@@ -92,6 +103,18 @@ def render_text(explanation: Any, brief: bool = False) -> str:
     if not e.recognised:
         out += ["", "If this error deserves an entry, the catalog lives in torchdoctor/errors/."]
     return "\n".join(out)
+
+
+def _fact_lines(facts: dict[str, Any]) -> list[str]:
+    """What the text states about where it ran (devices, dtypes, versions), one per line."""
+    out = []
+    for name, value in facts.items():
+        if isinstance(value, dict):
+            value = ", ".join(f"{k} {v}" for k, v in value.items())
+        elif isinstance(value, (list, tuple)):
+            value = ", ".join(str(v) for v in value)
+        out.append(f"  {name.replace('_', ' ')}: {value}")
+    return out
 
 
 def _origin(e: Any) -> str | None:
@@ -115,6 +138,8 @@ def _brief(e: Any) -> str:
     if e.fixes:
         fix = e.fixes[0]
         out.append(_wrap(fix["title"], "    ", "  fix: "))
+        if fix.get("check"):
+            out.append(_wrap(f"(check first: {fix['check']})", "    "))
         out += [f"    {line}".rstrip() for line in fix["code"].splitlines()[:6]]
     out.append("  (the whole story: save the output and run `torchdoctor explain FILE`)")
     return "\n".join(out)

@@ -24,6 +24,7 @@ from typing import Any, Protocol, TextIO
 
 import numpy as np
 
+from torchdoctor._json import float_text
 from torchdoctor.store.columns import Block
 
 STEPS_TID = 1
@@ -389,14 +390,14 @@ def _jtext(value: float) -> str:
     """A float as JSON text; JSON has no NaN or infinity, so those are strings."""
     if math.isfinite(value):
         return repr(value)
-    return '"nan"' if math.isnan(value) else ('"inf"' if value > 0 else '"-inf"')
+    return f'"{float_text(value)}"'
 
 
 def _jnum(value: Any) -> float | str | None:
     v = float(value)
     if np.isfinite(v):
         return v
-    return "nan" if np.isnan(v) else ("inf" if v > 0 else "-inf")
+    return float_text(v)
 
 
 def _jval(value: Any) -> Any:

@@ -8,7 +8,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from torchdoctor._json import dumps
+from torchdoctor._json import dumps, float_text
 
 FORMATS = ("table", "json", "csv")
 _MAX_CELL = 80
@@ -21,7 +21,7 @@ def _cell(value: Any, whole: bool = False) -> str:
         return "true" if value else "false"
     if isinstance(value, float):
         if not math.isfinite(value):
-            return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+            return float_text(value)
         return f"{value:.3f}" if abs(value) >= 1e5 else f"{value:.6g}"
     text = str(value).replace("\n", "\\n")
     return text if whole or len(text) <= _MAX_CELL else text[: _MAX_CELL - 3] + "..."

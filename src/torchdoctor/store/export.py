@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 from typing import Any, Protocol
 
+from torchdoctor._json import float_text
 from torchdoctor.store.columns import Block
 from torchdoctor.store.schema import BOOL, FLOAT, INT, STR
 
@@ -74,5 +75,5 @@ def _cell(value: Any) -> Any:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float) and not math.isfinite(value):
-        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+        return float_text(value)
     return value

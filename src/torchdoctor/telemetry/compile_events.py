@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import collections
 import logging
-import os
 import re
 import sys
 import threading
@@ -39,6 +38,7 @@ from torchdoctor import frames
 from torchdoctor._failsafe import Switch, warn_once
 from torchdoctor.diagnose.recompilation import frame_id, normalise
 from torchdoctor.frames import is_stdlib, is_torch, is_user_file
+from torchdoctor.identity import rank_from_env
 from torchdoctor.telemetry.on_import import when_imported
 from torchdoctor.telemetry.patches import Hooks
 
@@ -55,13 +55,6 @@ _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)')
 _LIMIT = re.compile(r"recompile.?limit|cache.?size.?limit", re.IGNORECASE)
 MAX_DETAIL = 2000
 MAX_PENDING = 1000
-
-
-def _rank_from_env() -> int:
-    try:
-        return int(os.environ.get("RANK", "0"))
-    except ValueError:
-        return 0
 
 
 def parse_graph_break(message: str) -> dict[str, str | None]:
@@ -145,7 +138,7 @@ class CompileWatch:
     def __init__(self, tables: Any, step_source: StepSource, rank: int | None = None) -> None:
         self.table = tables["compile"]
         self.step_source = step_source
-        self.rank = _rank_from_env() if rank is None else rank
+        self.rank = rank_from_env() if rank is None else rank
         self.switch = Switch("compile telemetry")
         self.hooks = Hooks()
         self.attached = False

@@ -10,16 +10,10 @@ that called backward() (and one level into objects such as `self`, lists and dic
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Any
 
-_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-_DEMOS = os.path.join(_PACKAGE, "demos") + os.sep
-
-
-def _ours(filename: str) -> bool:
-    return filename.startswith(_PACKAGE) and not filename.startswith(_DEMOS)
+from torchdoctor.frames import is_own
 
 
 def modules_in_reach(module_cls: Any, frame: Any, limit: int = 64) -> list[Any]:
@@ -45,7 +39,7 @@ def modules_in_reach(module_cls: Any, frame: Any, limit: int = 64) -> list[Any]:
 
     seen = 0
     while frame is not None and seen < limit:
-        if not _ours(frame.f_code.co_filename):
+        if not is_own(frame.f_code.co_filename):
             for value in list(frame.f_locals.values()):
                 take(value, 1)
         frame = frame.f_back

@@ -42,9 +42,9 @@ class NormPlan:
             self._count = len(grads)
             self._cat = _cat_fits(grads)
         if self._cat:
-            try:
-                return torch.linalg.vector_norm(torch.cat([g.view(-1) for g in grads]))
-            except (RuntimeError, TypeError):  # devices or dtypes changed: decide again
+            try:  # one C call flattens them all (no view() per gradient from Python)
+                return torch.linalg.vector_norm(torch._C._nn.flatten_dense_tensors(grads))
+            except (RuntimeError, TypeError, AttributeError):  # devices or dtypes changed
                 self._cat = False
         return total_norm(torch, grads)
 

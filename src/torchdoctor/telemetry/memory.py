@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import resource
 import threading
+import time
 from typing import Any
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -63,6 +64,11 @@ class MemoryReader:
                 rss,
             )
         return rss, max(rss, self.peak_rss()), rss, rss
+
+    def row(self, step: int, phase: str, rank: int) -> tuple[Any, ...]:
+        """A python.memory row: the figures now, at a phase boundary of a traced step."""
+        allocated, peak, reserved, _rss = self.read_now()
+        return (step, phase, allocated, peak, reserved, time.time(), rank)
 
     def read(self) -> tuple[int, int, int, int]:
         """The latest sample (at most INTERVAL old), or a reading now if there is none yet."""

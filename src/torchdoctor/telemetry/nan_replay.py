@@ -36,7 +36,7 @@ class NanLocalizer:
         self.rec = recorder
         self.localized = False
         self.armed = False
-        recorder.on_nonfinite.append(self)
+        recorder.nonfinite.localizers.append(self)
 
     def __call__(self, rec: Any, info: dict[str, Any]) -> None:
         if self.localized:
@@ -44,7 +44,7 @@ class NanLocalizer:
         if info.get("late"):
             # Too late to replay (the update has happened): catch the next one in time.
             self.armed = True
-            rec.sync_check = True
+            rec.arm_sync_check()
             rec.event("nan_armed", {"step": info.get("step")})
             return
         self.localized = True

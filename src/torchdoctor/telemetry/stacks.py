@@ -9,9 +9,10 @@ import threading
 from types import FrameType
 from typing import Any
 
+from torchdoctor.frames import PACKAGE_DIR
+
 PROBE_THREAD_PREFIX = "torchdoctor-"
-_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_RUNNER = os.path.join(_PACKAGE, "cli") + os.sep
+_RUNNER = os.path.join(PACKAGE_DIR, "cli") + os.sep  # `torchdoctor run`, under the script
 
 
 def _thread_names() -> dict[int, threading.Thread]:

@@ -15,46 +15,52 @@ OptimizerStepRow = OPTIMIZER_STEPS.row_type()
 
 
 class StepState:
-    __slots__ = (
-        "autocast",
-        "backward_site",
-        "claimed",
-        "clip_norm",
-        "closure_losses",
-        "grad_norm",
-        "grad_norm_value",
-        "loss_ref",
-        "losses",
-        "micro",
-        "nonfinite_seen",
-        "phases",
-        "rng",
-        "scaled",
-        "skip",
-        "start",
-        "tape",
-        "update",
-    )
+    # What most steps never set is a class-level default: a new StepState every step costs
+    # five attributes, not eighteen (the step's fixed cost; docs/benchmarks.md).
+    claimed = 0  # losses[:claimed] belong to another optimizer's step (a GAN)
+    loss_ref: Any = None  # the tensor backward() ran on (its graph names the loss ops)
+    backward_site: tuple[str, int] | None = None  # where backward() was called
+    nonfinite_seen = False
+    micro = 0  # backward() calls
+    clip_norm: Any = None  # the norm clip_grad_norm_ returned (no need to recompute)
+    grad_norm: Any = None  # the primary optimizer's total gradient norm (a tensor)
+    grad_norm_value: float | None = None  # ... read back, when it was read at once
+    skip = False  # --guard dropped this step's update
+    scaled: tuple[Any, Any] | None = None  # (scaled loss, loss) from GradScaler.scale
+    rng: Any = None  # CPU random state at the first model call (for a replay)
+    autocast: tuple[tuple[str, Any], ...] | list[tuple[str, Any]] = ()  # at the first call
+    update: tuple[Any, float] | None = None  # (primary optimizer, seconds in its step())
 
     def __init__(self, start: float | None) -> None:
         self.start = start  # None until the first step's first activity
         self.phases = dict.fromkeys(PHASES, 0.0)  # seconds per python.steps phase column
         self.losses: list[Any] = []  # losses backward() ran on outside optimizer.step()
         self.closure_losses: list[Any] = []  # ... inside it (an LBFGS closure)
-        self.claimed = 0  # losses[:claimed] belong to another optimizer's step (a GAN)
-        self.loss_ref: Any = None  # the tensor backward() ran on (its graph names the loss ops)
-        self.backward_site: tuple[str, int] | None = None  # where backward() was called
-        self.nonfinite_seen = False
-        self.micro = 0  # backward() calls
-        self.clip_norm: Any = None  # the norm clip_grad_norm_ returned (no need to recompute)
-        self.grad_norm: Any = None  # the primary optimizer's total gradient norm (a tensor)
-        self.grad_norm_value: float | None = None  # ... read back, when it was read at once
-        self.skip = False  # --guard dropped this step's update
-        self.scaled: tuple[Any, Any] | None = None  # (scaled loss, loss) from GradScaler.scale
         self.tape: list[tuple[Any, tuple[Any, ...], dict[str, Any]]] = []  # model calls
-        self.rng: Any = None  # CPU random state at the first model call (for a replay)
-        self.autocast: list[tuple[str, Any]] = []  # autocast contexts at the first model call
-        self.update: tuple[Any, float] | None = None  # (primary optimizer, seconds in its step())
+
+    def keep_call(self, module: Any, args: Any, kwargs: Any, torch: Any, random: bool) -> None:
+        """A model call of this step, kept for a NaN replay; the first with the CPU random
+        state (when the models draw random numbers) and the autocast contexts it ran in."""
+        tape = self.tape
+        if not tape:
+            if random:
+                self.rng = torch.get_rng_state()
+            self.autocast = _autocast_now(torch)
+        if len(tape) < TAPE_LIMIT:
+            tape.append((module, args, kwargs))
+
+    def note_loss(
+        self, loss: Any, site: tuple[str, int] | None, on_device: bool, closure: bool
+    ) -> None:
+        """A loss backward() runs on: its value now (CPU) or as a tensor read back later
+        (CUDA); `closure`: inside optimizer.step() (an LBFGS closure)."""
+        scaled = self.scaled
+        if scaled is not None and scaled[0] is loss:  # GradScaler: the unscaled loss
+            loss = scaled[1]
+        self.loss_ref = loss
+        self.backward_site = site
+        value = loss.detach() if on_device else loss.item()
+        (self.closure_losses if closure else self.losses).append(value)
 
     def step_losses(self) -> list[Any]:
         """The losses this step reports: those of the primary optimizer's backward() calls,
@@ -86,3 +92,17 @@ class StepState:
         if later.grad_norm_value is not None:
             self.grad_norm_value = later.grad_norm_value
         return self
+
+
+def _autocast_now(torch: Any) -> list[tuple[str, Any]]:
+    any_enabled = getattr(torch._C, "_is_any_autocast_enabled", None)
+    if any_enabled is not None and not any_enabled():  # the common case: one call
+        return []
+    out = []
+    for device in ("cuda", "cpu"):
+        try:
+            if torch.is_autocast_enabled(device):
+                out.append((device, torch.get_autocast_dtype(device)))
+        except (TypeError, RuntimeError, AttributeError):  # torch without per-device autocast
+            continue
+    return out

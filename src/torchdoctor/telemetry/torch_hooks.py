@@ -39,6 +39,7 @@ def _guarded(rec: Any, method: Any, *args: Any) -> None:
 
 def install(rec: Any, torch: Any, hooks: Hooks) -> None:
     switch = rec.switch
+    counter = rec.optimizers
 
     def on_train_thread() -> bool:
         return switch.on and _get_ident() == rec.train_thread
@@ -77,7 +78,7 @@ def install(rec: Any, torch: Any, hooks: Hooks) -> None:
     def optimizer_pre(optimizer: Any, args: Any, kwargs: Any) -> None:
         if compiling():
             return
-        rec._optimizer_calls += 1  # GradScaler.step compares it to see a skipped step
+        counter.count_call()  # GradScaler.step compares the count to see a skipped step
         if switch.on:
             try:
                 rec.on_optimizer(optimizer, _now())
@@ -124,7 +125,7 @@ def install(rec: Any, torch: Any, hooks: Hooks) -> None:
         it = original_iter(loader)
         if not compiling() and switch.on and id(loader) not in seen:
             seen.add(id(loader))
-            _guarded(rec, rec.loader_seen, loader)
+            _guarded(rec, rec.event, "dataloader", _loader_facts(loader))
         return it
 
     hooks.patch(dl.DataLoader, "__iter__", __iter__)
@@ -145,9 +146,9 @@ def install(rec: Any, torch: Any, hooks: Hooks) -> None:
         def step(scaler: Any, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
             if compiling():
                 return original_step(scaler, optimizer, *args, **kwargs)
-            before = rec._optimizer_calls
+            before = counter.calls
             out = original_step(scaler, optimizer, *args, **kwargs)
-            if switch.on and rec._optimizer_calls == before:
+            if switch.on and counter.calls == before:
                 _guarded(rec, rec.on_scaler_skipped, optimizer, _now())
             return out
 
@@ -190,7 +191,7 @@ def install(rec: Any, torch: Any, hooks: Hooks) -> None:
         rec.on_data_done,
         optimizer_pre,
         optimizer_post,
-        model_call,
+        rec.model_hook._fn,  # model_hook's closure (one code object for all of them)
         invisible.ModelHook.__call__,
         global_pre,
         global_post,
@@ -201,39 +202,55 @@ def install(rec: Any, torch: Any, hooks: Hooks) -> None:
 
 
 def model_hook(rec: Any) -> invisible.ModelHook:
-    """The forward pre-hook put on each model."""
-    return invisible.ModelHook(functools.partial(model_call, rec))
+    """The forward pre-hook put on each model (one call layer: it runs every step)."""
+    switch, on_model_call = rec.switch, rec.on_model_call
+
+    def model_call(module: Any, args: Any, kwargs: Any) -> None:
+        if tracing() or not switch.on or _get_ident() != rec.train_thread:
+            return
+        try:
+            on_model_call(module, args, kwargs)
+        except Exception as exc:
+            switch.fail(exc)
+
+    return invisible.ModelHook(model_call)
 
 
-def model_call(rec: Any, module: Any, args: Any, kwargs: Any) -> None:
+def global_pre(plan: Any, module: Any, args: Any) -> None:
+    rec = plan.rec
     if tracing() or not rec.switch.on or _get_ident() != rec.train_thread:
         return
-    try:
-        rec.on_model_call(module, args, kwargs)
-    except Exception as exc:
-        rec.switch.fail(exc)
+    _guarded(rec, plan.on_global_pre, module, args)
 
 
-def global_pre(rec: Any, module: Any, args: Any) -> None:
+def global_post(plan: Any, module: Any, args: Any, output: Any) -> None:
+    rec = plan.rec
     if tracing() or not rec.switch.on or _get_ident() != rec.train_thread:
         return
-    _guarded(rec, rec.on_global_pre, module, args)
+    _guarded(rec, plan.on_global_post, module, output)
 
 
-def global_post(rec: Any, module: Any, args: Any, output: Any) -> None:
-    if tracing() or not rec.switch.on or _get_ident() != rec.train_thread:
-        return
-    _guarded(rec, rec.on_global_post, module, output)
-
-
-def add_global_module_hooks(rec: Any, hooks: Hooks) -> None:
-    """Hooks on every module call: the first step (to find the models) and traced steps."""
+def add_global_module_hooks(plan: Any, hooks: Hooks) -> None:
+    """Hooks on every module call (telemetry/trace_plan.py: the discovery step and traced
+    steps)."""
     from torch.nn.modules.module import (
         register_module_forward_hook,
         register_module_forward_pre_hook,
     )
 
-    hooks.handle(register_module_forward_pre_hook(functools.partial(global_pre, rec)))
+    hooks.handle(register_module_forward_pre_hook(functools.partial(global_pre, plan)))
     hooks.handle(
-        register_module_forward_hook(functools.partial(global_post, rec), always_call=True)
+        register_module_forward_hook(functools.partial(global_post, plan), always_call=True)
     )
+
+
+def _loader_facts(loader: Any) -> dict[str, Any]:
+    """What the `dataloader` event says of a DataLoader (dataloader_bound reads it)."""
+    return {
+        "num_workers": getattr(loader, "num_workers", None),
+        "pin_memory": getattr(loader, "pin_memory", None),
+        "persistent_workers": getattr(loader, "persistent_workers", None),
+        "prefetch_factor": getattr(loader, "prefetch_factor", None),
+        "batch_size": getattr(loader, "batch_size", None),
+        "dataset": type(getattr(loader, "dataset", None)).__name__,
+    }

@@ -9,8 +9,10 @@ backward hooks on modules: those wrap outputs and break in-place ops that follow
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
+from torchdoctor.telemetry import gradients
 from torchdoctor.telemetry.clock import CpuClock
 
 
@@ -59,6 +61,38 @@ class Tracer:
             node_id, step = id(node), self.step
             self._nodes[node_id] = (chain, types)
             node.register_prehook(lambda _grads: self._on_grad(node_id, step))
+
+    # -- per-module gradients ----------------------------------------------------------------
+    def module_grads(self, optimizer: Any, models: Any, readback: Any, rank: int) -> None:
+        """python.module_grads: each module's gradient and weight norms on a traced step, read
+        back without a sync."""
+        by_module: dict[str, list[Any]] = {}
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                named = models.param_name(p)
+                by_module.setdefault(named[0] if named else "?", []).append(p)
+        names = list(by_module)
+        with_grad = [[p for p in by_module[n] if p.grad is not None] for n in names]
+        flat_grads = [p.grad for ps in with_grad for p in ps]
+        flat_params = [p for n in names for p in by_module[n]]
+        values = gradients.norm_tensor(self.rec.torch, flat_grads + flat_params)
+        if values is None:
+            return
+        step, table = self.step, self.rec.tables["module_grads"]
+
+        def done(norms: list[float]) -> None:
+            gnorms, pnorms = iter(norms[: len(flat_grads)]), iter(norms[len(flat_grads) :])
+            rows = []
+            for name, gs in zip(names, with_grad, strict=True):
+                ps = by_module[name]
+                g2 = sum(next(gnorms) ** 2 for _ in gs)
+                p2 = sum(next(pnorms) ** 2 for _ in ps)
+                trainable = sum(1 for p in ps if p.requires_grad)
+                grad_norm = math.sqrt(g2) if gs else None
+                rows.append((step, name, grad_norm, math.sqrt(p2), len(gs), trainable, rank))
+            table.extend(rows)
+
+        readback.submit(values, done)
 
     # -- backward --------------------------------------------------------------------------
     def _on_grad(self, node_id: int, step: int) -> None:

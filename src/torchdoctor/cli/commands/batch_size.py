@@ -137,7 +137,7 @@ def run_try(
     env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Run one try; its outcome: ok, reason, peak RSS, seconds, exit code, stderr tail."""
-    from torchdoctor.memory.batch_size import is_oom_text
+    from torchdoctor.errors.oom_message import is_oom_text
 
     def limit() -> None:
         if cap is not None:
@@ -190,7 +190,7 @@ def run_try(
     elif code < 0:
         name = signal.Signals(-code).name if -code in signal.valid_signals() else str(-code)
         outcome.update(reason=f"killed by {name} (the kernel's OOM killer?)", kind="killed")
-    elif is_oom_text(stderr):
+    elif is_oom_text(stderr, limited=cap is not None):
         outcome.update(reason=tail[:200] or "out of memory", kind="oom")
     else:
         outcome.update(reason=tail[:300] or f"exit code {code}", kind="error")

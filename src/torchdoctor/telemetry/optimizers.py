@@ -1,0 +1,122 @@
+"""The optimizers of a run: which one is the primary (its updates are the rows of
+python.steps), what the training loop calls each one, and the updates in progress.
+
+The primary is the first optimizer that steps, or the one given to `watch()`. Every other
+optimizer's updates are rows of python.optimizer_steps; so are the primary's once a run has
+several (docs/architecture.md, "What a step is").
+"""
+
+from __future__ import annotations
+
+import sys
+import weakref
+from typing import Any
+
+from torchdoctor.frames import user_frame
+
+
+class Optimizers:
+    __slots__ = ("_info", "_last", "_open", "_primary", "calls", "closure_checked", "named")
+
+    def __init__(self) -> None:
+        self._primary: weakref.ref[Any] | None = None
+        self.named = False  # watch() named the primary: a new training keeps it
+        # optimizer -> (the training loop's name for it, lag): lag 1 for an optimizer that
+        # first stepped after the primary had ended a step (a GAN's generator after its
+        # discriminator): its updates belong to the step that just ended, not the next one
+        self._info: weakref.WeakKeyDictionary[Any, tuple[str, int]] = weakref.WeakKeyDictionary()
+        self._open: dict[int, tuple[float, Any]] = {}  # id -> (its step() began, its check)
+        self.calls = 0  # optimizer.step() calls so far: GradScaler.step compares it
+        self.closure_checked = False  # LBFGS: the first closure's gradients were checked
+        self._last = 0  # id of the optimizer noted last (most steps: the same one again)
+
+    @property
+    def primary(self) -> Any:
+        return self._primary() if self._primary is not None else None
+
+    def adopt(self, optimizer: Any, named: bool = False) -> None:
+        self._primary = weakref.ref(optimizer)
+        self.named = self.named or named
+
+    def forget_primary(self) -> None:
+        """A new training may begin (a notebook cell run again): the next optimizer that steps
+        becomes the primary, unless watch() named one."""
+        if not self.named:
+            self._primary = None
+
+    @property
+    def several(self) -> bool:
+        return len(self._info) > 1
+
+    def count_call(self) -> None:
+        self.calls += 1
+
+    def begin(self, optimizer: Any, now: float, check: Any) -> None:
+        self._open[id(optimizer)] = (now, check)
+
+    def end(self, optimizer: Any, now: float) -> tuple[float, Any]:
+        """(when its step() began, its gradient check)."""
+        return self._open.pop(id(optimizer), (now, None))
+
+    def recheck(self, optimizer: Any, check: Any) -> None:
+        """The check of an update in progress, replaced (LBFGS: the first closure's)."""
+        if id(optimizer) in self._open:
+            self._open[id(optimizer)] = (self._open[id(optimizer)][0], check)
+
+    def in_progress(self, optimizer: Any) -> bool:
+        return id(optimizer) in self._open
+
+    def note(self, optimizer: Any, steps_done: int) -> bool:
+        """An update begins: True when it is the optimizer's first. Its name is taken from the
+        loop that steps it, now, while that loop's frame is on the stack."""
+        if id(optimizer) == self._last or optimizer in self._info:
+            self._last = id(optimizer)
+            return False
+        self._last = id(optimizer)
+        taken = {label for label, _lag in self._info.values()}
+        label = _label(optimizer, taken, sys._getframe(1))
+        lag = 1 if optimizer is not self.primary and steps_done > 0 else 0
+        self._info[optimizer] = (label, lag)
+        return True
+
+    def info(self, optimizer: Any) -> tuple[str, int]:
+        """(its name, its lag), known from its first update."""
+        return self._info.get(optimizer) or (type(optimizer).__name__, 0)
+
+    def label(self, optimizer: Any) -> str:
+        return self.info(optimizer)[0]
+
+
+def learning_rate(optimizer: Any) -> float | None:
+    """The learning rate of the optimizer's first parameter group (a number, or a CPU tensor:
+    reading a GPU one would sync)."""
+    if optimizer is None:
+        return None
+    try:
+        lr = optimizer.param_groups[0]["lr"]
+    except (AttributeError, IndexError, KeyError, TypeError):
+        return None
+    if isinstance(lr, (int, float)):
+        return float(lr)
+    device = getattr(lr, "device", None)
+    if device is not None and device.type == "cpu":
+        return float(lr)
+    return None
+
+
+def _label(optimizer: Any, taken: set[str], frame: Any) -> str:
+    """The name the training code gives `optimizer` (a local of the loop that steps it, as in
+    a `main()`, or a global of `__main__`), else its class and a number."""
+    caller = user_frame(frame)
+    spaces = [caller.f_locals, caller.f_globals] if caller is not None else []
+    main = sys.modules.get("__main__")
+    if main is not None:
+        spaces.append(vars(main))
+    for space in spaces:
+        for key, value in list(space.items()):
+            if value is optimizer and not key.startswith("_"):
+                return key
+    base, n = type(optimizer).__name__, 1
+    while f"{base}{n}" in taken:
+        n += 1
+    return f"{base}{n}"

@@ -1,0 +1,82 @@
+"""What the rest of torchdoctor may read of a run in progress (views.TrainingView), and the
+few requests it may make of it; the Recorder (recorder.py) is one. Readers are on other
+threads than the training one: every member is safe to read at any time (a value may be one
+step old). Nothing here changes how steps are recorded.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torchdoctor.telemetry.optimizers import learning_rate
+
+
+class RunView:
+    # What the Recorder holds (recorder.py): the parts these read.
+    timer: Any
+    optimizers: Any
+    rows: Any
+    plan: Any
+    nonfinite: Any
+    tracer: Any
+    shapes: Any
+    state: Any
+    switch: Any
+    collective_calls: Any
+    steps_done: int
+    rank: int
+    mode: str
+
+    @property
+    def phase(self) -> str:
+        """What the training thread runs now: data, forward, backward, optimizer or other."""
+        return self.timer.phase
+
+    @property
+    def primary(self) -> Any:
+        return self.optimizers.primary
+
+    def lr(self, optimizer: Any = None) -> float | None:
+        return learning_rate(optimizer if optimizer is not None else self.optimizers.primary)
+
+    @property
+    def last(self) -> dict[str, Any]:
+        return self.rows.headline
+
+    def status(self) -> dict[str, Any]:
+        last = self.last
+        return {
+            "step": self.steps_done,
+            "last_step": last.get("step"),
+            "loss": last.get("loss"),
+            "step_time": last.get("duration"),
+            "rank": self.rank,
+            "hooks_on": self.switch.on,
+            "step_mode": self.mode,
+        }
+
+    @property
+    def tracing(self) -> bool:
+        return self.plan.tracing
+
+    def request_trace(self) -> None:
+        """Trace the next step (a diagnosis wants per-module detail now)."""
+        self.plan.requested = True
+
+    def arm_sync_check(self) -> None:
+        """CUDA: read the gradient norm before each update from now on (a NaN was seen late:
+        the next one must be caught before its update, to be replayed)."""
+        self.nonfinite.sync_check = True
+
+    def settle_collectives(self) -> None:
+        if self.collective_calls is not None:
+            self.collective_calls.poll()  # thread-safe
+
+    def model_inputs(self) -> list[tuple[Any, tuple[Any, ...], dict[str, Any]]]:
+        return list(self.state.tape)
+
+    def last_traced_backward(self) -> str | None:
+        return self.tracer.last_backward()
+
+    def module_calls(self) -> tuple[int | None, list[dict[str, Any]], bool]:
+        return self.shapes.flow()

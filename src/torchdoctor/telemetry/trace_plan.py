@@ -1,0 +1,78 @@
+"""Which steps see every module call: the discovery step (the first one, or the first after
+rediscover(): its outermost module calls are the models) and the traced steps (one in
+--trace-every, or one a diagnosis asks for). Global module hooks are on for those steps only:
+on the others the models' own pre-hooks are all there is, and under torch.compile never
+(Dynamo would trace them, and adding or removing them changes its guards).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from torchdoctor.telemetry import torch_hooks
+from torchdoctor.telemetry.patches import Hooks
+
+
+class TracePlan:
+    def __init__(self, rec: Any) -> None:
+        self.rec = rec
+        self.tracing = False  # this step's module calls go to python.torch_trace
+        self.shaping = True  # ... and to python.shapes (the discovery step and traced steps)
+        self.discovering = True  # this step's outermost module calls are the models
+        self.requested = False  # a diagnosis asked for the next step to be traced
+        self.depth = 0  # nesting of module calls, while the global hooks are on
+        self.hooks = Hooks()
+
+    def global_hooks(self, on: bool) -> None:
+        self.depth = 0
+        if on and not len(self.hooks):
+            torch_hooks.add_global_module_hooks(self, self.hooks)
+        elif not on:
+            self.hooks.remove()
+
+    def compile_seen(self) -> None:
+        self.global_hooks(False)
+        self.tracing = self.shaping = False
+
+    def rediscover(self, step: int, compiled: bool) -> None:
+        self.discovering = True
+        if not compiled:
+            self.global_hooks(True)
+            self.shaping = True
+            self.rec.shapes.begin(step)
+
+    def next_step(self, step: int, every: int, compiled: bool) -> None:
+        """Whether step `step` (the next one) is traced."""
+        rec = self.rec
+        if rec.tracer.pending:
+            rec.tracer.flush()
+        tracing = self.requested or (bool(every) and (every == 1 or step % every == 1))
+        tracing = tracing and not compiled
+        self.requested = False
+        if tracing:
+            rec.tracer.begin(step, rec.clock)
+            rec.shapes.begin(step)
+        if tracing != bool(len(self.hooks)):
+            self.global_hooks(tracing)
+        self.tracing = self.shaping = tracing
+
+    # -- the global hooks' events (torch_hooks.global_pre/global_post) ------------------------
+    def on_global_pre(self, module: Any, args: Any) -> None:
+        rec = self.rec
+        top = self.depth == 0
+        self.depth += 1
+        if top and not rec.models.is_root(module):
+            rec.on_model_call(module, args, {})  # an outermost call: a model, seen first here
+            rec.roots.found_in_step(module)
+        if self.shaping:
+            rec.shapes.enter(module, rec.models.name_of(module), args)
+        if self.tracing:
+            rec.tracer.enter(module, rec.models.name_of(module), time.time())
+
+    def on_global_post(self, module: Any, output: Any) -> None:
+        self.depth = max(0, self.depth - 1)
+        if self.shaping:
+            self.rec.shapes.exit(module, output)
+        if self.tracing:
+            self.rec.tracer.exit(module, output)
