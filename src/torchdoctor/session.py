@@ -170,7 +170,14 @@ class Session:
         self.endings = endings.Endings(self._on_signal, self.stop)
         self._excepthook: tuple[Any, Any] | None = None  # (ours, the one it replaced)
         self.crash_evidence: Any = None  # its diagnose.crash.CrashEvidence (not for an OOM)
-        self.explains_crash = False  # `torchdoctor run` prints the crash itself: no alert then
+        self.crash_diagnosis: Any = None  # the `crash` or `oom` diagnosis of that exception
+        # `torchdoctor run` explains the crash itself, after the traceback: no alert for it then
+        self.explains_crash = False
+        self.printed: set[str] = set()  # diagnoses shown on stderr: the summary refers to them
+        # True while the script is in the middle of a line on the terminal (the status line
+        # knows): alerts wait for the line's end, in `_held`
+        self.mid_line: Any = None
+        self._held: list[str] = []
 
     # -- life cycle --------------------------------------------------------------------------
     def __enter__(self) -> Session:
@@ -515,20 +522,40 @@ class Session:
 
     # -- what the user sees ----------------------------------------------------------------------
     def alert(self, diagnosis: Any) -> None:
-        """A diagnosis, as it is found, on stderr (unless quiet)."""
+        """A diagnosis, as it is found, on stderr (unless quiet); never inside a line the
+        script is writing on the terminal."""
         if self.config.quiet or not self.config.alerts:
             return
-        if diagnosis.kind == "crash" and self.explains_crash:
+        if self.explains_crash and diagnosis is self.crash_diagnosis:
             return
         from torchdoctor.report.alerts import render_alert
 
-        text = render_alert(diagnosis)
+        self.say(render_alert(diagnosis), diagnosis)
+
+    def say(self, text: str, diagnosis: Any = None) -> None:
+        """`text` on stderr, once the script's current line on the terminal has ended; the
+        summary then refers to `diagnosis` instead of printing it again."""
         with _print_lock:
-            try:
-                sys.stderr.write(clear_status_line() + text + "\n")
-                sys.stderr.flush()
-            except Exception:
-                pass
+            if diagnosis is not None:
+                self.printed.add(diagnosis.identity)
+            if self.mid_line is not None and self.mid_line():
+                self._held.append(text)
+                return
+            self._write(text)
+
+    def release_held(self) -> None:
+        """The script ended its line (or ended): the alerts that waited for it."""
+        with _print_lock:
+            held, self._held = self._held, []
+            for text in held:
+                self._write(text)
+
+    def _write(self, text: str) -> None:
+        try:
+            sys.stderr.write(clear_status_line() + text + "\n")
+            sys.stderr.flush()
+        except Exception:
+            pass
 
     def report_crash(self, exc: BaseException) -> None:
         """The script died of `exc`: explain an out-of-memory with numbers, before the process
@@ -552,6 +579,7 @@ class Session:
         except Exception as err:
             warn_once("oom-capture", f"could not analyse the crash: {type(err).__name__}: {err}")
             return
+        self.crash_diagnosis = diagnosis
         if self.doctor is not None:
             self.doctor.report(diagnosis)
 
@@ -567,6 +595,7 @@ class Session:
         except Exception as err:
             warn_once("crash-capture", f"could not analyse the crash: {type(err).__name__}: {err}")
             return
+        self.crash_diagnosis = diagnosis
         if self.doctor is not None:
             self.doctor.report(diagnosis)
 
@@ -591,6 +620,7 @@ class Session:
             "run_dir": str(self.run_dir),
             "exit_code": self.exit_code,
             "crashed": self.crash is not None,
+            "printed": set(self.printed),
         }
 
     def configure(self, **changes: Any) -> dict[str, Any]:

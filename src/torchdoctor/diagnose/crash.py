@@ -98,8 +98,16 @@ def flow_window(flow: list[dict[str, Any]], module: str | None) -> list[dict[str
 
 
 def _fix_line(fix: dict[str, str]) -> str:
-    code = [x for x in fix.get("code", "").splitlines() if x.strip() and not x.startswith("#")]
-    return f"{fix['title']}: {code[0]}" if code else fix["title"]
+    """The fix as one diagnosis line: its title, then its code whole. One line of code (the
+    comments around it being context) goes on the same line; a block follows on its own
+    lines, never cut after its first (`with torch.no_grad():` alone says nothing)."""
+    lines = [x.rstrip() for x in fix.get("code", "").splitlines() if x.strip()]
+    code = [x for x in lines if not x.lstrip().startswith("#")]
+    if not code:
+        return fix["title"]
+    if len(code) == 1:
+        return f"{fix['title']}: {code[0].strip()}"
+    return f"{fix['title']}:\n" + "\n".join(lines)
 
 
 def _cut(text: str, limit: int) -> str:

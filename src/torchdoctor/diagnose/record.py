@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from torchdoctor._json import dumps
+from torchdoctor.store.schema import join_fixes
 
 SEVERITIES = ("info", "warning", "error")
 
@@ -44,5 +45,5 @@ class Diagnosis:
             self.location,
             self.summary,
             dumps(self.evidence),
-            "\n".join(self.fix),
+            join_fixes(self.fix),
         )

@@ -19,6 +19,7 @@ import numpy as np
 from torchdoctor._json import float_text
 from torchdoctor.digest.downsample import downsample
 from torchdoctor.store.columns import Block
+from torchdoctor.store.schema import split_fixes
 
 Execute = Callable[[str], tuple[list[str], list[Any]]]
 
@@ -197,7 +198,7 @@ def fetch_diagnoses(execute: Execute) -> tuple[list[dict[str, Any]], int]:
                 "summary": r["summary"],
                 "time": _num(r["time"]),
                 "evidence": _evidence(r["evidence"]),
-                "fixes": [f for f in str(r["fix"] or "").splitlines() if f.strip()],
+                "fixes": split_fixes(r["fix"]),
             }
         )
     return out, len(found) - len(shown)

@@ -7,11 +7,22 @@ from typing import Any
 _MARK = {"info": "info", "warning": "WARNING", "error": "ERROR"}
 
 
-def render_alert(diagnosis: Any, fixes: int = 2) -> str:
+def headline(diagnosis: Any) -> str:
+    """`ERROR [oom] at step 2 in encoder.1`: what and where, in one line."""
     where = f" in {diagnosis.location}" if diagnosis.location else ""
     when = f" at step {diagnosis.step}" if diagnosis.step is not None else ""
-    lines = [f"torchdoctor {_MARK[diagnosis.severity]} [{diagnosis.kind}]{when}{where}"]
+    return f"{_MARK[diagnosis.severity]} [{diagnosis.kind}]{when}{where}"
+
+
+def render_alert(diagnosis: Any, fixes: int = 2) -> str:
+    lines = [f"torchdoctor {headline(diagnosis)}"]
     lines.append(f"  {diagnosis.summary}")
     for fix in diagnosis.fix[:fixes]:
-        lines.append(f"  -> {fix}")
+        lines.extend(fix_lines(fix, "  -> ", "       "))
     return "\n".join(lines)
+
+
+def fix_lines(fix: str, first: str, rest: str) -> list[str]:
+    """A fix whole: its first line after `first`, the lines of its code block after `rest`."""
+    head, *more = fix.splitlines() or [""]
+    return [first + head] + [(rest + line).rstrip() for line in more]

@@ -38,7 +38,7 @@ def render_crash(evidence: dict[str, Any]) -> str:
     if fixes:
         fix = fixes[0]
         out.append(_wrap(fix["title"], "  fix: ", "    "))
-        out += [f"    {line}".rstrip() for line in fix["code"].splitlines()[:6]]
+        out += [f"    {line}".rstrip() for line in fix["code"].splitlines()]
     out.append(
         "  (all of it: `torchdoctor diagnoses RUN_DIR`; the module calls with their shapes: "
         "`torchdoctor shapes RUN_DIR`)"

@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from torchdoctor.report.alerts import fix_lines
+from torchdoctor.store.schema import split_fixes
+
 _SKIP = {"threads", "causes", "history", "inputs", "bad_gradients", "holders", "loss_graph"}
 
 
@@ -23,8 +26,8 @@ def render_full(records: list[dict[str, Any]]) -> str:
         if shown:
             lines.append("  evidence: " + ", ".join(f"{k}={_short(v)}" for k, v in shown.items()))
         fixes = r.get("fix") or ""
-        for i, fix in enumerate(fixes.splitlines() if isinstance(fixes, str) else fixes, 1):
-            lines.append(f"  {i}. {fix}")
+        for i, fix in enumerate(split_fixes(fixes) if isinstance(fixes, str) else fixes, 1):
+            lines.extend(fix_lines(fix, f"  {i}. ", "       "))
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)
 

@@ -140,7 +140,7 @@ def _brief(e: Any) -> str:
         out.append(_wrap(fix["title"], "    ", "  fix: "))
         if fix.get("check"):
             out.append(_wrap(f"(check first: {fix['check']})", "    "))
-        out += [f"    {line}".rstrip() for line in fix["code"].splitlines()[:6]]
+        out += [f"    {line}".rstrip() for line in fix["code"].splitlines()]
     out.append("  (the whole story: save the output and run `torchdoctor explain FILE`)")
     return "\n".join(out)
 

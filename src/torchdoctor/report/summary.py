@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchdoctor.report.alerts import render_alert
+from torchdoctor.report.alerts import headline, render_alert
 
 _LABELS = {
     "data_wait": "data",
@@ -46,9 +46,13 @@ def render_summary(summary: dict[str, Any]) -> str:
             "backward() (a loop of your own can mark its steps with torchdoctor.step(loss))"
         )
     found = summary["diagnoses"]
+    printed = summary.get("printed") or set()
     if found:
         lines.append(f"  {len(found)} diagnos{'i' if len(found) == 1 else 'e'}s:")
         for diagnosis in found:
+            if diagnosis.identity in printed:  # said in full above: named here, not repeated
+                lines.append(f"    {headline(diagnosis)} (above)")
+                continue
             lines.extend("  " + line for line in render_alert(diagnosis, fixes=1).splitlines())
     elif summary.get("crashed"):
         lines.append("  the script crashed: see the error above")  # never "no problems found"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 INT, FLOAT, STR, BOOL = "int", "float", "str", "bool"
@@ -254,10 +255,40 @@ DIAGNOSES = TableSpec(
         _c("location", STR, "module qualified name or file:line", nullable=True),
         _c("summary", STR),
         _c("evidence", STR, "JSON object of the measured numbers"),
-        _c("fix", STR, "ranked remedies, one per line"),
+        _c(
+            "fix",
+            STR,
+            "ranked remedies, one per line; the further lines of a fix's code are indented by "
+            "four spaces",
+        ),
     ),
     capacity=100_000,
 )
+
+FIX_CONTINUED = "    "  # a fix's further lines in the `fix` column (its code block)
+
+
+def join_fixes(fixes: Sequence[str]) -> str:
+    """The `fix` column of ranked remedies: one per line, the further lines of a fix (a code
+    block) indented, so that a reader gets every fix back whole (split_fixes)."""
+    lines = []
+    for fix in fixes:
+        head, *rest = fix.splitlines() or [""]
+        lines.append(head)
+        lines.extend(FIX_CONTINUED + line for line in rest)
+    return "\n".join(lines)
+
+
+def split_fixes(text: str | None) -> list[str]:
+    """The remedies of a `fix` column, each whole (see join_fixes)."""
+    fixes: list[str] = []
+    for line in (text or "").split("\n"):
+        if line.startswith(FIX_CONTINUED) and fixes:
+            fixes[-1] += "\n" + line[len(FIX_CONTINUED) :]
+        elif line.strip():
+            fixes.append(line)
+    return fixes
+
 
 EVENTS = TableSpec(
     "events",
