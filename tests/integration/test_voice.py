@@ -9,6 +9,7 @@ import re
 import subprocess
 
 from helpers import internal_errors, script, td_run
+
 from integration.test_terminal import _on_a_terminal, screen
 
 

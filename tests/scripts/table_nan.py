@@ -1,6 +1,7 @@
 """A training loop that prints a table of its steps cell by cell (`print(..., end="")`), the
-way progress tables are often written, and whose data turns to NaN at step 6. With a pause inside each row (argv[1]
-seconds; argv[2] steps, 10 by default) the script spends its time in the middle of a row: that is where the NaN is found."""
+way progress tables are often written, and whose data turns to NaN at step 6. With a pause
+inside each row (argv[1] seconds; argv[2] steps, 10 by default) the script spends its time in
+the middle of a row: that is where the NaN is found."""
 
 import math
 import sys
