@@ -19,7 +19,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 
 class Net(nn.Module):
-    def __init__(self, width: int = 32) -> None:
+    def __init__(self, width: int = 128) -> None:
         super().__init__()
         self.encoder = nn.Sequential(
             nn.Linear(16, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU()
