@@ -36,7 +36,7 @@ from torchdoctor.redact import redact_argv
 from torchdoctor.sql.engine import SqlEngine
 from torchdoctor.store import rundir
 from torchdoctor.store.columns import Block
-from torchdoctor.store.schema import ALL_TABLES, BY_NAME, COLLECTIVES
+from torchdoctor.store.schema import ALL_TABLES, BY_NAME, COLLECTIVES, COMPILE, STEP_PHASES
 from torchdoctor.store.tables import Spiller, Tables
 from torchdoctor.telemetry import endings, stacks
 from torchdoctor.telemetry.on_import import when_imported
@@ -605,10 +605,15 @@ class Session:
 
     def summary(self) -> dict[str, Any]:
         """The end-of-run numbers: steps, time by phase, diagnoses, where the run is saved."""
+        from torchdoctor.digest.time_split import split
+
         steps = self.tables["steps"].snapshot()
         phases = {}
-        for name in ("data_wait", "forward", "backward", "optimizer", "other"):
+        for name in STEP_PHASES:
             phases[name] = float(steps.data[name].sum()) if steps.rows else 0.0
+        compiled = self.tables[COMPILE.name].snapshot()
+        seconds = compiled.data["duration"][~compiled.null_mask("duration")]
+        phases = split(phases, float(seconds.sum()) if len(seconds) else 0.0)
         found = self.doctor.found() if self.doctor is not None else []
         return {
             "steps": int(steps.rows),

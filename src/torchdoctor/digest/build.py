@@ -17,9 +17,10 @@ from typing import Any
 import numpy as np
 
 from torchdoctor._json import float_text
+from torchdoctor.digest import time_split
 from torchdoctor.digest.downsample import downsample
 from torchdoctor.store.columns import Block
-from torchdoctor.store.schema import split_fixes
+from torchdoctor.store.schema import STEP_PHASES, split_fixes
 
 Execute = Callable[[str], tuple[list[str], list[Any]]]
 
@@ -32,7 +33,7 @@ MAX_HEAT_COLUMNS = 200
 MAX_MODULES = 20
 MAX_EVIDENCE_CHARS = 1000  # per value: a long history is cut
 DECADES_FOR_LOG = 2  # a series spanning 100x or more is drawn on a log scale
-PHASES = ("data_wait", "forward", "backward", "optimizer", "other")
+PHASES = STEP_PHASES
 STEP_COLUMNS = (
     "rank",
     "step",
@@ -85,6 +86,8 @@ def build(
     primary = min(stats) if stats else (ranks[0] if ranks else 0)
     mine = steps_of_rank(steps, primary)
     total = _int(stats[primary]["steps"]) if primary in stats else 0
+    compiling = compile_seconds(execute, primary)
+    mine.update(time_split.split(mine, _per_step(mine["step"], compiling)))
     digest: dict[str, Any] = {
         "version": VERSION,
         "source": source,
@@ -92,13 +95,14 @@ def build(
         "meta": _meta(meta),
         "ranks": ranks,
         "primary_rank": primary,
-        "summary": summary(stats.get(primary)),
+        "summary": summary(stats.get(primary), sum(compiling.values())),
         "training": training_series(mine, marked, total),
         "phases": phase_series(mine, marked, total),
         "memory": memory_series(mine, marked, total),
         "rank_times": rank_times(steps, stats, marked),
         "modules": slowest_modules(execute),
         "grad_heatmap": grad_heatmap(execute, primary),
+        "untraced": untraced(execute, total or 0),
         "diagnoses": diagnoses,
         "diagnoses_omitted": omitted,
         "warnings": list(warnings),
@@ -242,6 +246,25 @@ def slowest_modules(execute: Execute) -> dict[str, Any]:
     }
 
 
+def untraced(execute: Execute, steps: int) -> str | None:
+    """Why no module call was traced, for the charts that need them: `compile` (module tracing
+    is off under torch.compile), `short` (the run ended before its first traced step), `off`
+    (--trace-every 0); None when some were."""
+    _names, rows = _run(execute, "SELECT count(*) FROM python.torch_trace")
+    if rows and _int(rows[0][0]):
+        return None
+    try:
+        _names, rows = execute(
+            "SELECT (SELECT count(*) FROM python.events WHERE kind = 'compile_seen') + "
+            "(SELECT count(*) FROM python.compile)"
+        )
+    except Exception:  # a source without those tables (a live process of an old version)
+        rows = []
+    if rows and _int(rows[0][0]):
+        return "compile"
+    return "short" if steps <= 1 else "off"
+
+
 def grad_heatmap(execute: Execute, rank: int) -> dict[str, Any]:
     """Per-module gradient norms over the traced steps of one rank: log10 of the largest norm
     in each (module, column of steps) cell."""
@@ -326,7 +349,36 @@ def rank_stats(execute: Execute) -> dict[int, dict[str, Any]]:
     return out
 
 
-def summary(stats: dict[str, Any] | None) -> dict[str, Any]:
+def compile_seconds(execute: Execute, rank: int) -> dict[int, float]:
+    """Seconds torch.compile spent compiling, by step (compiling before the first step counts
+    in it), for one rank."""
+    try:
+        _names, rows = execute(
+            "SELECT coalesce(step, 0) AS step, sum(duration) AS seconds FROM python.compile "
+            f"WHERE duration IS NOT NULL AND rank = {int(rank)} GROUP BY 1"
+        )
+    except Exception:  # a source that has no compile table (a live process of an old version)
+        return {}
+    return {int(step): float(seconds) for step, seconds in rows if seconds}
+
+
+def _per_step(steps: np.ndarray, seconds: dict[int, float]) -> np.ndarray:
+    """`seconds` by step as an array along `steps` (a step left out of a downsampled series
+    is not drawn: its compile time is in the summary's total)."""
+    out = np.zeros(len(steps), dtype=float)
+    if not seconds or not len(steps):
+        return out
+    index = {int(s): i for i, s in enumerate(steps.tolist())}
+    for step, value in seconds.items():
+        i = index.get(step)
+        if i is None and step < int(steps[0]):
+            i = 0  # compiled before the first step that is drawn
+        if i is not None:
+            out[i] += value
+    return out
+
+
+def summary(stats: dict[str, Any] | None, compiling: float = 0.0) -> dict[str, Any]:
     if not stats or not _int(stats["steps"]):
         return {"steps": 0}
     first = _num(stats["first_loss"])
@@ -337,7 +389,7 @@ def summary(stats: dict[str, Any] | None) -> dict[str, Any]:
         "last_step": _int(stats["last_step"]),
         "duration": _num(stats["duration"]),
         "step_time_median": _num(stats["median"]),
-        "phases": {p: _num(stats[p]) or 0.0 for p in PHASES},
+        "phases": time_split.split({p: _num(stats[p]) for p in PHASES}, compiling),
         "skipped": _int(stats["skipped"]) or 0,
         "first_loss": None if first is None else _finite_or_text(first),
         "last_loss": None if last is None else _finite_or_text(last),
@@ -355,7 +407,8 @@ def training_series(
 def phase_series(
     steps: dict[str, np.ndarray], marked: Sequence[int], total: int | None = None
 ) -> dict[str, Any]:
-    return _series(steps, ("duration", *PHASES), ("duration", "data_wait"), marked, total=total)
+    shown = ("duration", *time_split.SHOWN)
+    return _series(steps, shown, ("duration", "data_wait"), marked, total=total)
 
 
 def memory_series(

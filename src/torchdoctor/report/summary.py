@@ -4,15 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from torchdoctor.digest.time_split import LABELS, shown
 from torchdoctor.report.alerts import headline, render_alert
-
-_LABELS = {
-    "data_wait": "data",
-    "forward": "forward",
-    "backward": "backward",
-    "optimizer": "optimizer",
-    "other": "other",
-}
 
 
 def seconds(value: float) -> str:
@@ -31,9 +24,8 @@ def render_summary(summary: dict[str, Any]) -> str:
     if steps:
         total = summary["duration"] or 1e-12
         per = summary["duration"] / steps
-        split = ", ".join(
-            f"{_LABELS[k]} {100 * v / total:.0f}%" for k, v in summary["phases"].items()
-        )
+        phases = summary["phases"]
+        split = ", ".join(f"{LABELS[k]} {100 * phases[k] / total:.0f}%" for k in shown(phases))
         lines.append(f"  {steps} steps in {seconds(summary['duration'])} ({seconds(per)}/step)")
         lines.append(f"  time: {split}")
         if summary.get("skipped"):

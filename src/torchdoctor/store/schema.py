@@ -20,6 +20,9 @@ class Column:
     type: str  # INT, FLOAT, STR or BOOL
     doc: str = ""
     nullable: bool = False
+    # A column added to a table after rows were built positionally elsewhere: their value
+    # when left out (the trailing columns with one may be omitted from a row_type() row).
+    default: Any = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,11 +47,16 @@ class TableSpec:
 
     def row_type(self) -> Any:
         """A named tuple of this table's columns: rows built by column name, stored as tuples."""
-        return collections.namedtuple(f"{self.name}_row", self.column_names)
+        defaults: list[Any] = []
+        for column in reversed(self.columns):
+            if column.default is None:
+                break
+            defaults.insert(0, column.default)
+        return collections.namedtuple(f"{self.name}_row", self.column_names, defaults=defaults)
 
 
-def _c(name: str, type_: str, doc: str = "", nullable: bool = False) -> Column:
-    return Column(name, type_, doc, nullable)
+def _c(name: str, type_: str, doc: str = "", nullable: bool = False, default: Any = None) -> Column:
+    return Column(name, type_, doc, nullable, default)
 
 
 BACKTRACE = TableSpec(
@@ -104,8 +112,17 @@ STEPS = TableSpec(
         _c("micro_batches", INT, "backward() calls in the step"),
         _c("skipped", BOOL, "the update was skipped (--guard, non-finite gradients)"),
         _c("traced", BOOL, "module calls of this step are in torch_trace"),
+        _c(
+            "evaluation",
+            FLOAT,
+            "time in model calls with gradients off (an evaluation pass, torch.no_grad()) since "
+            "the previous step: not in forward",
+            default=0.0,
+        ),
     ),
 )
+# The columns of python.steps that split its duration, in the order they are shown.
+STEP_PHASES = ("data_wait", "forward", "evaluation", "backward", "optimizer", "other")
 
 OPTIMIZER_STEPS = TableSpec(
     "optimizer_steps",

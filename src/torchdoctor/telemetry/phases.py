@@ -4,7 +4,9 @@ Phases nest: the closure LBFGS calls inside `optimizer.step()` runs a forward an
 and their time is not the optimizer's. Opening a phase pauses the one around it; closing it
 resumes the outer one. `forward` is a segment rather than a call: it opens at a model call
 and ends when anything else starts (backward, a data fetch, an optimizer step) or the step
-ends, so it covers the forward pass and the loss computation.
+ends, so it covers the forward pass and the loss computation. `evaluation` is the same segment
+for a model call with gradients off (torch.no_grad(), inference_mode: an evaluation pass), so
+that a validation loop between two steps is not counted as the next step's forward.
 """
 
 from __future__ import annotations
@@ -15,10 +17,12 @@ from typing import Any
 COLUMN = {
     "data": "data_wait",
     "forward": "forward",
+    "evaluation": "evaluation",
     "backward": "backward",
     "optimizer": "optimizer",
 }
 PHASES = tuple(COLUMN.values())
+SEGMENTS = ("forward", "evaluation")  # end when anything else starts
 
 
 def zero() -> dict[str, float]:
@@ -45,8 +49,9 @@ class PhaseTimer:
 
     def enter(self, phase: str, now: float, totals: dict[str, float]) -> None:
         opened = self._open
-        if opened and opened[-1][0] == "forward":  # anything else starting ends the forward
-            totals["forward"] += now - opened.pop()[1]
+        if opened and opened[-1][0] in SEGMENTS:  # anything else starting ends the segment
+            name, since = opened.pop()
+            totals[name] += now - since
         if opened:
             top = opened[-1]
             if top[1] is not None:
@@ -56,7 +61,7 @@ class PhaseTimer:
 
     def exit(self, phase: str, now: float, totals: dict[str, float]) -> None:
         opened = self._open
-        if opened and opened[-1][0] == "forward" and phase != "forward":
+        if opened and opened[-1][0] in SEGMENTS and phase != opened[-1][0]:
             self.end_forward(now, totals)
         if opened and opened[-1][0] == phase:  # the usual case: it is the innermost
             since = opened.pop()[1]
@@ -76,17 +81,19 @@ class PhaseTimer:
         if opened:
             opened[-1][1] = now
 
-    def begin_forward(self, now: float, totals: dict[str, float]) -> bool:
-        """Open the forward segment unless it is open; True when it was opened now."""
-        if self._open and self._open[-1][0] == "forward":
+    def begin_forward(self, now: float, totals: dict[str, float], segment: str = "forward") -> bool:
+        """Open the `segment` (forward, or evaluation for a call with gradients off) unless it
+        is open; True when it was opened now."""
+        if self._open and self._open[-1][0] == segment:
             return False
-        self.enter("forward", now, totals)
+        self.enter(segment, now, totals)
         return True
 
     def end_forward(self, now: float, totals: dict[str, float]) -> None:
-        if self._open and self._open[-1][0] == "forward":
-            _name, since = self._open.pop()
-            totals["forward"] += now - since
+        """End the forward or evaluation segment, if one is open."""
+        if self._open and self._open[-1][0] in SEGMENTS:
+            name, since = self._open.pop()
+            totals[name] += now - since
             if self._open:
                 self._open[-1][1] = now
 
