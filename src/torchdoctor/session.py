@@ -605,20 +605,24 @@ class Session:
 
     def summary(self) -> dict[str, Any]:
         """The end-of-run numbers: steps, time by phase, diagnoses, where the run is saved."""
-        from torchdoctor.digest.time_split import split
+        import numpy as np
+
+        from torchdoctor.digest import time_split
 
         steps = self.tables["steps"].snapshot()
-        phases = {}
-        for name in STEP_PHASES:
-            phases[name] = float(steps.data[name].sum()) if steps.rows else 0.0
         compiled = self.tables[COMPILE.name].snapshot()
-        seconds = compiled.data["duration"][~compiled.null_mask("duration")]
-        phases = split(phases, float(seconds.sum()) if len(seconds) else 0.0)
+        at = np.where(compiled.null_mask("step"), -1, compiled.data["step"])
+        seconds = np.where(compiled.null_mask("duration"), 0.0, compiled.data["duration"])
+        bands, durations = time_split.split(
+            {name: steps.data[name] for name in STEP_PHASES},
+            steps.data["duration"],
+            time_split.by_step(steps.data["step"], at, seconds),
+        )
         found = self.doctor.found() if self.doctor is not None else []
         return {
             "steps": int(steps.rows),
-            "duration": float(steps.data["duration"].sum()) if steps.rows else 0.0,
-            "phases": phases,
+            "duration": float(durations.sum()),
+            "phases": time_split.totals(bands),
             "skipped": int(steps.data["skipped"].sum()) if steps.rows else 0,
             "last_loss": steps.column("loss")[-1] if steps.rows else None,
             "diagnoses": found,

@@ -135,6 +135,10 @@ def _run_as_python(result: Result, place: Place) -> None:
     assert place.plain.err == ""
     assert not internal_errors(result.err), result.err
     assert re.search(r"^torchdoctor summary\n  24 steps in ", result.err, re.M), result.err
+    # evaluate()'s passes between epochs are their own band, not the next step's forward
+    assert re.search(
+        r"^  time: data \d+%, forward \d+%, evaluation \d+%, backward ", result.err, re.M
+    )
 
 
 def _list(result: Result, place: Place) -> None:

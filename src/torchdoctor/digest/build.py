@@ -87,7 +87,8 @@ def build(
     mine = steps_of_rank(steps, primary)
     total = _int(stats[primary]["steps"]) if primary in stats else 0
     compiling = compile_seconds(execute, primary)
-    mine.update(time_split.split(mine, _per_step(mine["step"], compiling)))
+    bands, mine["duration"] = time_split.split(mine, mine["duration"], compiling(mine["step"]))
+    mine.update(bands)
     digest: dict[str, Any] = {
         "version": VERSION,
         "source": source,
@@ -95,7 +96,7 @@ def build(
         "meta": _meta(meta),
         "ranks": ranks,
         "primary_rank": primary,
-        "summary": summary(stats.get(primary), sum(compiling.values())),
+        "summary": summary(stats.get(primary), mine, total or 0),
         "training": training_series(mine, marked, total),
         "phases": phase_series(mine, marked, total),
         "memory": memory_series(mine, marked, total),
@@ -349,47 +350,44 @@ def rank_stats(execute: Execute) -> dict[int, dict[str, Any]]:
     return out
 
 
-def compile_seconds(execute: Execute, rank: int) -> dict[int, float]:
-    """Seconds torch.compile spent compiling, by step (compiling before the first step counts
-    in it), for one rank."""
+def compile_seconds(execute: Execute, rank: int) -> Callable[[np.ndarray], np.ndarray]:
+    """Seconds torch.compile spent compiling, summed along the given steps of one rank
+    (compiling before the first of them counts in it)."""
     try:
         _names, rows = execute(
-            "SELECT coalesce(step, 0) AS step, sum(duration) AS seconds FROM python.compile "
+            "SELECT coalesce(step, -1) AS step, sum(duration) AS seconds FROM python.compile "
             f"WHERE duration IS NOT NULL AND rank = {int(rank)} GROUP BY 1"
         )
     except Exception:  # a source that has no compile table (a live process of an old version)
-        return {}
-    return {int(step): float(seconds) for step, seconds in rows if seconds}
+        rows = []
+    at = np.array([int(r[0]) for r in rows], dtype=np.int64)
+    seconds = np.array([_float(r[1]) for r in rows], dtype=float)
+    return lambda steps: time_split.by_step(steps, at, seconds)
 
 
-def _per_step(steps: np.ndarray, seconds: dict[int, float]) -> np.ndarray:
-    """`seconds` by step as an array along `steps` (a step left out of a downsampled series
-    is not drawn: its compile time is in the summary's total)."""
-    out = np.zeros(len(steps), dtype=float)
-    if not seconds or not len(steps):
-        return out
-    index = {int(s): i for i, s in enumerate(steps.tolist())}
-    for step, value in seconds.items():
-        i = index.get(step)
-        if i is None and step < int(steps[0]):
-            i = 0  # compiled before the first step that is drawn
-        if i is not None:
-            out[i] += value
-    return out
-
-
-def summary(stats: dict[str, Any] | None, compiling: float = 0.0) -> dict[str, Any]:
+def summary(
+    stats: dict[str, Any] | None, steps: dict[str, np.ndarray] | None = None, total: int = 0
+) -> dict[str, Any]:
+    """The rank's totals. Its time split comes from `steps` (the rank's step rows, compile
+    bands in) when they are all of them, else from the totals of SQL (a very long live run,
+    its compile time left in the phases)."""
     if not stats or not _int(stats["steps"]):
         return {"steps": 0}
+    duration = _num(stats["duration"])
+    if steps is not None and len(steps["step"]) == total:
+        phases = time_split.totals({p: steps[p] for p in time_split.SHOWN})
+        duration = float(np.nansum(steps["duration"]))
+    else:
+        phases = {p: _num(stats.get(p)) or 0.0 for p in time_split.SHOWN}
     first = _num(stats["first_loss"])
     last = _num(stats["last_loss"])
     return {
         "steps": _int(stats["steps"]),
         "first_step": _int(stats["first_step"]),
         "last_step": _int(stats["last_step"]),
-        "duration": _num(stats["duration"]),
+        "duration": duration,
         "step_time_median": _num(stats["median"]),
-        "phases": time_split.split({p: _num(stats[p]) for p in PHASES}, compiling),
+        "phases": phases,
         "skipped": _int(stats["skipped"]) or 0,
         "first_loss": None if first is None else _finite_or_text(first),
         "last_loss": None if last is None else _finite_or_text(last),

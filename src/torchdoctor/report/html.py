@@ -107,28 +107,39 @@ def _script_safe(code: str) -> str:
 
 
 def _meta_line(digest: dict[str, Any]) -> str:
+    """Paths and the command may break anywhere (they are long); the other parts (a time, the
+    host, the status) only between words, never inside a number."""
     e = html.escape
     meta = digest.get("meta") or {}
     bits = [f"<code>{e(str(digest.get('source') or ''))}</code>"]
     if meta.get("command"):
         bits.append(f"<code>{e(str(meta['command']))}</code>")
+    words = []
     if meta.get("host"):
-        bits.append(f"host {e(str(meta['host']))}")
+        words.append(f"host {e(str(meta['host']))}")
     if meta.get("started"):
-        when = e(str(meta["started"]))
-        if meta.get("ended"):
-            when += f" to {e(str(meta['ended']))}"
-        bits.append(when)
+        words.append(e(_when(str(meta["started"]), meta.get("ended"))))
     if meta.get("status"):
         status = str(meta["status"])
         if meta.get("exit_code") not in (None, 0):
             status += f" (exit code {meta['exit_code']})"
-        bits.append(e(status))
+        words.append(e(status))
     ranks = digest.get("ranks") or []
     if len(ranks) > 1 or meta.get("world_size"):
         size = meta.get("world_size") or len(ranks)
-        bits.append(f"job of {size} ranks; read: {', '.join(str(r) for r in ranks)}")
+        words.append(f"job of {size} ranks; read: {', '.join(str(r) for r in ranks)}")
+    bits += [f'<span class="words">{w}</span>' for w in words]
     return " &middot; ".join(bits)
+
+
+def _when(started: str, ended: Any) -> str:
+    """`2026-11-26 00:09:51 to 00:10:08` (the end's date only when it is another day)."""
+    start = started.replace("T", " ").split(".")[0]
+    if not ended:
+        return start
+    end = str(ended).replace("T", " ").split(".")[0]
+    same_day = end[:10] == start[:10]
+    return f"{start} to {end[11:] if same_day else end}"
 
 
 def _cards(digest: dict[str, Any]) -> str:
@@ -217,7 +228,7 @@ def _diagnoses(digest: dict[str, Any]) -> str:
                 out.append(
                     f"<details><summary>{e(str(k))}</summary><pre>{e(_value(v))}</pre></details>"
                 )
-        if d.get("fixes"):
+        if d.get("fixes"):  # a fix with a code block keeps its lines (white-space: pre-wrap)
             fixes = "".join(f"<li>{e(f)}</li>" for f in d["fixes"])
             out.append(f'<ol class="fixes">{fixes}</ol>')
         out.append("</div>")
