@@ -140,6 +140,9 @@ class Session:
         # `torchdoctor run` sets sys.argv to them before it starts the probe.
         self.script = redact_argv(list(sys.argv), [config.token])
         self.cwd = os.getcwd()
+        # `torchdoctor attach` started this probe in a running process: its steps are counted
+        # from then on, and whatever shows them says so (None: started with the process).
+        self.attached: float | None = None
         # Who this process is in a distributed job (None: not a rank, or not known yet).
         self.identity = identity or identities.from_env()
         self.run_dir = rundir.create(self._record_path())
@@ -247,6 +250,7 @@ class Session:
             "cwd": self.cwd,
             "run_dir": str(self.run_dir),
             "started": self.started,
+            "attached": self.attached,
             "version": __version__,
             # What a rank this process launches (mp.spawn) starts with: the same options.
             "config": {k: v for k, v in to_env(self.config).items() if k in _CHILD_OPTIONS},
@@ -291,6 +295,17 @@ class Session:
             except OSError as exc:
                 warn_once("relocate", f"cannot move the run directory to {target}: {exc}")
         self.endings.fatal_to(self.run_dir)
+        self._write_meta("running")
+        if self.socket_path is not None:
+            try:
+                registry.register(self.pid, self.registry_entry(self.socket_path))
+            except (OSError, registry.InsecureDirectory):
+                pass
+
+    def note_attached(self) -> None:
+        """This probe was attached to a process already running (`torchdoctor attach`): step
+        0 is the first step after now, the earlier ones were not seen."""
+        self.attached = time.time()
         self._write_meta("running")
         if self.socket_path is not None:
             try:
@@ -461,6 +476,8 @@ class Session:
             "python": sys.version.split()[0],
             "cpus": os.cpu_count(),  # a saved run is judged with its own machine's facts
         }
+        if self.attached is not None:  # steps count from the attach
+            meta["attached"] = _dt.datetime.fromtimestamp(self.attached).isoformat()
         if status != "running":
             meta["ended"] = _dt.datetime.now().isoformat()
             meta["exit_code"] = self.exit_code
@@ -486,6 +503,7 @@ class Session:
             "command": self.command,
             "run_dir": str(self.run_dir),
             "started": self.started,
+            "attached": self.attached,
             "version": __version__,
             "step": None,
         }

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 from torchdoctor import registry
@@ -25,7 +26,7 @@ def entries() -> list[dict[str, Any]]:
         found = registry.entries()
     except registry.InsecureDirectory as exc:
         raise CliError(str(exc)) from None
-    return sorted(found, key=lambda e: (not started_here(e), e.get("started") or 0, e["pid"]))
+    return sorted(found, key=lambda e: (not started_here(e), start_time(e) or 0, e["pid"]))
 
 
 def started_here(entry: dict[str, Any]) -> bool:
@@ -54,10 +55,26 @@ def directory(entry: dict[str, Any]) -> str:
     return str(cwd)
 
 
+def start_time(entry: dict[str, Any]) -> float | None:
+    """When the process started: from /proc on Linux (a process attached to later started
+    before its probe), else when its probe started."""
+    try:
+        fields = Path(f"/proc/{int(entry['pid'])}/stat").read_text().rsplit(")", 1)[1].split()
+        boot = next(
+            float(line.split()[1])
+            for line in Path("/proc/stat").read_text().splitlines()
+            if line.startswith("btime ")
+        )
+        return boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration, KeyError):
+        when = entry.get("started")
+        return float(when) if isinstance(when, (int, float)) else None
+
+
 def started(entry: dict[str, Any], now: float | None = None) -> str:
     """`14:03:12` today, `Nov 24 14:03` on another day."""
-    when = entry.get("started")
-    if not isinstance(when, (int, float)):
+    when = start_time(entry)
+    if when is None:
         return "?"
     moment = _dt.datetime.fromtimestamp(when)
     today = _dt.datetime.fromtimestamp(time.time() if now is None else now).date()
@@ -73,11 +90,12 @@ def state(status: dict[str, Any] | None) -> str:
     step = status.get("last_step")
     if what == "starting":
         return f"starting ({doing})" if doing else "starting"
+    counted = " since the attach" if status.get("attached") else ""
     if what == "not stepping":
         since = status.get("since_step")
         quiet = f"no step for {since:.0f} s" if isinstance(since, (int, float)) else "not stepping"
-        return f"step {step}, {quiet}" + (f" ({doing})" if doing else "")
-    return f"step {step}" if step is not None else "stepping"
+        return f"step {step}{counted}, {quiet}" + (f" ({doing})" if doing else "")
+    return f"step {step}{counted}" if step is not None else "stepping"
 
 
 def ask_status(entry: dict[str, Any]) -> dict[str, Any] | None:
@@ -97,7 +115,8 @@ def record(entry: dict[str, Any], status: dict[str, Any] | None, asked: bool) ->
         "pid": entry["pid"],
         "state": state(status) if asked else None,
         "step": status.get("step") if status else None,
-        "started": entry.get("started"),
+        "started": start_time(entry),
+        "attached": entry.get("attached"),
         "cwd": entry.get("cwd"),
         "here": started_here(entry),
         "script": script_line(entry),

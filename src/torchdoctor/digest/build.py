@@ -572,7 +572,10 @@ def _natural(name: str) -> list[Any]:
 
 
 def _meta(meta: dict[str, Any]) -> dict[str, Any]:
-    keep = ("command", "host", "pid", "started", "ended", "status", "exit_code", "steps")
+    keep = (
+        *("command", "host", "pid", "started", "ended", "attached", "status", "exit_code"),
+        "steps",
+    )
     out = {k: meta[k] for k in keep if meta.get(k) is not None}
     for k in ("job", "world_size"):
         if meta.get(k) is not None:

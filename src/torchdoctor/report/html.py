@@ -119,6 +119,13 @@ def _meta_line(digest: dict[str, Any]) -> str:
         words.append(f"host {e(str(meta['host']))}")
     if meta.get("started"):
         words.append(e(_when(str(meta["started"]), meta.get("ended"))))
+    attached = ""
+    if meta.get("attached"):
+        moment = e(str(meta["attached"]).replace("T", " ").split(".")[0])
+        attached = (
+            f'attached at <span class="words">{moment}</span>: step 0 is the first step after '
+            "it; the steps before it were not seen"
+        )
     if meta.get("status"):
         status = str(meta["status"])
         if meta.get("exit_code") not in (None, 0):
@@ -129,6 +136,8 @@ def _meta_line(digest: dict[str, Any]) -> str:
         size = meta.get("world_size") or len(ranks)
         words.append(f"job of {size} ranks; read: {', '.join(str(r) for r in ranks)}")
     bits += [f'<span class="words">{w}</span>' for w in words]
+    if attached:
+        bits.append(attached)
     return " &middot; ".join(bits)
 
 
