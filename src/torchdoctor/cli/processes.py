@@ -150,7 +150,7 @@ def table(
             "directory": directory(e),
             "command": script_line(e),
             "tcp": e.get("tcp") or "",
-            **{field: e.get(field) for field in RANK_FIELDS},
+            **{field: "-" if e.get(field) is None else e[field] for field in RANK_FIELDS},
         }
         rows.append([cells[c] for c in columns])
     return render(columns, rows, fmt, whole=("command", "directory"))
