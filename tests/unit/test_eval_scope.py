@@ -207,3 +207,13 @@ def test_an_import_in_progress_is_starting(tmp_path, monkeypatch) -> None:
         gate.set()
         thread.join()
         sys.modules.pop(name, None)
+
+
+def test_the_state_a_process_is_in() -> None:
+    now = 1000.0
+    assert activity.state({}, now) == activity.STARTING  # no step has ended yet
+    assert activity.state({"time": now - 5, "duration": 0.1}, now) == activity.STEPPING
+    assert activity.state({"time": now - 11, "duration": 0.1}, now) == activity.NOT_STEPPING
+    # a slow step is not a stall: 3 usual step times
+    assert activity.state({"time": now - 60, "duration": 30.0}, now) == activity.STEPPING
+    assert activity.state({"time": now - 91, "duration": 30.0}, now) == activity.NOT_STEPPING

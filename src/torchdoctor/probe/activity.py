@@ -40,10 +40,16 @@ def doing(thread_id: int | None) -> str:
     return f"in {user}" if user else ""
 
 
-def state(last: dict[str, Any], wait: float, now: float | None = None) -> str:
-    """STARTING before the first step ends, STEPPING while steps end within `wait` seconds of
-    each other, NOT_STEPPING after that."""
+QUIET_STEPS = 3  # no step for this many usual step times...
+QUIET_MIN = 10.0  # ...and at least this many seconds is worth saying
+
+
+def state(last: dict[str, Any], now: float | None = None) -> str:
+    """STARTING before the first step ends; STEPPING while steps keep ending; NOT_STEPPING once
+    no step has ended for QUIET_STEPS usual step times and at least QUIET_MIN seconds (a slow
+    step is not a stall)."""
     if last.get("time") is None:
         return STARTING
     since = (time.time() if now is None else now) - last["time"]
-    return STEPPING if since <= wait else NOT_STEPPING
+    quiet = max(QUIET_MIN, QUIET_STEPS * (last.get("duration") or 0.0))
+    return STEPPING if since <= quiet else NOT_STEPPING

@@ -47,7 +47,7 @@ def build_routes(app: ProbeApp) -> Routes:
         out = app.status()
         training = app.training()
         last = training.last if training is not None else {}
-        out["state"] = activity.state(last, eval_at.wait_for(last))
+        out["state"] = activity.state(last)
         if last.get("time") is not None:
             out["since_step"] = time.time() - last["time"]
         if out["state"] != activity.STEPPING:  # where it is meanwhile
