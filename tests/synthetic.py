@@ -49,6 +49,7 @@ def write_run(path: Path, steps: int, spike_at: int, nan_at: int, rank: int = 0)
         "backward": backward,
         "optimizer": optimizer,
         "other": other,
+        "evaluation": np.zeros(steps),
         "loss": loss,
         "grad_norm": grad_norm,
         "lr": np.full(steps, 1e-3),

@@ -39,7 +39,7 @@ def bootstrap_code(options: dict[str, Any]) -> str:
         "        except ImportError:\n"
         f"            sys.path.append({package_root!r})\n"
         "            import torchdoctor\n"
-        f"        torchdoctor.start(**{json.dumps(options)!s})\n"
+        f"        torchdoctor.start(**{json.dumps(options)!s}).note_attached()\n"
         "    except BaseException as exc:\n"
         "        sys.stderr.write(f'torchdoctor: attach failed: {type(exc).__name__}: {exc}\\n')\n"
         "try:\n"

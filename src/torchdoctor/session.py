@@ -36,7 +36,7 @@ from torchdoctor.redact import redact_argv
 from torchdoctor.sql.engine import SqlEngine
 from torchdoctor.store import rundir
 from torchdoctor.store.columns import Block
-from torchdoctor.store.schema import ALL_TABLES, BY_NAME, COLLECTIVES
+from torchdoctor.store.schema import ALL_TABLES, BY_NAME, COLLECTIVES, COMPILE, STEP_PHASES
 from torchdoctor.store.tables import Spiller, Tables
 from torchdoctor.telemetry import endings, stacks
 from torchdoctor.telemetry.on_import import when_imported
@@ -136,6 +136,13 @@ class Session:
         self.started = time.time()
         argv = list(getattr(sys, "orig_argv", sys.argv))
         self.command = redact_argv(argv, [config.token])  # shown and saved: never the token
+        # The script and its arguments, as `list` shows them (not the interpreter's path):
+        # `torchdoctor run` sets sys.argv to them before it starts the probe.
+        self.script = redact_argv(list(sys.argv), [config.token])
+        self.cwd = os.getcwd()
+        # `torchdoctor attach` started this probe in a running process: its steps are counted
+        # from then on, and whatever shows them says so (None: started with the process).
+        self.attached: float | None = None
         # Who this process is in a distributed job (None: not a rank, or not known yet).
         self.identity = identity or identities.from_env()
         self.run_dir = rundir.create(self._record_path())
@@ -166,7 +173,14 @@ class Session:
         self.endings = endings.Endings(self._on_signal, self.stop)
         self._excepthook: tuple[Any, Any] | None = None  # (ours, the one it replaced)
         self.crash_evidence: Any = None  # its diagnose.crash.CrashEvidence (not for an OOM)
-        self.explains_crash = False  # `torchdoctor run` prints the crash itself: no alert then
+        self.crash_diagnosis: Any = None  # the `crash` or `oom` diagnosis of that exception
+        # `torchdoctor run` explains the crash itself, after the traceback: no alert for it then
+        self.explains_crash = False
+        self.printed: set[str] = set()  # diagnoses shown on stderr: the summary refers to them
+        # True while the script is in the middle of a line on the terminal (the status line
+        # knows): alerts wait for the line's end, in `_held`
+        self.mid_line: Any = None
+        self._held: list[str] = []
 
     # -- life cycle --------------------------------------------------------------------------
     def __enter__(self) -> Session:
@@ -232,8 +246,11 @@ class Session:
             "pid": self.pid,
             "socket": str(socket_path),
             "command": self.command,
+            "script": self.script,
+            "cwd": self.cwd,
             "run_dir": str(self.run_dir),
             "started": self.started,
+            "attached": self.attached,
             "version": __version__,
             # What a rank this process launches (mp.spawn) starts with: the same options.
             "config": {k: v for k, v in to_env(self.config).items() if k in _CHILD_OPTIONS},
@@ -278,6 +295,17 @@ class Session:
             except OSError as exc:
                 warn_once("relocate", f"cannot move the run directory to {target}: {exc}")
         self.endings.fatal_to(self.run_dir)
+        self._write_meta("running")
+        if self.socket_path is not None:
+            try:
+                registry.register(self.pid, self.registry_entry(self.socket_path))
+            except (OSError, registry.InsecureDirectory):
+                pass
+
+    def note_attached(self) -> None:
+        """This probe was attached to a process already running (`torchdoctor attach`): step
+        0 is the first step after now, the earlier ones were not seen."""
+        self.attached = time.time()
         self._write_meta("running")
         if self.socket_path is not None:
             try:
@@ -448,6 +476,8 @@ class Session:
             "python": sys.version.split()[0],
             "cpus": os.cpu_count(),  # a saved run is judged with its own machine's facts
         }
+        if self.attached is not None:  # steps count from the attach
+            meta["attached"] = _dt.datetime.fromtimestamp(self.attached).isoformat()
         if status != "running":
             meta["ended"] = _dt.datetime.now().isoformat()
             meta["exit_code"] = self.exit_code
@@ -473,6 +503,7 @@ class Session:
             "command": self.command,
             "run_dir": str(self.run_dir),
             "started": self.started,
+            "attached": self.attached,
             "version": __version__,
             "step": None,
         }
@@ -509,20 +540,40 @@ class Session:
 
     # -- what the user sees ----------------------------------------------------------------------
     def alert(self, diagnosis: Any) -> None:
-        """A diagnosis, as it is found, on stderr (unless quiet)."""
+        """A diagnosis, as it is found, on stderr (unless quiet); never inside a line the
+        script is writing on the terminal."""
         if self.config.quiet or not self.config.alerts:
             return
-        if diagnosis.kind == "crash" and self.explains_crash:
+        if self.explains_crash and diagnosis is self.crash_diagnosis:
             return
         from torchdoctor.report.alerts import render_alert
 
-        text = render_alert(diagnosis)
+        self.say(render_alert(diagnosis), diagnosis)
+
+    def say(self, text: str, diagnosis: Any = None) -> None:
+        """`text` on stderr, once the script's current line on the terminal has ended; the
+        summary then refers to `diagnosis` instead of printing it again."""
         with _print_lock:
-            try:
-                sys.stderr.write(clear_status_line() + text + "\n")
-                sys.stderr.flush()
-            except Exception:
-                pass
+            if diagnosis is not None:
+                self.printed.add(diagnosis.identity)
+            if self.mid_line is not None and self.mid_line():
+                self._held.append(text)
+                return
+            self._write(text)
+
+    def release_held(self) -> None:
+        """The script ended its line (or ended): the alerts that waited for it."""
+        with _print_lock:
+            held, self._held = self._held, []
+            for text in held:
+                self._write(text)
+
+    def _write(self, text: str) -> None:
+        try:
+            sys.stderr.write(clear_status_line() + text + "\n")
+            sys.stderr.flush()
+        except Exception:
+            pass
 
     def report_crash(self, exc: BaseException) -> None:
         """The script died of `exc`: explain an out-of-memory with numbers, before the process
@@ -546,6 +597,7 @@ class Session:
         except Exception as err:
             warn_once("oom-capture", f"could not analyse the crash: {type(err).__name__}: {err}")
             return
+        self.crash_diagnosis = diagnosis
         if self.doctor is not None:
             self.doctor.report(diagnosis)
 
@@ -561,6 +613,7 @@ class Session:
         except Exception as err:
             warn_once("crash-capture", f"could not analyse the crash: {type(err).__name__}: {err}")
             return
+        self.crash_diagnosis = diagnosis
         if self.doctor is not None:
             self.doctor.report(diagnosis)
 
@@ -570,21 +623,31 @@ class Session:
 
     def summary(self) -> dict[str, Any]:
         """The end-of-run numbers: steps, time by phase, diagnoses, where the run is saved."""
+        import numpy as np
+
+        from torchdoctor.digest import time_split
+
         steps = self.tables["steps"].snapshot()
-        phases = {}
-        for name in ("data_wait", "forward", "backward", "optimizer", "other"):
-            phases[name] = float(steps.data[name].sum()) if steps.rows else 0.0
+        compiled = self.tables[COMPILE.name].snapshot()
+        at = np.where(compiled.null_mask("step"), -1, compiled.data["step"])
+        seconds = np.where(compiled.null_mask("duration"), 0.0, compiled.data["duration"])
+        bands, durations = time_split.split(
+            {name: steps.data[name] for name in STEP_PHASES},
+            steps.data["duration"],
+            time_split.by_step(steps.data["step"], at, seconds),
+        )
         found = self.doctor.found() if self.doctor is not None else []
         return {
             "steps": int(steps.rows),
-            "duration": float(steps.data["duration"].sum()) if steps.rows else 0.0,
-            "phases": phases,
+            "duration": float(durations.sum()),
+            "phases": time_split.totals(bands),
             "skipped": int(steps.data["skipped"].sum()) if steps.rows else 0,
             "last_loss": steps.column("loss")[-1] if steps.rows else None,
             "diagnoses": found,
             "run_dir": str(self.run_dir),
             "exit_code": self.exit_code,
             "crashed": self.crash is not None,
+            "printed": set(self.printed),
         }
 
     def configure(self, **changes: Any) -> dict[str, Any]:

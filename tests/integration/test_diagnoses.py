@@ -213,6 +213,8 @@ def test_demo_lists_and_runs(env, tmp_path) -> None:  # type: ignore[no-untyped-
         assert name in listing.stdout
     out = cli("demo", env=env, cwd=tmp_path, timeout=120)
     assert out.returncode == 0, out.stderr
+    # `make demo` of the README: the banner names the command as one would type it
+    assert "running: torchdoctor run nan_backward.py\n" in out.stdout, out.stdout
     assert "[nan] at step 12 in features" in out.stderr
     assert "SqrtBackward0" in out.stderr
     assert td("demo", "nope").returncode == 2

@@ -64,7 +64,7 @@ def test_torchrun_ranks_know_who_they_are(job: Job, env: dict[str, str], tmp_pat
     assert len(jobs) == 1 and None not in jobs
     table = cli("list", "--no-step", env=env).stdout
     header = table.splitlines()[0].split()
-    assert header[:6] == ["pid", "rank", "world_size", "node", "job", "endpoint"], table
+    assert header[:7] == ["pid", "rank", "world_size", "node", "job", "started", "directory"], table
 
     (tmp_path / "stop").touch()
     assert job.wait() == [0], job.output()

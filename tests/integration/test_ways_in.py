@@ -103,7 +103,9 @@ def test_attach(launch) -> None:
         return
     assert out.returncode == 0, out.stderr
     assert f"attached to {run.pid}" in out.stdout
+    assert "steps are counted from the attach" in out.stdout  # earlier steps exist, unseen
     _check_probe(run)
+    assert "since the attach" in run.cli("list").stdout
     again = run.cli("attach", str(run.pid))
     assert again.returncode == 0 and "already probed" in again.stdout
     assert run.stop() == 0

@@ -22,6 +22,7 @@ class Loop:
         self.step = 0
         self.stepping = False
         self.thread: threading.Thread | None = None
+        self.train_thread: int | None = None
         self.errors: list[BaseException] = []
 
     def __enter__(self) -> Loop:
@@ -31,6 +32,7 @@ class Loop:
         return self
 
     def _run(self) -> None:
+        self.train_thread = threading.get_ident()
         while self.stepping:
             time.sleep(self.last["duration"])
             self.last = {"time": time.time(), "duration": self.last["duration"]}
@@ -51,16 +53,23 @@ def _on_thread() -> str:
     return threading.current_thread().name
 
 
-def test_not_started_or_stuck_runs_at_once_on_the_probe_thread() -> None:
+def test_starting_or_stuck_runs_at_once_on_the_probe_thread() -> None:
+    # torch not imported yet: the main thread (this test's) is what the script is doing
     value, where = eval_at.run(_on_thread, "auto", None)
     assert value == threading.current_thread().name
-    assert where.note == "ran on the probe thread: training not started"
+    assert where.note.startswith("ran on the probe thread: the script is still starting (in ")
+    assert "test_starting_or_stuck_runs_at_once_on_the_probe_thread() at " in where.note
     start = time.monotonic()
     _value, where = eval_at.run(_on_thread, "auto", Loop(last_step_ago=30.0))
     assert where.where == "probe" and "(no step for 30." in where.note
     assert time.monotonic() - start < eval_at.MIN_WAIT  # no wait for a boundary
-    with pytest.raises(eval_at.NoStepBoundary, match="not started"):
+    with pytest.raises(eval_at.NoStepBoundary, match="still starting"):
         eval_at.run(_on_thread, "step", None)
+    # telemetry is on but no step has ended yet: starting, not stuck
+    loop = Loop()
+    loop.last = {}
+    _value, where = eval_at.run(_on_thread, "auto", loop)
+    assert where.note.startswith("ran on the probe thread: the script is still starting")
 
 
 def test_a_stepping_loop_runs_it_at_its_boundary() -> None:

@@ -22,7 +22,13 @@ def test_forward_is_the_models_calls_and_the_rest_is_a_gap() -> None:
     assert timer.gap == "forward"  # the gap after the model's return (a loss, get_batch)
     timer.enter("backward", 5.0, totals)
     timer.exit("backward", 6.0, totals)
-    assert totals == {"data_wait": 0.0, "forward": 2.0, "backward": 1.0, "optimizer": 0.0}
+    assert totals == {
+        "data_wait": 0.0,
+        "forward": 2.0,
+        "evaluation": 0.0,
+        "backward": 1.0,
+        "optimizer": 0.0,
+    }
     assert timer.gap == "backward"
 
 
@@ -58,7 +64,13 @@ def test_phases_nest_inside_the_optimizer() -> None:
     timer.enter("backward", 2.0, totals)
     timer.exit("backward", 4.0, totals)
     timer.exit("optimizer", 5.0, totals)
-    assert totals == {"data_wait": 0.0, "forward": 1.0, "backward": 2.0, "optimizer": 2.0}
+    assert totals == {
+        "data_wait": 0.0,
+        "forward": 1.0,
+        "evaluation": 0.0,
+        "backward": 2.0,
+        "optimizer": 2.0,
+    }
 
 
 # -- judging samples -------------------------------------------------------------------------

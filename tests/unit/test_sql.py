@@ -45,6 +45,7 @@ def _step(step: int, loss: float | None) -> tuple:
         1,
         False,
         False,
+        0.0,
     )
 
 

@@ -126,6 +126,7 @@ def test_spiller_writes_what_a_saved_run_reads(tmp_path) -> None:
         1,
         False,
         True,
+        0.0,
     )
     assert len(row) == len(STEPS.columns)
     tables["steps"].append(row)

@@ -1,6 +1,7 @@
 """ENDPOINT (a pid, a socket path, or HOST:PORT) to an address, with its token.
 
-With no ENDPOINT and exactly one probed process of this user on the machine, that one is used.
+With no ENDPOINT: the only probed process of this user on the machine, or else the only one
+started from the current directory (cli/processes.py).
 For a TCP endpoint the token comes from --token, then TORCHDOCTOR_TOKEN, then (for a process of
 this user on this machine) the 0600 token file in its run directory.
 """
@@ -12,38 +13,18 @@ from pathlib import Path
 from typing import Any
 
 from torchdoctor import registry
+from torchdoctor.cli import processes
 from torchdoctor.cli.client import Address
 from torchdoctor.cli.errors import CliError
-from torchdoctor.redact import command_line
 
 _LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "0.0.0.0", "::", ""}
-
-
-def _describe(entry: dict[str, Any]) -> str:
-    return f"  {entry['pid']}  {command_line(entry.get('command'))}"
-
-
-def _live_entries() -> list[dict[str, Any]]:
-    try:
-        return registry.entries()
-    except registry.InsecureDirectory as exc:
-        raise CliError(str(exc)) from None
 
 
 def resolve(endpoint: str | None, token: str | None = None) -> Address:
     token = token or os.environ.get("TORCHDOCTOR_TOKEN") or None
     if endpoint is None:
-        entries = _live_entries()
-        if not entries:
-            raise CliError(
-                "no probed process of yours is running here; start one with "
-                "`torchdoctor run train.py` or `TORCHDOCTOR=1 python train.py`, "
-                "or attach with `torchdoctor attach PID`"
-            )
-        if len(entries) > 1:
-            listing = "\n".join(_describe(e) for e in entries)
-            raise CliError(f"several probed processes; name one (pid):\n{listing}")
-        return _from_entry(entries[0], str(entries[0]["pid"]))
+        chosen = processes.choose(processes.entries())
+        return _from_entry(chosen, str(chosen["pid"]))
     if endpoint.isdigit():
         entry = registry.find(int(endpoint))
         if entry is None:

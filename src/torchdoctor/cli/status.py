@@ -41,6 +41,8 @@ class EndsLines:
             written = self._stream.write(text)
             if text:
                 self.at_line_start = text.endswith("\n")
+                if self.at_line_start and self._status.session._held:
+                    self._status.line_ended()
         if text and self.at_line_start:
             self._status.wake()
         return written  # what the stream itself returns (a count, or None for some)
@@ -79,8 +81,20 @@ class StatusLine:
                 wrapper = EndsLines(stream, self)
                 self._wrapped.append((name, stream, wrapper))
                 setattr(sys, name, wrapper)
+        self.session.mid_line = self.mid_line  # alerts wait for the end of the script's line
         self._thread.start()
         return self
+
+    def mid_line(self) -> bool:
+        """The script is in the middle of a line on the terminal."""
+        return not all(w.at_line_start for _n, _s, w in self._wrapped)
+
+    def line_ended(self) -> None:
+        """Under the print lock: the script's line ended; flush what waited for it."""
+        if not self.mid_line():
+            for _name, stream, _w in self._wrapped:
+                stream.flush()  # the script's line first, then what waited for its end
+            self.session.release_held()
 
     def wake(self) -> None:
         self._wake.set()
@@ -118,10 +132,18 @@ class StatusLine:
         self._wake.set()
         self._thread.join(timeout=2)
         with _print_lock:
+            ended_mid_line = self.mid_line()
             for name, stream, wrapper in self._wrapped:
                 if getattr(sys, name) is wrapper:  # the script may have replaced it since
                     setattr(sys, name, stream)
             erase_status_line(self.terminal)
+            self.session.mid_line = None
+            if self.session._held:  # the script ended in the middle of a line
+                if ended_mid_line:
+                    for _name, stream, _w in self._wrapped:
+                        stream.flush()
+                    self.terminal.write("\n")
+                self.session.release_held()
 
 
 def _is_tty(stream: Any) -> bool:

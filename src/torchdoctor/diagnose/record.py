@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-import io
 import time
-import tokenize
 from typing import Any
 
 from torchdoctor._json import dumps
+from torchdoctor.store.schema import join_fixes
 
 SEVERITIES = ("info", "warning", "error")
 
@@ -32,9 +31,6 @@ class Diagnosis:
     def __post_init__(self) -> None:
         if self.severity not in SEVERITIES:
             raise ValueError(f"severity must be one of {SEVERITIES}, not {self.severity!r}")
-        # A fix is one line of the `fix` column (one remedy per line): a newline would cut it
-        # in two wherever it is read back.
-        self.fix = [" ".join(f.split()) if "\n" in f else f for f in self.fix]
 
     @property
     def identity(self) -> str:
@@ -54,68 +50,21 @@ class Diagnosis:
             self.location,
             self.summary,
             dumps(evidence),
-            "\n".join(self.fix),
+            join_fixes(self.fix),
             self.resolved,
             self.follows,
         )
 
 
-CODE_ELSEWHERE = " (its code: `torchdoctor diagnoses RUN_DIR`)"
-
-
 def fix_with_code(title: str, code: str) -> str:
-    """A remedy and its code as one line: the code itself when it fits on one line of Python
-    (`with torch.no_grad(): n = f(x)`), else the title and where the code is shown whole."""
-    inline = one_line(code)
-    if inline is None:
-        return title + CODE_ELSEWHERE
-    return f"{title}: {inline}" if inline else title
-
-
-def one_line(code: str) -> str | None:
-    """`code` (a few lines of Python) written on one line, comments dropped: statements
-    joined with '; ', or one block header followed by its simple statements; None when it
-    cannot be one line (nested blocks, a block followed by more code)."""
-    lines = _logical_lines(code)
-    if len(lines) <= 1:
-        return lines[0].strip() if lines else ""
-    indents = [len(line) - len(line.lstrip()) for line in lines]
-    stripped = [line.strip() for line in lines]
-    opens = [line.endswith(":") for line in stripped]
-    if not any(opens) and all(i == indents[0] for i in indents):
-        return "; ".join(stripped)
-    body = indents[1:]
-    if opens[0] and not any(opens[1:]) and all(i == body[0] > indents[0] for i in body):
-        return f"{stripped[0]} {'; '.join(stripped[1:])}"
-    return None
-
-
-def _logical_lines(code: str) -> list[str]:
-    """The non-blank lines of `code` without comments, a statement continued inside brackets
-    joined into one line."""
-    out: list[str] = []
-    depth = 0
-    for raw in code.splitlines():
-        line = _without_comment(raw)
-        if not line.strip():
-            continue
-        if depth > 0 and out:
-            out[-1] += " " + line.strip()
-        else:
-            out.append(line)
-        opened = sum(line.count(c) for c in "([{") - sum(line.count(c) for c in ")]}")
-        depth = max(0, depth + opened)
-    return out
-
-
-def _without_comment(line: str) -> str:
-    if "#" not in line:
-        return line.rstrip()
-    try:
-        for token in tokenize.generate_tokens(io.StringIO(line.strip() + "\n").readline):
-            if token.type == tokenize.COMMENT:
-                indent = len(line) - len(line.lstrip())
-                return line[: indent + token.start[1]].rstrip()
-    except (tokenize.TokenError, SyntaxError):
-        pass
-    return line.rstrip()
+    """A remedy and its code. One line of code (the comment lines around it being context) goes
+    on the title's line; a block follows whole on the lines after it (the `fix` column keeps
+    them: store/schema.py join_fixes), never cut after its header (`with torch.no_grad():`
+    alone says nothing)."""
+    lines = [x.rstrip() for x in code.splitlines() if x.strip()]
+    statements = [x for x in lines if not x.lstrip().startswith("#")]
+    if not statements:
+        return title
+    if len(statements) == 1:
+        return f"{title}: {statements[0].strip()}"
+    return f"{title}:\n" + "\n".join(lines)

@@ -17,8 +17,10 @@ from typing import Any
 import numpy as np
 
 from torchdoctor._json import float_text
+from torchdoctor.digest import time_split
 from torchdoctor.digest.downsample import downsample
 from torchdoctor.store.columns import Block
+from torchdoctor.store.schema import STEP_PHASES, split_fixes
 
 Execute = Callable[[str], tuple[list[str], list[Any]]]
 
@@ -31,7 +33,7 @@ MAX_HEAT_COLUMNS = 200
 MAX_MODULES = 20
 MAX_EVIDENCE_CHARS = 1000  # per value: a long history is cut
 DECADES_FOR_LOG = 2  # a series spanning 100x or more is drawn on a log scale
-PHASES = ("data_wait", "forward", "backward", "optimizer", "other")
+PHASES = STEP_PHASES
 STEP_COLUMNS = (
     "rank",
     "step",
@@ -84,6 +86,9 @@ def build(
     primary = min(stats) if stats else (ranks[0] if ranks else 0)
     mine = steps_of_rank(steps, primary)
     total = _int(stats[primary]["steps"]) if primary in stats else 0
+    compiling = compile_seconds(execute, primary)
+    bands, mine["duration"] = time_split.split(mine, mine["duration"], compiling(mine["step"]))
+    mine.update(bands)
     digest: dict[str, Any] = {
         "version": VERSION,
         "source": source,
@@ -91,13 +96,14 @@ def build(
         "meta": _meta(meta),
         "ranks": ranks,
         "primary_rank": primary,
-        "summary": summary(stats.get(primary)),
+        "summary": summary(stats.get(primary), mine, total or 0),
         "training": training_series(mine, marked, total),
         "phases": phase_series(mine, marked, total),
         "memory": memory_series(mine, marked, total),
         "rank_times": rank_times(steps, stats, marked),
         "modules": slowest_modules(execute),
         "grad_heatmap": grad_heatmap(execute, primary),
+        "untraced": untraced(execute, total or 0),
         "diagnoses": diagnoses,
         "diagnoses_omitted": omitted,
         "warnings": list(warnings),
@@ -198,7 +204,7 @@ def fetch_diagnoses(execute: Execute) -> tuple[list[dict[str, Any]], int]:
                 "summary": r["summary"],
                 "time": _num(r["time"]),
                 "evidence": _evidence(r["evidence"]),
-                "fixes": [f for f in str(r["fix"] or "").splitlines() if f.strip()],
+                "fixes": split_fixes(r["fix"]),
                 "resolved": _int(r["resolved"]),
                 "follows": r["follows"],
             }
@@ -242,6 +248,25 @@ def slowest_modules(execute: Execute) -> dict[str, Any]:
         "items": items[:MAX_MODULES],
         "more": max(0, len(items) - MAX_MODULES),
     }
+
+
+def untraced(execute: Execute, steps: int) -> str | None:
+    """Why no module call was traced, for the charts that need them: `compile` (module tracing
+    is off under torch.compile), `short` (the run ended before its first traced step), `off`
+    (--trace-every 0); None when some were."""
+    _names, rows = _run(execute, "SELECT count(*) FROM python.torch_trace")
+    if rows and _int(rows[0][0]):
+        return None
+    try:
+        _names, rows = execute(
+            "SELECT (SELECT count(*) FROM python.events WHERE kind = 'compile_seen') + "
+            "(SELECT count(*) FROM python.compile)"
+        )
+    except Exception:  # a source without those tables (a live process of an old version)
+        rows = []
+    if rows and _int(rows[0][0]):
+        return "compile"
+    return "short" if steps <= 1 else "off"
 
 
 def grad_heatmap(execute: Execute, rank: int) -> dict[str, Any]:
@@ -328,18 +353,44 @@ def rank_stats(execute: Execute) -> dict[int, dict[str, Any]]:
     return out
 
 
-def summary(stats: dict[str, Any] | None) -> dict[str, Any]:
+def compile_seconds(execute: Execute, rank: int) -> Callable[[np.ndarray], np.ndarray]:
+    """Seconds torch.compile spent compiling, summed along the given steps of one rank
+    (compiling before the first of them counts in it)."""
+    try:
+        _names, rows = execute(
+            "SELECT coalesce(step, -1) AS step, sum(duration) AS seconds FROM python.compile "
+            f"WHERE duration IS NOT NULL AND rank = {int(rank)} GROUP BY 1"
+        )
+    except Exception:  # a source that has no compile table (a live process of an old version)
+        rows = []
+    at = np.array([int(r[0]) for r in rows], dtype=np.int64)
+    seconds = np.array([_float(r[1]) for r in rows], dtype=float)
+    return lambda steps: time_split.by_step(steps, at, seconds)
+
+
+def summary(
+    stats: dict[str, Any] | None, steps: dict[str, np.ndarray] | None = None, total: int = 0
+) -> dict[str, Any]:
+    """The rank's totals. Its time split comes from `steps` (the rank's step rows, compile
+    bands in) when they are all of them, else from the totals of SQL (a very long live run,
+    its compile time left in the phases)."""
     if not stats or not _int(stats["steps"]):
         return {"steps": 0}
+    duration = _num(stats["duration"])
+    if steps is not None and len(steps["step"]) == total:
+        phases = time_split.totals({p: steps[p] for p in time_split.SHOWN})
+        duration = float(np.nansum(steps["duration"]))
+    else:
+        phases = {p: _num(stats.get(p)) or 0.0 for p in time_split.SHOWN}
     first = _num(stats["first_loss"])
     last = _num(stats["last_loss"])
     return {
         "steps": _int(stats["steps"]),
         "first_step": _int(stats["first_step"]),
         "last_step": _int(stats["last_step"]),
-        "duration": _num(stats["duration"]),
+        "duration": duration,
         "step_time_median": _num(stats["median"]),
-        "phases": {p: _num(stats[p]) or 0.0 for p in PHASES},
+        "phases": phases,
         "skipped": _int(stats["skipped"]) or 0,
         "first_loss": None if first is None else _finite_or_text(first),
         "last_loss": None if last is None else _finite_or_text(last),
@@ -357,7 +408,8 @@ def training_series(
 def phase_series(
     steps: dict[str, np.ndarray], marked: Sequence[int], total: int | None = None
 ) -> dict[str, Any]:
-    return _series(steps, ("duration", *PHASES), ("duration", "data_wait"), marked, total=total)
+    shown = ("duration", *time_split.SHOWN)
+    return _series(steps, shown, ("duration", "data_wait"), marked, total=total)
 
 
 def memory_series(
@@ -523,7 +575,10 @@ def _natural(name: str) -> list[Any]:
 
 
 def _meta(meta: dict[str, Any]) -> dict[str, Any]:
-    keep = ("command", "host", "pid", "started", "ended", "status", "exit_code", "steps")
+    keep = (
+        *("command", "host", "pid", "started", "ended", "attached", "status", "exit_code"),
+        "steps",
+    )
     out = {k: meta[k] for k in keep if meta.get(k) is not None}
     for k in ("job", "world_size"):
         if meta.get(k) is not None:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from torchdoctor.memory.phases import MODULES_SQL, PHASES_SQL, module_deltas, phase_rows, records
+from torchdoctor.store.schema import split_fixes
 
 Execute = Callable[[str], tuple[list[str], list[Any]]]
 
@@ -84,7 +85,7 @@ def gather(execute: Execute, live: bool, top: int = 10) -> dict[str, Any]:
             rec["evidence"] = json.loads(rec.get("evidence") or "{}")
         except ValueError:
             rec["evidence"] = {}
-        rec["fix"] = [line for line in (rec.get("fix") or "").split("\n") if line]
+        rec["fix"] = split_fixes(rec.get("fix"))
         ooms.append(rec)
     out["oom"] = ooms
     return out

@@ -1,8 +1,9 @@
 """Where `eval` runs. `step`: on the training thread at the next step boundary, so the state it
 reads is one step's (no `.grad` set to None between two reads of it). `now`: at once on the
 probe's thread, racing the training as any other thread would. `auto` (the default): at the
-step boundary while the training is stepping, at once when it is not (stuck, or not started):
-a hung run is what one most wants to look into, and it has no step boundary to wait for.
+step boundary while the training is stepping, at once when it is not (stuck, or still
+starting): a hung run is what one most wants to look into, and it has no step boundary to wait
+for. The answer says which, and where the training thread was when it did not step.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from torchdoctor.probe.activity import doing
 from torchdoctor.telemetry.safe_point import SafePoint
 
 AT_CHOICES = ("auto", "step", "now")
@@ -19,6 +21,7 @@ STEPS_WAITED = 3  # auto waits up to this many usual step times for a boundary..
 MIN_WAIT = 1.0  # ...but at least this long (short steps are noisy)...
 MAX_WAIT = 10.0  # ...and at most this long (a slow step is not worth a longer wait)
 NOT_STEPPING = "ran on the probe thread: training not stepping"
+STARTING = "ran on the probe thread: the script is still starting"
 STEP_WAIT = 20.0  # `step` waits this long at most (the CLI gives up on an answer at 30 s)
 
 
@@ -26,6 +29,7 @@ class Training(Protocol):
     """What eval needs of the training: its safe point and its latest step's timing."""
 
     safe_point: SafePoint
+    train_thread: int | None  # the thread that steps
 
     @property
     def last(self) -> dict[str, Any]: ...
@@ -55,20 +59,36 @@ def wait_for(last: dict[str, Any]) -> float:
     return min(MAX_WAIT, max(MIN_WAIT, STEPS_WAITED * duration))
 
 
+def _starting(training: Training | None) -> str:
+    """`(importing torch, from train.py:3)`: what the script does before its first step."""
+    where = doing(training.train_thread if training is not None else None)
+    return f"({where or 'no step yet'})"
+
+
+def _why(what: str, training: Training | None) -> str:
+    """`what`, and where the training thread is meanwhile (in evaluate() at train.py:55)."""
+    where = doing(training.train_thread if training is not None else None)
+    return f"{what}; {where}" if where else what
+
+
 def run(fn: Callable[[], Any], at: str, training: Training | None) -> tuple[Any, Placement]:
     """Run `fn` where `at` says; never blocks the training thread (the waiting is ours)."""
     if at == "now":
         return fn(), Placement("probe", None, "ran on the probe thread (--at now)")
-    if training is None:
-        if at == "step":
-            raise NoStepBoundary("the training has not started: there is no step to wait for")
-        return fn(), Placement("probe", None, "ran on the probe thread: training not started")
-    last = training.last
+    last = training.last if training is not None else {}
+    if training is None or last.get("time") is None:
+        if at == "step" and training is None:
+            raise NoStepBoundary(
+                f"the script is still starting {_starting(training)}: no step to wait for yet"
+            )
+        if at == "auto":
+            return fn(), Placement("probe", None, f"{STARTING} {_starting(training)}")
+    assert training is not None
     if at == "auto":
         limit = wait_for(last)
-        since = time.time() - last["time"] if last.get("time") is not None else None
-        if since is None or since > limit:  # stuck now: answer at once
-            why = "no step yet" if since is None else f"no step for {since:.1f} s"
+        since = time.time() - last["time"]
+        if since > limit:  # stuck now: answer at once
+            why = _why(f"no step for {since:.1f} s", training)
             return fn(), Placement("probe", None, f"{NOT_STEPPING} ({why})")
     else:
         limit = STEP_WAIT
@@ -85,5 +105,5 @@ def run(fn: Callable[[], Any], at: str, training: Training | None) -> tuple[Any,
         raise NoStepBoundary(
             f"no step boundary within {limit:g} s: nothing was run (--at now runs at once)"
         )
-    note = f"{NOT_STEPPING} (no step boundary within {limit:.1f} s)"
+    note = f"{NOT_STEPPING} ({_why(f'no step boundary within {limit:.1f} s', training)})"
     return fn(), Placement("probe", None, note)

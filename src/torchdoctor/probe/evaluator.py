@@ -1,4 +1,5 @@
-"""`eval`: run code in the target's __main__ globals, like a REPL line.
+"""`eval`: run code in the target's __main__ globals, like a REPL line; a name that is not a
+global of __main__ comes from the training thread's frames (probe/eval_scope.py).
 
 What the code prints is captured for the calling thread only: the training thread keeps
 printing to its own stdout meanwhile. A final expression's value is returned as its repr. An
@@ -15,7 +16,16 @@ import threading
 import traceback
 from typing import Any, TextIO
 
-_FILENAME = "<torchdoctor-eval>"
+from torchdoctor.probe.eval_scope import (
+    EVAL_FILENAME,
+    NoSuchFrame,
+    Scope,
+    choose,
+    main_globals,
+    user_frames,
+)
+
+_FILENAME = EVAL_FILENAME
 
 
 @dataclasses.dataclass
@@ -23,6 +33,14 @@ class EvalResult:
     output: str
     value: str | None = None
     error: str | None = None
+    names: dict[str, str] = dataclasses.field(default_factory=dict)  # name -> frame that gave it
+
+    def frames(self) -> list[dict[str, Any]]:
+        """The frames that answered, each with the names it gave, in the order first used."""
+        by_frame: dict[str, list[str]] = {}
+        for name, label in self.names.items():
+            by_frame.setdefault(label, []).append(name)
+        return [{"frame": label, "names": names} for label, names in by_frame.items()]
 
 
 class _ThreadRouter(io.TextIOBase):
@@ -64,13 +82,34 @@ def _router(stream_name: str) -> _ThreadRouter:
         return router
 
 
-def _main_namespace() -> dict[str, Any]:
-    main = sys.modules.get("__main__")
-    return main.__dict__ if main is not None else {}
+def evaluate(
+    code: str,
+    namespace: dict[str, Any] | None = None,
+    thread_id: int | None = None,
+    frame: str | None = None,
+) -> EvalResult:
+    """Run `code` in `namespace`, or by default in __main__'s globals with the locals of
+    thread `thread_id`'s frames (the training thread; None: the main thread) behind them,
+    `frame` (a function name or an index, 0 = innermost) first."""
+    scope: Scope | None = None
+    if namespace is None:
+        frames = user_frames(thread_id)
+        try:
+            chosen = choose(frames, frame) if frame else None
+        except NoSuchFrame as exc:
+            return EvalResult("", None, f"{exc}\n")
+        scope = Scope(main_globals(), frames, chosen)
+        ns: dict[str, Any] = scope
+    else:
+        ns = namespace
+    try:
+        return _run(code, ns, scope)
+    finally:
+        if scope is not None:
+            scope.release()
 
 
-def evaluate(code: str, namespace: dict[str, Any] | None = None) -> EvalResult:
-    ns = _main_namespace() if namespace is None else namespace
+def _run(code: str, ns: dict[str, Any], scope: Scope | None) -> EvalResult:
     buffer = io.StringIO()
     me = threading.get_ident()
     routers = [_router("stdout"), _router("stderr")]
@@ -87,7 +126,7 @@ def evaluate(code: str, namespace: dict[str, Any] | None = None) -> EvalResult:
         else:
             exec(compile(tree, _FILENAME, "exec"), ns)
         shown = None if value is None else _repr(value)
-        return EvalResult(buffer.getvalue(), shown)
+        return EvalResult(buffer.getvalue(), shown, names=_answered(scope))
     except KeyboardInterrupt:
         if threading.current_thread() is threading.main_thread():
             raise  # the user's Ctrl-C, come while the code ran on the training thread
@@ -96,10 +135,16 @@ def evaluate(code: str, namespace: dict[str, Any] | None = None) -> EvalResult:
         tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
         # Drop torchdoctor's own frames: the user wants the line of *their* code.
         kept = [line for line in tb if __file__ not in line]
-        return EvalResult(buffer.getvalue(), None, "".join(kept))
+        if isinstance(exc, NameError) and scope is not None:
+            kept.append(f"(looked in: {scope.searched()})\n")
+        return EvalResult(buffer.getvalue(), None, "".join(kept), _answered(scope))
     finally:
         for router in routers:
             router.captures.pop(me, None)
+
+
+def _answered(scope: Scope | None) -> dict[str, str]:
+    return dict(scope.answered) if scope is not None else {}
 
 
 def _repr(value: Any, limit: int = 100_000) -> str:

@@ -32,9 +32,9 @@ from torchdoctor.probe.server import _RequestHandler, _ServerMixin, serve_in_bac
 from torchdoctor.report.prometheus import CONTENT_TYPE, render
 from torchdoctor.store import rundir
 from torchdoctor.store.columns import Block
-from torchdoctor.store.schema import BY_NAME
+from torchdoctor.store.schema import BY_NAME, STEP_PHASES
 
-PHASES = ("data_wait", "forward", "backward", "optimizer", "other")
+PHASES = STEP_PHASES
 # (column of python.steps, metric name, help) for the latest step's gauges
 LATEST = (
     ("step", "torchdoctor_step", "index of the latest optimizer step (counted from 0)"),
@@ -105,8 +105,8 @@ def collect(source: Source, default_rank: int | None = None) -> list[Family]:
     phase_total = Family(
         "torchdoctor_phase_seconds",
         "counter",
-        "step time by phase, summed over the steps kept (data_wait forward backward optimizer "
-        "other)",
+        "step time by phase, summed over the steps kept (data_wait forward evaluation backward "
+        "optimizer other)",
     )
     phase_last = Family("torchdoctor_step_phase_seconds", "gauge", "latest step's time by phase")
     latest = {column: Family(name, "gauge", doc) for column, name, doc in LATEST}

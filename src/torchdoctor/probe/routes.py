@@ -6,10 +6,12 @@ eval): the CLI exits 1 on it. 400 is a malformed request: the CLI exits 2.
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any, Protocol
 
 from torchdoctor._json import clean
-from torchdoctor.probe import eval_at
+from torchdoctor.probe import activity, eval_at
 from torchdoctor.probe.evaluator import evaluate
 from torchdoctor.probe.server import Routes
 from torchdoctor.sql.engine import SqlEngine, SqlError
@@ -42,7 +44,15 @@ def build_routes(app: ProbeApp) -> Routes:
     routes = Routes()
 
     def status(_req: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-        return 200, clean(app.status())
+        out = app.status()
+        training = app.training()
+        last = training.last if training is not None else {}
+        out["state"] = activity.state(last)
+        if last.get("time") is not None:
+            out["since_step"] = time.time() - last["time"]
+        if out["state"] != activity.STEPPING:  # where it is meanwhile
+            out["doing"] = activity.doing(training.train_thread if training else None)
+        return 200, clean(out)
 
     def backtrace(_req: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         spec = BY_NAME["backtrace"]
@@ -56,8 +66,21 @@ def build_routes(app: ProbeApp) -> Routes:
         at = req.get("at") or "auto"
         if at not in eval_at.AT_CHOICES:
             return _bad(f"at must be one of {', '.join(eval_at.AT_CHOICES)}")
+        frame = req.get("frame")
+        if frame is not None and not isinstance(frame, str):
+            return _bad("frame must be a function's name or a frame's number, as a string")
+        training = app.training()
+        asker = threading.get_ident()
+
+        def run_code() -> Any:
+            # On the training thread (a step boundary) its frames are the callers of this
+            # call; on ours, the training thread's as they are now.
+            me = threading.get_ident()
+            thread = me if me != asker else training.train_thread if training else None
+            return evaluate(code, thread_id=thread, frame=frame)
+
         try:
-            result, placement = eval_at.run(lambda: evaluate(code), at, app.training())
+            result, placement = eval_at.run(run_code, at, training)
         except eval_at.NoStepBoundary as exc:
             return 422, {"output": "", "value": None, "error": f"{exc}\n", "ran": None}
         except eval_at.TrainingInterrupted:
@@ -68,6 +91,7 @@ def build_routes(app: ProbeApp) -> Routes:
             "value": result.value,
             "error": result.error,
             "ran": placement.as_dict(),
+            "frames": result.frames(),  # where names that are not __main__'s came from
         }
         return (422 if result.error else 200), payload
 

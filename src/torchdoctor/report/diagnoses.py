@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from torchdoctor.diagnose.record import CODE_ELSEWHERE
 from torchdoctor.diagnose.story import chains
+from torchdoctor.report.alerts import fix_lines
+from torchdoctor.store.schema import split_fixes
 
 _SKIP = {
     "threads",
@@ -70,28 +71,9 @@ def _block(r: dict[str, Any]) -> str:
     if shown:
         lines.append("  evidence: " + ", ".join(f"{k}={_short(v)}" for k, v in shown.items()))
     fixes = r.get("fix") or ""
-    code = _codes(evidence)
-    for i, fix in enumerate(fixes.splitlines() if isinstance(fixes, str) else fixes, 1):
-        if fix.endswith(CODE_ELSEWHERE) and fix[: -len(CODE_ELSEWHERE)] in code:
-            title = fix[: -len(CODE_ELSEWHERE)]
-            lines.append(f"  {i}. {title}:")
-            lines += [f"       {line}".rstrip() for line in code[title].splitlines()]
-        else:
-            lines.append(f"  {i}. {fix}")
+    for i, fix in enumerate(split_fixes(fixes) if isinstance(fixes, str) else fixes, 1):
+        lines.extend(fix_lines(fix, f"  {i}. ", "       "))
     return "\n".join(lines)
-
-
-def _codes(evidence: dict[str, Any]) -> dict[str, str]:
-    """Fix title -> its code, for the fixes whose code is too long for their line (a crash's
-    fixes from the explain catalog)."""
-    fixes = evidence.get("fixes")
-    if not isinstance(fixes, list):
-        return {}
-    return {
-        f["title"]: f["code"]
-        for f in fixes
-        if isinstance(f, dict) and isinstance(f.get("title"), str) and f.get("code")
-    }
 
 
 def _short(value: Any) -> str:

@@ -8,19 +8,13 @@ import json
 from importlib import resources
 from typing import Any
 
+from torchdoctor.digest.time_split import LABELS, shown
 from torchdoctor.report.summary import seconds
 from torchdoctor.units import human
 
 ECHARTS_VERSION = "6.1.0"
 _ASSETS = resources.files("torchdoctor.report") / "assets"
 _SHORT = 100  # evidence values longer than this are folded
-_PHASES = {
-    "data_wait": "data",
-    "forward": "forward",
-    "backward": "backward",
-    "optimizer": "optimizer",
-    "other": "other",
-}
 
 
 def asset(name: str) -> str:
@@ -56,8 +50,10 @@ def render(digest: dict[str, Any]) -> str:
             digest,
             "chart-phases",
             "Step time by phase",
-            "data: waiting for the DataLoader; forward; backward; optimizer; other: the rest "
-            "of the step (zero_grad, logging, your code). " + _phase_split(digest["summary"]),
+            "data: waiting for the DataLoader; forward; evaluation: model calls with gradients "
+            "off (an evaluation pass between steps); compile: torch.compile compiling (taken out "
+            "of the phase it happened in); backward; optimizer; other: the rest of the step "
+            "(zero_grad, logging, your code). " + _phase_split(digest["summary"]),
             bool(digest["phases"]["step"]),
         ),
         _chart_section(
@@ -72,7 +68,7 @@ def render(digest: dict[str, Any]) -> str:
             digest,
             "chart-modules",
             "Slowest modules",
-            _modules_note(digest["modules"]),
+            _modules_note(digest["modules"], digest.get("untraced")),
             bool(digest["modules"]["items"]),
             rows=len(digest["modules"]["items"]),
         ),
@@ -80,7 +76,7 @@ def render(digest: dict[str, Any]) -> str:
             digest,
             "chart-heatmap",
             "Gradient norm per module",
-            _heatmap_note(digest["grad_heatmap"]),
+            _heatmap_note(digest["grad_heatmap"], digest.get("untraced")),
             bool(digest["grad_heatmap"]["cells"]),
             rows=len(digest["grad_heatmap"]["modules"]),
         ),
@@ -111,28 +107,48 @@ def _script_safe(code: str) -> str:
 
 
 def _meta_line(digest: dict[str, Any]) -> str:
+    """Paths and the command may break anywhere (they are long); the other parts (a time, the
+    host, the status) only between words, never inside a number."""
     e = html.escape
     meta = digest.get("meta") or {}
     bits = [f"<code>{e(str(digest.get('source') or ''))}</code>"]
     if meta.get("command"):
         bits.append(f"<code>{e(str(meta['command']))}</code>")
+    words = []
     if meta.get("host"):
-        bits.append(f"host {e(str(meta['host']))}")
+        words.append(f"host {e(str(meta['host']))}")
     if meta.get("started"):
-        when = e(str(meta["started"]))
-        if meta.get("ended"):
-            when += f" to {e(str(meta['ended']))}"
-        bits.append(when)
+        words.append(e(_when(str(meta["started"]), meta.get("ended"))))
+    attached = ""
+    if meta.get("attached"):
+        moment = e(str(meta["attached"]).replace("T", " ").split(".")[0])
+        attached = (
+            f'attached at <span class="words">{moment}</span>: step 0 is the first step after '
+            "it; the steps before it were not seen"
+        )
     if meta.get("status"):
         status = str(meta["status"])
         if meta.get("exit_code") not in (None, 0):
             status += f" (exit code {meta['exit_code']})"
-        bits.append(e(status))
+        words.append(e(status))
     ranks = digest.get("ranks") or []
     if len(ranks) > 1 or meta.get("world_size"):
         size = meta.get("world_size") or len(ranks)
-        bits.append(f"job of {size} ranks; read: {', '.join(str(r) for r in ranks)}")
+        words.append(f"job of {size} ranks; read: {', '.join(str(r) for r in ranks)}")
+    bits += [f'<span class="words">{w}</span>' for w in words]
+    if attached:
+        bits.append(attached)
     return " &middot; ".join(bits)
+
+
+def _when(started: str, ended: Any) -> str:
+    """`2026-11-26 00:09:51 to 00:10:08` (the end's date only when it is another day)."""
+    start = started.replace("T", " ").split(".")[0]
+    if not ended:
+        return start
+    end = str(ended).replace("T", " ").split(".")[0]
+    same_day = end[:10] == start[:10]
+    return f"{start} to {end[11:] if same_day else end}"
 
 
 def _cards(digest: dict[str, Any]) -> str:
@@ -146,7 +162,7 @@ def _cards(digest: dict[str, Any]) -> str:
         cards += [
             (seconds(s["duration"]), "step time in all"),
             (seconds(s["step_time_median"]), "median step"),
-            (f"{_PHASES[top]} {100 * s['phases'][top] / total:.0f}%", "largest phase"),
+            (f"{LABELS[top]} {100 * s['phases'][top] / total:.0f}%", "largest phase"),
             (_value(s.get("last_loss")), "last loss"),
             (_bytes(s.get("peak_memory")), "peak memory"),
         ]
@@ -165,7 +181,8 @@ def _phase_split(s: dict[str, Any]) -> str:
     if not s.get("steps"):
         return ""
     total = s["duration"] or 1e-12
-    split = ", ".join(f"{_PHASES[p]} {100 * v / total:.0f}%" for p, v in s["phases"].items())
+    phases = s["phases"]
+    split = ", ".join(f"{LABELS[p]} {100 * phases[p] / total:.0f}%" for p in shown(phases))
     return f"Over the whole run: {split}."
 
 
@@ -229,7 +246,7 @@ def _diagnoses(digest: dict[str, Any]) -> str:
                 out.append(
                     f"<details><summary>{e(str(k))}</summary><pre>{e(_value(v))}</pre></details>"
                 )
-        if d.get("fixes"):
+        if d.get("fixes"):  # a fix with a code block keeps its lines (white-space: pre-wrap)
             fixes = "".join(f"<li>{e(f)}</li>" for f in d["fixes"])
             out.append(f'<ol class="fixes">{fixes}</ol>')
         out.append("</div>")
@@ -258,9 +275,22 @@ def _chart_section(
     return f"<section><h2>{e(title)}</h2><p class=note>{e(note)}</p>{body}</section>"
 
 
-def _modules_note(modules: dict[str, Any]) -> str:
+# Why a per-module chart is empty (digest["untraced"]).
+_UNTRACED = {
+    "compile": "Nothing was recorded per module: the run uses torch.compile, and module "
+    "tracing stays off under it (module hooks would make Dynamo recompile). Steps, phases, "
+    "loss, gradient norm and memory are recorded as usual.",
+    "short": "Nothing was recorded per module: module calls are traced on step 1 and then one "
+    "step in --trace-every (20), and this run ended before step 1.",
+    "off": "Nothing was recorded per module: no step was traced (--trace-every 0 turns it off).",
+}
+
+
+def _modules_note(modules: dict[str, Any], untraced: str | None = None) -> str:
     if not modules["items"]:
-        return "Module calls are timed on traced steps (--trace-every)."
+        return _UNTRACED.get(
+            untraced or "", "Module calls are timed on traced steps (--trace-every)."
+        )
     more = f" ({modules['more']} more not shown)" if modules.get("more") else ""
     return (
         f"Forward and backward time per traced step, averaged over {modules['traced_steps']:,} "
@@ -268,9 +298,12 @@ def _modules_note(modules: dict[str, Any]) -> str:
     )
 
 
-def _heatmap_note(heat: dict[str, Any]) -> str:
+def _heatmap_note(heat: dict[str, Any], untraced: str | None = None) -> str:
     if not heat["cells"]:
-        return "Per-module gradient norms are recorded on traced steps (--trace-every)."
+        return _UNTRACED.get(
+            untraced or "",
+            "Per-module gradient norms are recorded on traced steps (--trace-every).",
+        )
     cols = (
         "each column one traced step"
         if heat["width"] == 1

@@ -3,7 +3,8 @@ chrome://tracing open.
 
 One process per rank ("rank N"). Its "steps" thread holds a slice per step with the phases
 inside it; the phases' lengths are measured, their order inside the step is the usual one
-(data, forward, backward, other, optimizer: a step ends when the optimizer's step returns),
+(evaluation, data, forward, backward, other, optimizer: a step ends when the optimizer's step
+returns, and an evaluation pass runs between two steps),
 their exact start times are not recorded. Module calls of traced steps sit on "forward" and
 "backward" threads at their recorded times, spread over as many lanes as it takes for slices on
 one thread to nest properly. Collectives, when the run recorded any, get their own thread;
@@ -37,9 +38,10 @@ LANE_LIMIT = 80  # lanes per stage; deeper nestings share the last one
 # A child that overruns its parent by less than this (clock rounding) is trimmed to fit.
 SLACK_US = 1.0
 # The order of phases inside a step (see the module docstring).
-PHASE_ORDER = ("data_wait", "forward", "backward", "other", "optimizer")
+PHASE_ORDER = ("evaluation", "data_wait", "forward", "backward", "other", "optimizer")
 _CHUNK = 20_000  # steps formatted per joined chunk
 PHASE_NAMES = {
+    "evaluation": "evaluation",
     "data_wait": "data",
     "forward": "forward",
     "backward": "backward",

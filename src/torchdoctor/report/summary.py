@@ -5,15 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from torchdoctor.diagnose.story import chains
-from torchdoctor.report.alerts import render_alert
-
-_LABELS = {
-    "data_wait": "data",
-    "forward": "forward",
-    "backward": "backward",
-    "optimizer": "optimizer",
-    "other": "other",
-}
+from torchdoctor.digest.time_split import LABELS, shown
+from torchdoctor.report.alerts import headline, render_alert
 
 
 def seconds(value: float) -> str:
@@ -32,9 +25,8 @@ def render_summary(summary: dict[str, Any]) -> str:
     if steps:
         total = summary["duration"] or 1e-12
         per = summary["duration"] / steps
-        split = ", ".join(
-            f"{_LABELS[k]} {100 * v / total:.0f}%" for k, v in summary["phases"].items()
-        )
+        phases = summary["phases"]
+        split = ", ".join(f"{LABELS[k]} {100 * phases[k] / total:.0f}%" for k in shown(phases))
         lines.append(f"  {steps} steps in {seconds(summary['duration'])} ({seconds(per)}/step)")
         lines.append(f"  time: {split}")
         if summary.get("skipped"):
@@ -47,8 +39,9 @@ def render_summary(summary: dict[str, Any]) -> str:
             "backward() (a loop of your own can mark its steps with torchdoctor.step(loss))"
         )
     found = summary["diagnoses"]
+    printed = summary.get("printed") or set()
     if found:
-        lines += ["  " + line for line in story_lines(found)]
+        lines += ["  " + line for line in story_lines(found, printed)]
     elif summary.get("crashed"):
         lines.append("  the script crashed: see the error above")  # never "no problems found"
     else:
@@ -58,16 +51,21 @@ def render_summary(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def story_lines(found: list[Any]) -> list[str]:
+def story_lines(found: list[Any], printed: set[str] | frozenset[str] = frozenset()) -> list[str]:
     """The findings as one story: a chain of findings of one cause as its first finding and
-    what followed; the findings that no longer hold last, one line each."""
+    what followed; the findings that no longer hold last, one line each. A finding already
+    printed in full (`printed`: their identities) is named, not said again."""
     holding = [d for d in found if d.resolved is None]
     resolved = [d for d in found if d.resolved is not None]
     noun = f"diagnos{'i' if len(found) == 1 else 'e'}s"
     head = f"{len(found)} {noun}" + (f" ({len(resolved)} resolved)" if resolved else "") + ":"
     lines = [head]
     for chain in chains(holding, lambda d: d.kind, lambda d: d.follows):
-        lines += render_alert(chain[0], fixes=1).splitlines()
+        first = chain[0]
+        if first.identity in printed:
+            lines.append(f"  {headline(first)} (above)")
+        else:
+            lines += render_alert(first, fixes=1).splitlines()
         for later in chain[1:]:
             when = f" at step {later.step}" if later.step is not None else ""
             lines.append(f"  then [{later.kind}]{when}, from the same cause: {later.summary}")

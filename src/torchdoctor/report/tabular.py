@@ -14,7 +14,7 @@ FORMATS = ("table", "json", "csv")
 _MAX_CELL = 80
 
 
-def _cell(value: Any) -> str:
+def _cell(value: Any, whole: bool = False) -> str:
     if value is None:
         return "NULL"
     if isinstance(value, bool):
@@ -24,11 +24,13 @@ def _cell(value: Any) -> str:
             return float_text(value)
         return f"{value:.3f}" if abs(value) >= 1e5 else f"{value:.6g}"
     text = str(value).replace("\n", "\\n")
-    return text if len(text) <= _MAX_CELL else text[: _MAX_CELL - 3] + "..."
+    return text if whole or len(text) <= _MAX_CELL else text[: _MAX_CELL - 3] + "..."
 
 
-def table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    cells = [[_cell(v) for v in row] for row in rows]
+def table(columns: Sequence[str], rows: Sequence[Sequence[Any]], whole: Sequence[str] = ()) -> str:
+    """Columns named in `whole` are never cut (a command line); others at 80 characters."""
+    keep = [c in whole for c in columns]
+    cells = [[_cell(v, keep[i]) for i, v in enumerate(row)] for row in rows]
     widths = [len(c) for c in columns]
     for row in cells:
         for i, text in enumerate(row):
@@ -76,5 +78,12 @@ RENDERERS: dict[str, Callable[[Sequence[str], Sequence[Sequence[Any]]], str]] = 
 }
 
 
-def render(columns: Sequence[str], rows: Sequence[Sequence[Any]], fmt: str = "table") -> str:
+def render(
+    columns: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    fmt: str = "table",
+    whole: Sequence[str] = (),
+) -> str:
+    if fmt == "table":
+        return table(columns, rows, whole)
     return RENDERERS[fmt](columns, rows)

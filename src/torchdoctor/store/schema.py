@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 INT, FLOAT, STR, BOOL = "int", "float", "str", "bool"
@@ -19,6 +20,9 @@ class Column:
     type: str  # INT, FLOAT, STR or BOOL
     doc: str = ""
     nullable: bool = False
+    # A column added to a table after rows were built positionally elsewhere: their value
+    # when left out (the trailing columns with one may be omitted from a row_type() row).
+    default: Any = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,11 +47,16 @@ class TableSpec:
 
     def row_type(self) -> Any:
         """A named tuple of this table's columns: rows built by column name, stored as tuples."""
-        return collections.namedtuple(f"{self.name}_row", self.column_names)
+        defaults: list[Any] = []
+        for column in reversed(self.columns):
+            if column.default is None:
+                break
+            defaults.insert(0, column.default)
+        return collections.namedtuple(f"{self.name}_row", self.column_names, defaults=defaults)
 
 
-def _c(name: str, type_: str, doc: str = "", nullable: bool = False) -> Column:
-    return Column(name, type_, doc, nullable)
+def _c(name: str, type_: str, doc: str = "", nullable: bool = False, default: Any = None) -> Column:
+    return Column(name, type_, doc, nullable, default)
 
 
 BACKTRACE = TableSpec(
@@ -113,8 +122,17 @@ STEPS = TableSpec(
         _c("micro_batches", INT, "backward() calls in the step"),
         _c("skipped", BOOL, "the update was skipped (--guard, non-finite gradients)"),
         _c("traced", BOOL, "module calls of this step are in torch_trace"),
+        _c(
+            "evaluation",
+            FLOAT,
+            "time in model calls with gradients off (an evaluation pass, torch.no_grad()) since "
+            "the previous step: not in forward",
+            default=0.0,
+        ),
     ),
 )
+# The columns of python.steps that split its duration, in the order they are shown.
+STEP_PHASES = ("data_wait", "forward", "evaluation", "backward", "optimizer", "other")
 
 OPTIMIZER_STEPS = TableSpec(
     "optimizer_steps",
@@ -265,7 +283,12 @@ DIAGNOSES = TableSpec(
         _c("location", STR, "module qualified name or file:line", nullable=True),
         _c("summary", STR),
         _c("evidence", STR, "JSON object of the measured numbers"),
-        _c("fix", STR, "ranked remedies, one per line"),
+        _c(
+            "fix",
+            STR,
+            "ranked remedies, one per line; the further lines of a fix's code are indented by "
+            "four spaces",
+        ),
         _c(
             "resolved",
             INT,
@@ -283,6 +306,31 @@ DIAGNOSES = TableSpec(
     ),
     capacity=100_000,
 )
+
+FIX_CONTINUED = "    "  # a fix's further lines in the `fix` column (its code block)
+
+
+def join_fixes(fixes: Sequence[str]) -> str:
+    """The `fix` column of ranked remedies: one per line, the further lines of a fix (a code
+    block) indented, so that a reader gets every fix back whole (split_fixes)."""
+    lines = []
+    for fix in fixes:
+        head, *rest = fix.splitlines() or [""]
+        lines.append(head)
+        lines.extend(FIX_CONTINUED + line for line in rest)
+    return "\n".join(lines)
+
+
+def split_fixes(text: str | None) -> list[str]:
+    """The remedies of a `fix` column, each whole (see join_fixes)."""
+    fixes: list[str] = []
+    for line in (text or "").split("\n"):
+        if line.startswith(FIX_CONTINUED) and fixes:
+            fixes[-1] += "\n" + line[len(FIX_CONTINUED) :]
+        elif line.strip():
+            fixes.append(line)
+    return fixes
+
 
 EVENTS = TableSpec(
     "events",

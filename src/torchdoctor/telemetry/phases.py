@@ -5,7 +5,9 @@ and their time is not the optimizer's. Opening a phase pauses the one around it;
 resumes the outer one. `forward` is the time inside the models' top-level calls: it opens at a
 model's forward pre-hook and closes at its forward hook (a model called inside a model counts
 once). What runs after the model returns and before backward() (a loss computed outside the
-model, fetching the next batch) is no phase: it is `other`.
+model, fetching the next batch) is no phase: it is `other`. `evaluation` is the same for a
+model call with gradients off (torch.no_grad(), inference_mode: an evaluation pass), so that a
+validation loop between two steps is not counted as the next step's forward.
 
 A gap is the time while no phase is open; it is named by the phase that closed last ("start"
 for the gap that opens the step). When stack samples found that a gap is spent in an input
@@ -21,11 +23,13 @@ from typing import Any
 COLUMN = {
     "data": "data_wait",
     "forward": "forward",
+    "evaluation": "evaluation",
     "backward": "backward",
     "optimizer": "optimizer",
 }
 PHASES = tuple(COLUMN.values())
 START = "start"  # the gap that opens a step (before its first phase)
+SEGMENTS = ("forward", "evaluation")  # a model's top-level call, with gradients on or off
 
 
 def zero() -> dict[str, float]:
@@ -36,7 +40,7 @@ class PhaseTimer:
     __slots__ = ("_open", "after", "input_shares", "since")
 
     def __init__(self) -> None:
-        # [phase, running since (None while paused), model calls open (forward only)]
+        # [phase, running since (None while paused), model calls open (segments only)]
         self._open: list[list[Any]] = []
         self.after = START  # the gap running now (while no phase is open) follows this phase
         self.since = 0.0  # ... since then
@@ -99,33 +103,35 @@ class PhaseTimer:
             self.after = phase
             self.since = now
 
-    def begin_forward(self, now: float, totals: dict[str, float]) -> bool:
-        """A model's top-level call begins: the forward phase opens, unless a model call is
-        open already (a model called inside a model); True when it was opened now."""
+    def begin_forward(self, now: float, totals: dict[str, float], segment: str = "forward") -> bool:
+        """A model's top-level call begins: its segment (forward, or evaluation for a call with
+        gradients off) opens, unless a model call is open already (a model called inside a
+        model); True when it was opened now."""
         opened = self._open
-        if opened and opened[-1][0] == "forward":
+        if opened and opened[-1][0] in SEGMENTS:
             opened[-1][2] += 1
             return False
-        self.enter("forward", now, totals)
+        self.enter(segment, now, totals)
         return True
 
     def end_forward(self, now: float, totals: dict[str, float]) -> None:
-        """A model's top-level call returned (its forward hook): the forward phase closes when
-        it was the outermost model call."""
+        """A model's top-level call returned (its forward hook): its segment closes when it was
+        the outermost model call."""
         opened = self._open
         if opened:
             top = opened[-1]
-            if top[0] == "forward":  # the usual case, inline: it runs every step
+            name = top[0]
+            if name in SEGMENTS:  # the usual case, inline: it runs every step
                 if top[2] > 1:
                     top[2] -= 1
                     return
                 opened.pop()
                 if top[1] is not None:
-                    totals["forward"] += now - top[1]
+                    totals[name] += now - top[1]
                 if opened:
                     opened[-1][1] = now
                 else:
-                    self.after = "forward"
+                    self.after = name
                     self.since = now
                 return
         self.exit("forward", now, totals)
@@ -134,10 +140,10 @@ class PhaseTimer:
         """The step's end: a model call still open (it raised past its hook, or the step ended
         inside it) closes; the gap running now is booked; the next step opens with its own."""
         opened = self._open
-        if opened and opened[-1][0] == "forward":
-            since = opened.pop()[1]
+        if opened and opened[-1][0] in SEGMENTS:
+            name, since, _calls = opened.pop()
             if since is not None:
-                totals["forward"] += now - since
+                totals[name] += now - since
             if opened:
                 opened[-1][1] = now
         if not opened:

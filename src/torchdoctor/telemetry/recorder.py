@@ -255,7 +255,8 @@ class Recorder(RunView):
             self.cycle.activity(now)
         state = self.state
         state.keep_call(module, args, kwargs, self.torch, self.roots.random)
-        if self.timer.begin_forward(now, state.phases) and state.start is None:
+        segment = "forward" if self.torch.is_grad_enabled() else "evaluation"
+        if self.timer.begin_forward(now, state.phases, segment) and state.start is None:
             state.start = now
         if self.silent.active or not module.training:
             self.silent.on_model_call(module, args, kwargs)
@@ -377,6 +378,7 @@ class Recorder(RunView):
             state.micro,
             skipped,
             plan.tracing,
+            phases["evaluation"],
         )
         norm = state.grad_norm if state.grad_norm_value is None else None
         update = state.update  # (primary, seconds): its own row too when there are several

@@ -75,6 +75,10 @@ def main(args: Any, ctx: Any) -> int:
         raise CliError(f"attach: {exc}") from None
     if entry is not None:
         ctx.print(f"attached to {pid}: endpoint {entry['socket']}; run dir {entry['run_dir']}")
+        ctx.print(
+            "steps are counted from the attach: step 0 is the first one after it; the steps "
+            "the process took before were not seen"
+        )
         ctx.print(f"try: torchdoctor {pid} backtrace")
         return OK
     raise CliError(

@@ -34,7 +34,7 @@ def main(args: Any, ctx: Any) -> int:
     file, planted, options = DEMOS[name]
     script = Path(__file__).resolve().parent.parent.parent / "demos" / file
     ctx.print(f"torchdoctor demo '{name}': {planted}")
-    ctx.print(f"running: torchdoctor run {' '.join(options)} {script.name}\n")
+    ctx.print(f"running: {' '.join(['torchdoctor', 'run', *options, script.name])}\n")
     sys.stdout.flush()
     command = [sys.executable, "-m", "torchdoctor", "run", *options, str(script)]
     code = subprocess.call(command)

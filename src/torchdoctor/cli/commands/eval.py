@@ -1,4 +1,5 @@
-"""`torchdoctor ENDPOINT eval "CODE"`: run Python in the target's __main__ and show the result.
+"""`torchdoctor ENDPOINT eval "CODE"`: run Python in the target's __main__ and show the result;
+names that are not globals of __main__ come from the training loop's frames (`--frame`).
 
 This is remote code execution by design: it runs with the target's rights, in its process.
 """
@@ -30,13 +31,23 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "now: at once on the probe's thread; auto (default): step while the training steps, "
         "now when it is stuck",
     )
+    parser.add_argument(
+        "--frame",
+        metavar="FUNC|N",
+        help="look up names in this frame of the training thread first (a function's name, "
+        "or N: 0 is the innermost of the script's frames); by default a name that is not a "
+        "global of __main__ comes from the innermost frame that has it",
+    )
 
 
 def main(args: Any, ctx: Any) -> int:
     code = sys.stdin.read() if args.code == "-" else args.code
     if not code.strip():
         raise CliError("eval: no code given")
-    status, payload = ctx.client().request("POST", "/v1/eval", {"code": code, "at": args.at})
+    request = {"code": code, "at": args.at}
+    if args.frame is not None:
+        request["frame"] = args.frame
+    status, payload = ctx.client().request("POST", "/v1/eval", request)
     if args.format == "json":
         ctx.print(json.dumps(payload, indent=2))
         return OK if status == 200 else TARGET_ERROR
@@ -48,6 +59,8 @@ def main(args: Any, ctx: Any) -> int:
     ran = payload.get("ran")
     if ran and ran.get("note"):  # on stderr: stdout stays the code's own output
         ctx.err.write(f"# {ran['note']}\n")
+    for used in payload.get("frames") or []:
+        ctx.err.write(f"# {', '.join(used['names'])}: from {used['frame']}\n")
     if status != 200:
         ctx.err.write(payload.get("error") or "eval failed\n")
         return TARGET_ERROR

@@ -51,13 +51,20 @@ def parse_argv(parser: argparse.ArgumentParser, argv: list[str]) -> Any:
     return args
 
 
-def _explain(exc: BaseException, ctx: Any, evidence: Any = None) -> None:
-    """After the traceback: what the error means and what to do, briefly; for this run (the
-    module that raised, the shapes that flowed into it) when the crash capture has it."""
-    if evidence is not None:
+def _explain(exc: BaseException, probe: Any) -> None:
+    """After the traceback, once (no alert before it; the summary refers to it): what the error
+    means and what to do, for this run when the capture has it (the module that raised, the
+    shapes that flowed into it; an out-of-memory's measured fixes), else from the catalog."""
+    diagnosis = probe.crash_diagnosis
+    if probe.crash_evidence is not None:
         from torchdoctor.report.crash import render_crash
 
-        ctx.warn(render_crash(evidence.to_json()))
+        probe.say(render_crash(probe.crash_evidence.to_json()), diagnosis)
+        return
+    if diagnosis is not None:  # an out-of-memory, with its numbers
+        from torchdoctor.report.alerts import render_alert
+
+        probe.say(render_alert(diagnosis, fixes=len(diagnosis.fix)), diagnosis)
         return
     try:
         from torchdoctor.errors.api import explain_exception
@@ -67,9 +74,9 @@ def _explain(exc: BaseException, ctx: Any, evidence: Any = None) -> None:
     try:
         explanation = explain_exception(exc)
         if explanation.recognised:
-            ctx.warn(render_text(explanation, brief=True))
+            probe.say(render_text(explanation, brief=True))
     except Exception as err:
-        ctx.warn(f"torchdoctor: could not explain the error: {err}")
+        probe.say(f"torchdoctor: could not explain the error: {err}")
 
 
 def main(args: Any, ctx: Any) -> int:
@@ -83,7 +90,11 @@ def main(args: Any, ctx: Any) -> int:
         raise CliError(f"run: {exc}") from None
     if args.script is not None and not os.path.exists(args.script):
         raise CliError(f"run: can't open file {args.script!r}: No such file or directory")
+    # What `list` shows of this process: the script and its arguments (run_script sets the
+    # same again, as python does)
+    sys.argv = [args.script, *args.args] if args.module is None else ["-m", args.module, *args.args]
     probe = session.start(config)
+    probe.explains_crash = True  # after the traceback (_explain), not as an alert before it
     status = None
     if not config.quiet:
         ctx.warn(f"torchdoctor: probing pid {probe.pid}; run directory {probe.run_dir}")
@@ -98,10 +109,9 @@ def main(args: Any, ctx: Any) -> int:
     if status is not None:
         status.stop()
     if outcome.exception is not None and not outcome.interrupted:
-        probe.explains_crash = True
         probe.report_crash(outcome.exception)
         if not config.quiet:
-            _explain(outcome.exception, ctx, probe.crash_evidence)
+            _explain(outcome.exception, probe)
     if outcome.interrupted:
         probe.note_signal(signal.SIGINT)
     probe.stop(outcome.code)

@@ -5,16 +5,23 @@
   "use strict";
   var digest = JSON.parse(document.getElementById("td-digest").textContent);
   var COLORS = { error: "#c0392b", warning: "#d68910", info: "#2e86c1" };
+  // The bands of the step time, in digest/time_split.py's order; evaluation and compile are
+  // drawn only for runs that have some.
   var PHASE_LABELS = {
     data_wait: "data",
     forward: "forward",
+    evaluation: "evaluation",
+    compile: "compile",
     backward: "backward",
     optimizer: "optimizer",
     other: "other",
   };
+  var OPTIONAL_PHASES = ["evaluation", "compile"];
   var PHASE_COLORS = {
     data_wait: "#e67e22",
     forward: "#3498db",
+    evaluation: "#16a085",
+    compile: "#c0392b",
     backward: "#8e44ad",
     optimizer: "#27ae60",
     other: "#95a5a6",
@@ -56,8 +63,13 @@
   }
 
   // Vertical lines at the diagnosed steps, coloured by the most severe diagnosis there and
-  // labelled with the kinds found at that step.
+  // labelled with the kinds found at that step (see spreadLabels for nearby steps).
   var RANK = { error: 0, warning: 1, info: 2 };
+  function unique(xs) {
+    return xs.filter(function (x, i) {
+      return xs.indexOf(x) === i;
+    });
+  }
   function marks(toX) {
     var byX = {};
     var order = [];
@@ -76,9 +88,11 @@
         return (RANK[a.severity] || 3) - (RANK[b.severity] || 3);
       });
       var color = COLORS[found[0].severity] || "#555";
-      var kinds = found.map(function (d) {
-        return d.kind;
-      });
+      var kinds = unique(
+        found.map(function (d) {
+          return d.kind;
+        })
+      );
       return {
         xAxis: x,
         name: kinds.join(", ") + " (step " + found[0].step + ")",
@@ -114,9 +128,66 @@
         : series.total.toLocaleString() + " steps.";
   }
 
+  // A mark's label is written along its line. Marks closer together than LABEL_GAP pixels
+  // (diagnoses at nearby steps, or a long run squeezed into the width) would print their labels
+  // over each other: a stretch of such marks shares one label, on its first line, naming the
+  // kinds of all of them; every line stays drawn. Placed again when a zoom or a resize moves
+  // the lines.
+  var LABEL_GAP = 18;
+  function spreadLabels(chart, seriesIndex, toX) {
+    var base = marks(toX).data;
+    if (!base.length) return;
+    function place() {
+      var placed = base.map(function (d) {
+        var px = chart.convertToPixel({ xAxisIndex: 0 }, d.xAxis);
+        return { d: d, px: typeof px === "number" && isFinite(px) ? px : null };
+      });
+      var shown = placed
+        .filter(function (p) {
+          return p.px !== null;
+        })
+        .sort(function (a, b) {
+          return a.px - b.px;
+        });
+      var groups = [];
+      shown.forEach(function (p) {
+        var group = groups[groups.length - 1];
+        if (group && p.px - group[0].px < LABEL_GAP) group.push(p);
+        else groups.push([p]);
+      });
+      var label = {};
+      groups.forEach(function (group) {
+        var kinds = [];
+        group.forEach(function (p) {
+          kinds = kinds.concat(p.d.label.formatter.split(", "));
+        });
+        label[group[0].d.xAxis] = unique(kinds).join(", ");
+      });
+      var data = base.map(function (d) {
+        var text = label[d.xAxis];
+        var l = { formatter: text || "", color: d.label.color, position: d.label.position };
+        if (!text) l.show = false;
+        return {
+          xAxis: d.xAxis,
+          name: d.name,
+          diagnosis: d.diagnosis,
+          lineStyle: d.lineStyle,
+          label: l,
+        };
+      });
+      var series = [];
+      for (var i = 0; i <= seriesIndex; i++) series.push({});
+      series[seriesIndex] = { markLine: { data: data } };
+      chart.setOption({ series: series });
+    }
+    place();
+    chart.on("datazoom", place);
+    window.addEventListener("resize", place);
+  }
+
   function draw(id, option, points, linked) {
     var el = document.getElementById(id);
-    if (!el) return;
+    if (!el) return null;
     var chart = echarts.init(el, null, { renderer: "svg" });
     option.animation = false;
     chart.setOption(option);
@@ -133,6 +204,7 @@
     window.addEventListener("resize", function () {
       chart.resize();
     });
+    return chart;
   }
 
   function training() {
@@ -184,7 +256,7 @@
         }),
       });
     });
-    draw(
+    var chart = draw(
       "chart-training",
       {
         tooltip: { trigger: "axis", valueFormatter: number },
@@ -197,13 +269,23 @@
       },
       s.step.length
     );
+    if (chart) spreadLabels(chart, 0);
     note("chart-training", s);
   }
 
   function phases() {
     var s = digest.phases;
     if (!s || !s.step.length) return;
-    var series = Object.keys(PHASE_LABELS).map(function (key, i) {
+    var keys = Object.keys(PHASE_LABELS).filter(function (key) {
+      if (!s[key]) return false;
+      return (
+        OPTIONAL_PHASES.indexOf(key) < 0 ||
+        s[key].some(function (v) {
+          return v;
+        })
+      );
+    });
+    var series = keys.map(function (key, i) {
       return {
         name: PHASE_LABELS[key],
         type: "line",
@@ -213,10 +295,10 @@
         showSymbol: false,
         color: PHASE_COLORS[key],
         data: pairs(s.step, s[key]),
-        markLine: i === Object.keys(PHASE_LABELS).length - 1 ? marks() : undefined,
+        markLine: i === keys.length - 1 ? marks() : undefined,
       };
     });
-    draw(
+    var chart = draw(
       "chart-phases",
       {
         tooltip: { trigger: "axis", valueFormatter: seconds },
@@ -229,6 +311,7 @@
       },
       s.step.length
     );
+    if (chart) spreadLabels(chart, keys.length - 1);
     note("chart-phases", s);
   }
 
@@ -246,7 +329,7 @@
         markLine: i === 0 ? marks() : undefined,
       };
     });
-    draw(
+    var chart = draw(
       "chart-memory",
       {
         tooltip: { trigger: "axis", valueFormatter: bytes },
@@ -259,6 +342,7 @@
       },
       s.step.length
     );
+    if (chart) spreadLabels(chart, 0);
     note("chart-memory", s);
   }
 
@@ -364,7 +448,7 @@
         data: missing,
       });
     }
-    draw(
+    var chart = draw(
       "chart-heatmap",
       {
         tooltip: {
@@ -397,6 +481,7 @@
       h.cells.length,
       false
     );
+    if (chart) spreadLabels(chart, 0, toColumn);
   }
 
   function ranks() {
@@ -412,7 +497,7 @@
         markLine: i === 0 ? marks() : undefined,
       };
     });
-    draw(
+    var chart = draw(
       "chart-ranks",
       {
         tooltip: { trigger: "axis", valueFormatter: seconds },
@@ -427,6 +512,7 @@
         return n + s.step.length;
       }, 0)
     );
+    if (chart) spreadLabels(chart, 0);
   }
 
   [training, phases, memory, modules, heatmap, ranks].forEach(function (f) {
