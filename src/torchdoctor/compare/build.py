@@ -1,0 +1,111 @@
+"""Two runs' facts in, one comparison record out (plain JSON-ready data): what `torchdoctor
+compare` prints, `--format json` gives, `--fail-if` judges and the report's "compared with"
+section shows. B is compared against A (the baseline)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torchdoctor.compare import curves, gate, memory, settings, timing
+from torchdoctor.compare.facts import RunFacts
+from torchdoctor.compare.headline import headline
+
+VERSION = 1
+_SEVERE = ("warning", "error")
+
+
+def compare(a: RunFacts, b: RunFacts, gates: list[gate.Gate] | None = None) -> dict[str, Any]:
+    sa, sb = a.rank_steps(a.primary), b.rank_steps(b.primary)
+    ta, tb, basis = timing.timed_steps(sa, sb)
+    step = timing.step_time(ta, tb)
+    phases = timing.phases(ta, tb, step.a or 0.0)
+    modules = timing.module_changes(a, b, step.a, step.b)
+    new, vanished = timing.new_and_vanished(a, b)
+
+    # The phase that carries the step's change, and in a pass the module that carries it.
+    phase = phase_change = cause = None
+    if step.real and step.delta is not None:
+        direction = 1.0 if step.delta > 0 else -1.0
+        moved = [(p, c) for p, c in phases.items() if c.real and (c.delta or 0) * direction > 0]
+        if moved:
+            phase, phase_change = max(moved, key=lambda pc: abs(pc[1].delta or 0.0))
+            if phase in ("forward", "backward"):
+                cause = timing.attribute(modules, phase, direction)
+
+    setup = settings.settings(a, b)
+    differing = sorted((s for s in setup if s.differs), key=lambda s: -s.weight)
+    series = curves.compare_curves(sa, sb)
+    mem = memory.compare_memory(a, b, sa, sb)
+    found_a = {(d["rank"], d["kind"]) for d in a.diagnoses}
+    ranks = timing.ranks(a, b)
+    straggler = timing.straggler(ranks)
+    new_findings = [
+        d
+        for d in b.diagnoses
+        if (d["rank"], d["kind"]) not in found_a and d.get("severity") in _SEVERE
+    ]
+    record: dict[str, Any] = {
+        "version": VERSION,
+        "a": _run(a),
+        "b": _run(b),
+        "headline": headline(
+            step, phase, phase_change, cause, differing, series, mem, new_findings, straggler
+        ),
+        "steps_compared": basis,
+        "step_time": step.to_json(),
+        "phases": {p: c.to_json() for p, c in phases.items()},
+        "cause": {
+            "phase": phase,
+            "module": None if cause is None else cause.to_json(),
+        },
+        "modules": {
+            "traced_steps": [_traced(a), _traced(b)],
+            "changes": [m.to_json() for m in modules[: timing.MAX_MODULES]],
+            "more": max(0, len(modules) - timing.MAX_MODULES),
+            "new": new,
+            "vanished": vanished,
+        },
+        "memory": mem,
+        "ranks": ranks,
+        "straggler": straggler,
+        "collectives": timing.collectives(a, b),
+        "curves": series,
+        "settings": [s.to_json() for s in setup],
+        "script_diff": settings.script_diff(a, b),
+        "diagnoses": {
+            "new": [_finding(d) for d in new_findings],
+            "gone": [
+                _finding(d)
+                for d in a.diagnoses
+                if (d["rank"], d["kind"]) not in {(x["rank"], x["kind"]) for x in b.diagnoses}
+                and d.get("severity") in _SEVERE
+            ],
+        },
+    }
+    if gates:
+        record["gates"] = [gate.evaluate(g, record) for g in gates]
+        record["failed"] = any(g["exceeded"] for g in record["gates"])
+    return record
+
+
+def _run(f: RunFacts) -> dict[str, Any]:
+    meta = f.meta
+    return {
+        "source": f.source,
+        "steps": len(f.rank_steps(f.primary)["step"]),
+        "ranks": f.ranks,
+        "started": meta.get("started"),
+        "status": meta.get("status"),
+        "command": " ".join(str(x) for x in meta["command"])
+        if isinstance(meta.get("command"), list)
+        else meta.get("command"),
+    }
+
+
+def _traced(f: RunFacts) -> int:
+    return len({s for m in f.modules for s in m.steps})
+
+
+def _finding(d: dict[str, Any]) -> dict[str, Any]:
+    keep = ("rank", "kind", "severity", "location", "summary", "step")
+    return {k: d.get(k) for k in keep}
