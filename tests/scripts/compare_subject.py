@@ -7,6 +7,7 @@ thing changed must be told apart by that thing.
   --workers N      DataLoader workers (default 0)
   --dtype NAME     float32 (default) or float64: the model's and the batches' dtype
   --batch N        batch size (default 16)
+  --hold-mb MB     keep a tensor of MB megabytes alive while it trains (a planted memory rise)
 """
 
 import argparse
@@ -22,7 +23,9 @@ parser.add_argument("--slow-ms", type=float, default=0.0)
 parser.add_argument("--workers", type=int, default=0)
 parser.add_argument("--dtype", default="float32")
 parser.add_argument("--batch", type=int, default=16)
+parser.add_argument("--hold-mb", type=int, default=0)
 args = parser.parse_args()
+held = torch.ones(args.hold_mb * (1 << 20) // 4) if args.hold_mb else None  # pages touched
 dtype = getattr(torch, args.dtype)
 
 

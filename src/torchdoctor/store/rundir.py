@@ -181,8 +181,8 @@ def move(old: Path, new: Path, whole: bool) -> Path:
 
     whole: `old` is this process's own directory (a default one): renamed as a whole, files
     held open keep working. Otherwise `old` may be shared (a --run-dir given to every rank):
-    only the tables, diagnoses and token move, and meta.json stays for its last writer to
-    replace. Whatever cannot move stays where it was; the run goes on in `new`.
+    only the tables, diagnoses, token and script copy move, and meta.json stays for its last
+    writer to replace. Whatever cannot move stays where it was; the run goes on in `new`.
     """
     make_private_dir(new.parent)
     if whole and not new.exists():
@@ -193,7 +193,7 @@ def move(old: Path, new: Path, whole: bool) -> Path:
             pass
     make_private_dir(new / TABLES_DIR)
     names = [Path(TABLES_DIR) / p.name for p in (old / TABLES_DIR).glob("*") if p.is_file()]
-    for rel in [*names, Path(DIAGNOSES_FILE), Path(TOKEN_FILE)]:
+    for rel in [*names, Path(DIAGNOSES_FILE), Path(TOKEN_FILE), Path(SCRIPT_FILE)]:
         src, dst = old / rel, new / rel
         if src.exists() and not dst.exists():
             try:
