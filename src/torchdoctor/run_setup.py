@@ -1,7 +1,9 @@
 """How a run was started, as meta.json records it for `torchdoctor compare`: the environment
 variables that change what torch does (CUDA_*, NCCL_*, TORCH_*, OMP_NUM_THREADS, ...), torch's
-version and the CUDA it was built for, and the script that `__main__` runs (its path, the hash
-of its bytes, its arguments, and its text, which the session copies into the run directory).
+version and the CUDA it was built for, how busy the machine was (its load, and how long the
+main thread waited for a CPU) at the start and at the end, and the script that `__main__` runs
+(its path, the hash of its bytes, its arguments, and its text, which the session copies into
+the run directory).
 
 Nothing here imports torch. Values pass through redact.py: a variable whose name says it holds a
 secret (a token, a password, a key) is recorded as `***`, and so is any NAME=value secret in a
@@ -14,7 +16,8 @@ import dataclasses
 import hashlib
 import os
 import sys
-from collections.abc import Mapping
+import time
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from torchdoctor import frames, machine, redact
@@ -38,13 +41,16 @@ MAX_VALUE = 500  # characters kept of one value
 MAX_SOURCE = 1_000_000  # bytes of a script copied into the run directory; a larger one is hashed
 
 
-def environment(env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The variables that matter, by name, with secrets masked."""
+def environment(
+    env: Mapping[str, str] | None = None, secrets: Sequence[str | None] = ()
+) -> dict[str, str]:
+    """The variables that matter, by name, with secrets masked (and the `secrets` known by
+    value, such as the endpoint's token)."""
     env = os.environ if env is None else env
     out = {}
     for name in sorted(env):
         if name.startswith(PREFIXES) or name in NAMES:
-            value = redact.redact_text(f"{name}={env[name]}").partition("=")[2]
+            value = redact.redact_text(f"{name}={env[name]}", secrets).partition("=")[2]
             out[name] = value[:MAX_VALUE]
     return out
 
@@ -61,9 +67,10 @@ class Script:
         return {"path": self.path, "sha256": self.sha256, "bytes": self.size, "argv": self.argv}
 
 
-def main_script() -> Script | None:
+def main_script(secrets: Sequence[str | None] = ()) -> Script | None:
     """The user's script that `__main__` runs now (not a console script, not torchdoctor's or
-    another package's entry point), read at this moment; None when there is none."""
+    another package's entry point), read at this moment; None when there is none. Its text
+    and arguments are redacted, the `secrets` known by value too."""
     path = getattr(sys.modules.get("__main__"), "__file__", None)
     if not isinstance(path, str) or not path.endswith(".py"):
         return None
@@ -83,26 +90,48 @@ def main_script() -> Script | None:
     text = None
     if size <= MAX_SOURCE:
         try:
-            text = redact.redact_text(data.decode("utf-8"))
+            text = redact.redact_text(data.decode("utf-8"), secrets)
         except UnicodeDecodeError:
             text = None
-    return Script(path, digest.hexdigest(), size, text, redact.redact_argv(sys.argv))
+    return Script(path, digest.hexdigest(), size, text, redact.redact_argv(sys.argv, secrets))
 
 
-def load_average() -> float | None:
-    """The machine's 1-minute load average (runnable processes), where the system tells it."""
+@dataclasses.dataclass(frozen=True)
+class Moment:
+    """The machine and this process at one moment: what makes timings slower whatever the
+    code does (a busy machine: the main thread waits, runnable, for a CPU)."""
+
+    time: float
+    load: float | None  # the machine's 1-minute load average
+    cpu: float | None  # seconds the main thread has run on a CPU
+    wait: float | None  # seconds it has waited, runnable, for one (the scheduler's run queue)
+
+
+def moment() -> Moment:
+    cpu = wait = load = None
     try:
-        return round(os.getloadavg()[0], 2)
+        load = round(os.getloadavg()[0], 2)
     except (OSError, AttributeError):
-        return None
+        pass
+    try:  # /proc/PID/schedstat: the main thread's run time, run-queue wait, time slices (ns)
+        with open(f"/proc/{os.getpid()}/schedstat") as f:
+            fields = f.read().split()
+        cpu, wait = int(fields[0]) / 1e9, int(fields[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        pass
+    return Moment(time.time(), load, cpu, wait)
 
 
-def facts(script: Script | None, load_at_start: float | None) -> dict[str, Any]:
-    """What meta.json gets: `environment`, `torch`, the machine's `load` when the run started and
-    at this write (timings of a busy machine are slower), and (when known) `script`."""
+def facts(
+    script: Script | None, start: Moment, secrets: Sequence[str | None] = ()
+) -> dict[str, Any]:
+    """What meta.json gets: `environment`, `torch`, `machine` (a Moment when the run started
+    and one at this write) and, when known, `script`."""
     build = machine.torch_build()
-    load = {"start": load_at_start, "last": load_average()}
-    out: dict[str, Any] = {"environment": environment(), "torch": build, "load": load}
+    now = dataclasses.asdict(moment())
+    busy = {"start": dataclasses.asdict(start), "last": now}
+    env = environment(secrets=secrets)
+    out: dict[str, Any] = {"environment": env, "torch": build, "machine": busy}
     if script is not None:
         out["script"] = script.facts()
     return out

@@ -168,7 +168,7 @@ class Session:
         self.crash_evidence: Any = None  # its diagnose.crash.CrashEvidence (not for an OOM)
         self.explains_crash = False  # `torchdoctor run` prints the crash itself: no alert then
         self._script_copied: str | None = None  # the hash of the script copied into run_dir
-        self._load_at_start = run_setup.load_average()
+        self._at_start = run_setup.moment()  # how busy the machine was when it started
 
     # -- life cycle --------------------------------------------------------------------------
     def __enter__(self) -> Session:
@@ -453,8 +453,9 @@ class Session:
         }
         # How it was started (for `compare`): read again at each write, since `__main__` is
         # the script only once `torchdoctor run` has handed over to it.
-        script = run_setup.main_script()
-        meta.update(run_setup.facts(script, self._load_at_start))
+        secrets = [self.config.token, self.token]
+        script = run_setup.main_script(secrets)
+        meta.update(run_setup.facts(script, self._at_start, secrets))
         self._copy_script(script)
         if status != "running":
             meta["ended"] = _dt.datetime.now().isoformat()

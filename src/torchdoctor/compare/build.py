@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchdoctor.compare import curves, gate, memory, settings, timing
+from torchdoctor.compare import contention, curves, gate, memory, settings, timing
 from torchdoctor.compare.facts import RunFacts
-from torchdoctor.compare.headline import headline
+from torchdoctor.compare.headline import Story, headline
 
 VERSION = 1
 _SEVERE = ("warning", "error")
@@ -17,9 +17,11 @@ _SEVERE = ("warning", "error")
 def compare(a: RunFacts, b: RunFacts, gates: list[gate.Gate] | None = None) -> dict[str, Any]:
     sa, sb = a.rank_steps(a.primary), b.rank_steps(b.primary)
     ta, tb, basis = timing.timed_steps(sa, sb)
-    step = timing.step_time(ta, tb)
-    phases = timing.phases(ta, tb, step.a or 0.0)
-    modules = timing.module_changes(a, b, step.a, step.b)
+    measured = timing.step_time(ta, tb)
+    waiting = contention.waiting_share(a.meta), contention.waiting_share(b.meta)
+    step = contention.judge(measured, *waiting)  # beyond what the wait for a CPU allows
+    phases = timing.phases(ta, tb, measured.a or 0.0)
+    modules = timing.module_changes(a, b, measured.a, measured.b)
     new, vanished = timing.new_and_vanished(a, b)
 
     # The phase that carries the step's change, and in a pass the module that carries it.
@@ -39,6 +41,7 @@ def compare(a: RunFacts, b: RunFacts, gates: list[gate.Gate] | None = None) -> d
     found_a = {(d["rank"], d["kind"]) for d in a.diagnoses}
     ranks = timing.ranks(a, b)
     straggler = timing.straggler(ranks)
+    collectives = timing.collectives(a, b)
     new_findings = [
         d
         for d in b.diagnoses
@@ -49,10 +52,29 @@ def compare(a: RunFacts, b: RunFacts, gates: list[gate.Gate] | None = None) -> d
         "a": _run(a),
         "b": _run(b),
         "headline": headline(
-            step, phase, phase_change, cause, differing, series, mem, new_findings, straggler
+            Story(
+                step,
+                series,
+                mem,
+                measured=measured,
+                waiting=waiting,
+                phase=phase,
+                phase_change=phase_change,
+                cause=cause,
+                differing=differing,
+                new_findings=new_findings,
+                straggler=straggler,
+                collectives=collectives,
+            )
         ),
         "steps_compared": basis,
-        "step_time": step.to_json(),
+        "step_time": {
+            **step.to_json(),
+            "real_as_measured": measured.real,
+            # how much longer or shorter B's steps may be from the wait for a CPU alone
+            "machine_allows": list(contention.allowed(*waiting)),
+        },
+        "waiting_for_cpu": list(waiting),
         "phases": {p: c.to_json() for p, c in phases.items()},
         "cause": {
             "phase": phase,
@@ -68,7 +90,7 @@ def compare(a: RunFacts, b: RunFacts, gates: list[gate.Gate] | None = None) -> d
         "memory": mem,
         "ranks": ranks,
         "straggler": straggler,
-        "collectives": timing.collectives(a, b),
+        "collectives": collectives,
         "curves": series,
         "settings": [s.to_json() for s in setup],
         "script_diff": settings.script_diff(a, b),

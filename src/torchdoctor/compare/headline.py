@@ -8,6 +8,7 @@ compile off (A: on)".)
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from torchdoctor.compare.settings import Setting
@@ -62,6 +63,35 @@ def step_words(step: Change) -> str:
     pct = abs(step.ratio - 1) * 100
     way = "slower" if step.ratio > 1 else "faster"
     return f"B is {pct:.0f}% {way} per step ({seconds(step.b)} against {seconds(step.a)})"
+
+
+def waiting_words(s: Story) -> str:
+    """A difference as measured that the wait for a CPU may account for."""
+    m = s.measured
+    assert m is not None and m.ratio is not None and m.low is not None
+    pct = abs(m.ratio - 1) * 100
+    way = "longer" if m.ratio > 1 else "shorter"
+    wa, wb = s.waiting
+    more = "B" if (wb or 0) > (wa or 0) else "A"
+    return (
+        f"No real difference in step time: B's steps are {pct:.0f}% {way} (95% interval "
+        f"{m.low:.2f}..{m.high:.2f}), no more than {more}'s extra wait for a CPU can make them "
+        f"(B waited for one {_share(wb)} of its time, A {_share(wa)})"
+    )
+
+
+def _aligned(s: Story) -> bool:
+    """Whether the run that waited longer for a CPU is the one with the longer steps: only then
+    is the wait a likely cause."""
+    wa, wb = s.waiting
+    m = s.measured or s.step
+    if wa is None or wb is None or m.ratio is None:
+        return False
+    return (wb > wa) == (m.ratio > 1)
+
+
+def _share(value: float | None) -> str:
+    return "?" if value is None else f"{value:.0%}"
 
 
 def cause_words(phase: str | None, phase_change: Change | None, cause: Cause | None) -> str:
@@ -120,45 +150,61 @@ def memory_words(memory: dict[str, Any]) -> str:
     return text
 
 
-def headline(
-    step: Change,
-    phase: str | None,
-    phase_change: Change | None,
-    cause: Cause | None,
-    differing: list[Setting],
-    curves: dict[str, Any],
-    memory: dict[str, Any],
-    new_findings: list[dict[str, Any]],
-    straggler: dict[str, Any] | None = None,
-) -> str:
+@dataclasses.dataclass
+class Story:
+    """What the headline ties together."""
+
+    step: Change
+    curves: dict[str, Any]
+    memory: dict[str, Any]
+    phase: str | None = None  # the phase that carries the step's change
+    phase_change: Change | None = None
+    cause: Cause | None = None  # the module that carries it
+    differing: list[Setting] = dataclasses.field(default_factory=list)  # likeliest first
+    new_findings: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    straggler: dict[str, Any] | None = None
+    collectives: list[dict[str, Any]] | None = None
+    measured: Change | None = None  # as measured; `step` is judged allowing for the wait for a CPU
+    waiting: tuple[float | None, float | None] = (None, None)  # share of each run's time
+
+
+def headline(story: Story) -> str:
+    s = story
     parts = []
-    if step.real:
-        what = cause_words(phase, phase_change, cause)
+    if s.step.real:
+        what = cause_words(s.phase, s.phase_change, s.cause)
         if what:
             parts.append(what)
-    if straggler is not None:
+    if s.straggler is not None:
         parts.append(
-            f"rank {straggler['rank']}'s {PHASE_WORDS[straggler['phase']]} "
-            f"{seconds(straggler['delta'], sign=True)} (the other ranks': "
-            f"{seconds(straggler['others'], sign=True)})"
+            f"rank {s.straggler['rank']}'s {PHASE_WORDS[s.straggler['phase']]} "
+            f"{seconds(s.straggler['delta'], sign=True)} (the other ranks': "
+            f"{seconds(s.straggler['others'], sign=True)})"
         )
+    differing = [x for x in s.differing if x.key != "waiting" or _aligned(s)]
     parts += setting_words(differing)
-    mem = memory_words(memory)
+    moved = [c["phrase"] for c in s.collectives or () if c["phrase"]]
+    parts += moved[:1]
+    mem = memory_words(s.memory)
     if mem:
         parts.append(mem)
-    for d in new_findings[:2]:
+    for d in s.new_findings[:2]:
         where = f" on rank {d['rank']}" if d.get("rank") not in (None, 0) else ""
         parts.append(f"B has a new {d['kind']}{where}")
-    curve = curve_words(curves)
+    curve = curve_words(s.curves)
     if curve:
         parts.append(curve)
-    if not step.real and not differing and not mem and not new_findings and not straggler:
-        lead = step_words(step)
+    quiet = not (differing or mem or s.new_findings or s.straggler or moved)
+    if not s.step.real and s.measured is not None and s.measured.real:
+        said = {x.phrase for x in s.differing if x.key == "waiting"}
+        return "; ".join([waiting_words(s), *(p for p in parts if p not in said)])
+    if not s.step.real and quiet:
+        lead = step_words(s.step)
         if lead.startswith("No real difference"):
             lead = (
                 "No real difference: step time within noise"
                 + lead[len("No real difference in step time") :]
             )
         return "; ".join([lead, *parts, "the same settings"])
-    joint = ": " if step.real else "; "
-    return step_words(step) + (joint + "; ".join(parts) if parts else "")
+    joint = ": " if s.step.real else "; "
+    return step_words(s.step) + (joint + "; ".join(parts) if parts else "")

@@ -16,10 +16,13 @@ import difflib
 from collections import Counter
 from typing import Any
 
+from torchdoctor.compare import contention
 from torchdoctor.compare.facts import RunFacts
 
 MAX_DIFF_LINES = 200
 SIXTEEN_BIT = ("float16", "bfloat16")
+# Options whose value says where the record goes or how to reach it, not how the run runs.
+_PLACES = ("--run-dir", "--listen", "--token", "--metrics")
 BUSY = 0.75  # load per CPU from which a machine's load slows a run down
 BUSIER = 1.5
 UNKNOWN = "not recorded"
@@ -118,6 +121,8 @@ def settings(a: RunFacts, b: RunFacts) -> list[Setting]:
         arguments(b),
         "B's arguments are `{b}` (A: `{a}`)",
     )
+    add("command", "command line", 15, command(a), command(b), "B's command line differs")
+    out.append(waiting(a, b))
     out.append(machine_load(a, b))
     add(
         "trace_every",
@@ -252,32 +257,46 @@ def arguments(f: RunFacts) -> str | None:
     return " ".join(str(x) for x in script["argv"][1:])
 
 
+def command(f: RunFacts) -> str | None:
+    """The command line, without the options that only say where the record goes."""
+    argv = f.meta.get("command")
+    if not isinstance(argv, list):
+        return None
+    out: list[str] = []
+    skip = False
+    for arg in map(str, argv):
+        if skip:
+            skip = False
+        elif arg in _PLACES:
+            skip = True
+        elif not arg.startswith(tuple(f"{p}=" for p in _PLACES)):
+            out.append(arg)
+    return " ".join(out)
+
+
 def machine_load(a: RunFacts, b: RunFacts) -> Setting:
-    """How busy each run's machine was (1-minute load average per CPU, at the run's start and at
-    its end): timings taken on a busier machine are slower, whatever the code does. They
-    differ when one is BUSIER times the other and above BUSY per CPU."""
-    la, lb = load_per_cpu(a), load_per_cpu(b)
+    """How busy each run's machine was (1-minute load average per CPU, at the run's start and
+    end). They differ when one is BUSIER times the other and above BUSY per CPU."""
+    la, lb = contention.load_per_cpu(a.meta), contention.load_per_cpu(b.meta)
     va = UNKNOWN if la is None else f"{la:.2f} per CPU"
     vb = UNKNOWN if lb is None else f"{lb:.2f} per CPU"
-    judged = False
-    phrase = ""
+    judged, phrase = False, ""
     if la is not None and lb is not None:
         high, low = max(la, lb), min(la, lb)
         judged = high >= BUSY and high >= BUSIER * max(low, 1e-3)
         which = "A" if la > lb else "B"
-        phrase = (
-            f"the machine was busier during {which} (load {high:.1f} per CPU against {low:.1f})"
-        )
-    return Setting("load", "machine load", va, vb, 88, phrase, judged)
+        phrase = f"the machine was busier during {which} (load {high:.1f} per CPU, {low:.1f})"
+    return Setting("load", "machine load", va, vb, 30, phrase, judged)
 
 
-def load_per_cpu(f: RunFacts) -> float | None:
-    load = f.meta.get("load")
-    cpus = f.meta.get("cpus")
-    if not isinstance(load, dict) or not isinstance(cpus, int) or cpus <= 0:
-        return None
-    values = [v for v in (load.get("start"), load.get("last")) if isinstance(v, (int, float))]
-    return sum(values) / len(values) / cpus if values else None
+def waiting(a: RunFacts, b: RunFacts) -> Setting:
+    """The share of each run's time its main thread waited for a CPU (contention.py)."""
+    wa, wb = contention.waiting_share(a.meta), contention.waiting_share(b.meta)
+    va = UNKNOWN if wa is None else f"{wa:.0%}"
+    vb = UNKNOWN if wb is None else f"{wb:.0%}"
+    judged = wa is not None and wb is not None and abs(wb - wa) >= contention.MIN_APART
+    phrase = f"B waited for a CPU {vb} of its time (A: {va})"
+    return Setting("waiting", "time waiting for a CPU", va, vb, 89, phrase, judged)
 
 
 def script_diff(a: RunFacts, b: RunFacts) -> str | None:

@@ -23,6 +23,7 @@ import numpy as np
 
 from torchdoctor.compare.facts import RunFacts
 from torchdoctor.compare.stats import Change, change
+from torchdoctor.units import human
 
 PHASES = ("data_wait", "forward", "backward", "optimizer", "other")
 WARMUP = 5
@@ -33,6 +34,7 @@ MIN_MODULE_SECONDS = 50e-6
 CARRY = 0.6  # a child explains its parent's change when it carries this share of it
 ONE_OF_GROUP = 0.8  # one member of a group carries the group's change alone
 MAX_MODULES = 20
+COLLECTIVES_APART = 0.1  # calls per step or bytes per call this far apart: a change
 _INDEX = re.compile(r"(?<![^.])\d+(?![^.])")
 
 
@@ -276,12 +278,26 @@ def collectives(a: RunFacts, b: RunFacts) -> list[dict[str, Any]] | None:
     rows = []
     for key in sorted(set(pa) | set(pb)):
         x, y = pa.get(key), pb.get(key)
-        rows.append(
-            {
-                "group": key[0],
-                "op": key[1],
-                "per_step": [x and x["per_step"], y and y["per_step"]],
-                "bytes_per_call": [x and x["bytes_per_call"], y and y["bytes_per_call"]],
-            }
-        )
+        row: dict[str, Any] = {
+            "group": key[0],
+            "op": key[1],
+            "per_step": [x and x["per_step"], y and y["per_step"]],
+            "bytes_per_call": [x and x["bytes_per_call"], y and y["bytes_per_call"]],
+            "phrase": "",
+        }
+        op = f"{key[1]}" + ("" if key[0] == "default" else f" ({key[0]})")
+        if x is None or y is None:
+            row["phrase"] = f"B {'issues' if y else 'no longer issues'} {op}"
+        elif _apart(x["per_step"], y["per_step"]):
+            row["phrase"] = f"B issues {y['per_step']:.3g} {op} per step (A: {x['per_step']:.3g})"
+        elif _apart(x["bytes_per_call"], y["bytes_per_call"]):
+            row["phrase"] = (
+                f"B's {op} moves {human(y['bytes_per_call'])} per call "
+                f"(A: {human(x['bytes_per_call'])})"
+            )
+        rows.append(row)
     return rows
+
+
+def _apart(x: float, y: float) -> bool:
+    return abs(y - x) > COLLECTIVES_APART * max(abs(x), abs(y), 1e-12)

@@ -148,6 +148,7 @@ def render_compare(r: dict[str, Any]) -> str:
         f"Time per step (medians over {r['steps_compared']}; real: the whole 95% interval "
         "of B/A lies beyond the noise floor)",
         *_table(timing_rows(r)),
+        *waiting_lines(r),
     ]
     mods = r["modules"]
     if mods["changes"]:
@@ -210,6 +211,25 @@ def render_compare(r: dict[str, Any]) -> str:
         for g in r["gates"]:
             out.append(f"  {'FAILED' if g['exceeded'] else 'passed'}  {g['gate']}: {g['why']}")
     return "\n".join(out)
+
+
+def waiting_lines(r: dict[str, Any]) -> list[str]:
+    wa, wb = r["waiting_for_cpu"]
+    if wa is None or wb is None:
+        return [
+            "  (how long each run waited for a CPU was not recorded: the verdict is as measured)"
+        ]
+    up, down = r["step_time"]["machine_allows"]
+    out = [
+        f"  waiting for a CPU (the main thread, runnable): {wa:.0%} of A's time, {wb:.0%} of B's"
+    ]
+    if up > 1 or down > 1:
+        way, k = ("longer", up) if up > 1 else ("shorter", down)
+        out.append(
+            f"  which alone can make B's steps up to {k:.2f} times {way}: a change is real "
+            "only beyond that"
+        )
+    return out
 
 
 def _ranks(run: dict[str, Any]) -> str:
