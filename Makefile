@@ -6,7 +6,8 @@ STAMP := $(VENV)/.installed
 # Integration tests run real training subprocesses; two workers suit a 2-core machine.
 PYTEST_ARGS ?= -n 2 --durations=30
 
-.PHONY: install demo test lint typecheck bytecode native unit integration bench clean chromium
+.PHONY: install demo test lint typecheck bytecode native unit integration bench realworld \
+	realworld-populate clean chromium
 
 install: $(STAMP)
 
@@ -52,6 +53,16 @@ bench: native
 	$(BIN)/python benchmarks/report.py
 	$(BIN)/python benchmarks/ddp_overhead.py
 	$(BIN)/python benchmarks/doctor_share.py
+
+# The scorecard on public training programs (docs/accuracy.md, ~15 min on 2 cores). The
+# programs live in a cache that is never committed (~/.cache/torchdoctor/realworld, or
+# TORCHDOCTOR_REALWORLD_CACHE); realworld-populate fills it from local mirrors of their
+# repositories (/work/.mirror, made by the search tool's fetch). Without it, realworld says so.
+realworld: native
+	$(BIN)/python benchmarks/realworld.py
+
+realworld-populate: install
+	$(BIN)/python benchmarks/realworld.py --populate
 
 # Headless Chromium (Debian's package) for the test that renders the HTML report; without it
 # that test skips and says why.

@@ -78,3 +78,8 @@ class TrainingView(Protocol):
         """End the collectives whose work has completed since they were last looked at (any
         thread): a rank stopped between two calls must not show its last one as pending."""
         ...
+
+    def forward_facts(self) -> dict[str, Any]:
+        """Grad mode at the step's first model call, parameters that train, whether a model
+        checkpoints its activations (facts that rank an error's causes)."""
+        ...

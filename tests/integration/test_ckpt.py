@@ -13,14 +13,13 @@ import importlib.util
 import json
 import os
 import pickle
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 from helpers import SCRIPTS, cli
+from recording import execute
 
 from torchdoctor.cli.main import main
 
@@ -199,8 +198,9 @@ def test_whole_pickled_model_is_refused_and_its_weights_rescued(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     whole, state = tmp_path / "whole.pt", tmp_path / "state.pt"
-    saver = [sys.executable, str(SCRIPTS / "ckpt_save_whole_model.py"), str(whole), str(state)]
-    subprocess.run(saver, check=True, timeout=120)
+    # its class in __main__, as a script defines it: run as a script, in this process
+    saved = execute("ckpt_save_whole_model.py", str(whole), str(state), cwd=tmp_path)
+    assert saved.code == 0, saved.output()
     code, data = run_json(capsys, whole)
     assert code == 1 and data["status"] == "needs_code" and not data["loads_weights_only"]
     needed = {n["global"]: n["why"] for n in data["needs_code"]}

@@ -2,7 +2,12 @@
 (tests/scripts/compile_step.py), recorded through torchdoctor.start() and
 telemetry.compile_events.install(), diagnosed by the doctor while they run. Each buggy loop
 has its fixed version, which must come out clean, and torchdoctor must not change what the
-script prints nor add a graph break or a graph of its own."""
+script prints nor add a graph break or a graph of its own.
+
+The loops are recorded in this process (tests/recording.py: the script's start() finds the
+recording's session; Dynamo's caches and counters are reset around each run, as in a new
+process); what the script prints with and without torchdoctor is compared in subprocesses,
+because torch prints its graph-break warning once per process."""
 
 from __future__ import annotations
 
@@ -14,7 +19,8 @@ from typing import Any
 
 import helpers
 import pytest
-from helpers import cli, script
+from helpers import script
+from recording import Recorded, query, record, saved_diagnoses
 
 SCRIPT = Path(script("compile_step.py"))
 
@@ -23,7 +29,13 @@ def line_of(marker: str) -> int:
     return helpers.line_of("compile_step.py", marker)
 
 
-def run(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def run(cwd: Path, *args: str) -> Recorded:
+    recorded = record(SCRIPT, *args, run_dir=cwd / "run", quiet=False)
+    assert recorded.code == 0, recorded.stderr[-3000:]
+    return recorded
+
+
+def process(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     cwd.mkdir(parents=True, exist_ok=True)
     out = subprocess.run(
         [sys.executable, str(SCRIPT), *args],
@@ -38,19 +50,12 @@ def run(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProce
 
 
 def diagnoses(cwd: Path) -> list[dict[str, Any]]:
-    (run_dir,) = (cwd / "torchdoctor-runs").iterdir()
-    text = (
-        (run_dir / "diagnoses.jsonl").read_text() if (run_dir / "diagnoses.jsonl").exists() else ""
-    )
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
+    return saved_diagnoses(cwd / "run")
 
 
-def compile_rows(env: dict[str, str], cwd: Path) -> list[dict[str, Any]]:
-    (run_dir,) = (cwd / "torchdoctor-runs").iterdir()
+def compile_rows(cwd: Path) -> list[dict[str, Any]]:
     sql = "SELECT step, kind, function, location, reason, count FROM python.compile"
-    out = cli("query", str(run_dir), sql, "--format", "json", env=env)
-    assert out.returncode == 0, out.stderr
-    return list(json.loads(out.stdout))
+    return query(cwd / "run", sql)
 
 
 def compile_findings(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -58,37 +63,42 @@ def compile_findings(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 @pytest.mark.slow
-def test_graph_breaks_in_the_step_and_the_fix(env: dict[str, str], tmp_path: Path) -> None:
+def test_graph_breaks_in_the_step_and_the_fix(tmp_path: Path) -> None:
     where = f"{SCRIPT}:{line_of('# the bug: a print and .item()')}"
-    bug = run(env, tmp_path / "bug", "graph_break")
+    run(tmp_path / "bug", "graph_break")
     (finding,) = compile_findings(diagnoses(tmp_path / "bug"))
     assert finding["kind"] == "graph_break" and finding["severity"] == "warning"
     assert finding["location"] == where
     assert "train_step()" in finding["summary"] and ".item()" in finding["summary"]
     assert "print" in finding["summary"]
     assert any("outside" in fix for fix in finding["fix"].splitlines())
-    rows = compile_rows(env, tmp_path / "bug")
+    rows = compile_rows(tmp_path / "bug")
     breaks = [r for r in rows if r["kind"] == "graph_break"]
     assert breaks and {r["location"] for r in breaks} == {where}
     assert any("item()" in r["reason"] for r in breaks)
     assert {r["function"] for r in breaks} >= {"train_step"}
 
-    # What the script prints (stdout) is what it prints without torchdoctor; torch's own
-    # warning about the break is still on stderr, once, as without it.
-    plain = run(env, tmp_path / "plain", "graph_break", "--plain")
-    assert bug.stdout == plain.stdout
-    warning = "Graph break from `Tensor.item()`"
-    assert bug.stderr.count(warning) == plain.stderr.count(warning) == 1
-
-    run(env, tmp_path / "fixed", "graph_break", "--fixed")
+    run(tmp_path / "fixed", "graph_break", "--fixed")
     assert compile_findings(diagnoses(tmp_path / "fixed")) == []
-    assert [r["kind"] for r in compile_rows(env, tmp_path / "fixed")] == ["compile"]
+    assert [r["kind"] for r in compile_rows(tmp_path / "fixed")] == ["compile"]
 
 
 @pytest.mark.slow
-def test_recompilation_storm_and_the_fix(env: dict[str, str], tmp_path: Path) -> None:
+def test_graph_break_output_is_the_plain_scripts(env: dict[str, str], tmp_path: Path) -> None:
+    # What the script prints (stdout) is what it prints without torchdoctor; torch's own
+    # warning about the break is still on stderr, once, as without it.
+    bug = process(env, tmp_path / "bug", "graph_break")
+    plain = process(env, tmp_path / "plain", "graph_break", "--plain")
+    assert bug.stdout == plain.stdout
+    warning = "Graph break from `Tensor.item()`"
+    assert bug.stderr.count(warning) == plain.stderr.count(warning) == 1
+    assert list((tmp_path / "bug" / "torchdoctor-runs").iterdir())  # it was recorded
+
+
+@pytest.mark.slow
+def test_recompilation_storm_and_the_fix(tmp_path: Path) -> None:
     call = f"{SCRIPT}:{line_of('loss = F.mse_loss(forward(x), y)')}"
-    bug = run(env, tmp_path / "bug", "recompiles")
+    bug = run(tmp_path / "bug", "recompiles")
     assert "graphs 8" in bug.stdout  # the recompile limit: 8 graphs, then eager
     found = {d["severity"]: d for d in compile_findings(diagnoses(tmp_path / "bug"))}
     storm = found["error"]
@@ -102,37 +112,35 @@ def test_recompilation_storm_and_the_fix(env: dict[str, str], tmp_path: Path) ->
     assert "batch size" in storm["summary"] and "mlp()" in storm["summary"]
     fixes = storm["fix"].splitlines()
     assert "mark_dynamic(x, 0)" in fixes[0] and any("drop_last" in f for f in fixes)
-    kinds = [r["kind"] for r in compile_rows(env, tmp_path / "bug")]
+    kinds = [r["kind"] for r in compile_rows(tmp_path / "bug")]
     assert kinds.count("recompile") == 7 and kinds.count("recompile_limit") == 1
 
-    fixed = run(env, tmp_path / "fixed", "recompiles", "--fixed")
+    fixed = run(tmp_path / "fixed", "recompiles", "--fixed")
     assert "graphs 1" in fixed.stdout
     assert compile_findings(diagnoses(tmp_path / "fixed")) == []
 
 
 @pytest.mark.slow
-def test_clean_compiled_script(env: dict[str, str], tmp_path: Path) -> None:
-    out = run(env, tmp_path, "clean")
+def test_clean_compiled_script(tmp_path: Path) -> None:
+    out = run(tmp_path, "clean")
     assert "graph breaks 0" in out.stdout and "graphs 1" in out.stdout  # none added by us
     assert [d for d in diagnoses(tmp_path) if d["severity"] != "info"] == []
-    assert [(r["kind"], r["function"]) for r in compile_rows(env, tmp_path)] == [
+    assert [(r["kind"], r["function"]) for r in compile_rows(tmp_path)] == [
         ("compile", "train_step")
     ]
 
 
 @pytest.mark.slow
-def test_a_script_that_never_compiles(env: dict[str, str], tmp_path: Path) -> None:
+def test_a_script_that_never_compiles(tmp_path: Path) -> None:
     # torch.optim imports torch._dynamo by itself here, so the hooks attach; they only act
     # when Dynamo compiles, which this script never does.
-    out = run(env, tmp_path, "eager")
+    out = run(tmp_path, "eager")
     assert "dynamo imported True" in out.stdout
-    assert compile_rows(env, tmp_path) == []
+    assert compile_rows(tmp_path) == []
     assert compile_findings(diagnoses(tmp_path)) == []
 
 
 @pytest.mark.slow
-def test_compiled_module_gets_no_graph_break_from_torchdoctor(
-    env: dict[str, str], tmp_path: Path
-) -> None:
-    out = run(env, tmp_path, "module")
+def test_compiled_module_gets_no_graph_break_from_torchdoctor(tmp_path: Path) -> None:
+    out = run(tmp_path, "module")
     assert "graph breaks 0" in out.stdout and "graphs 1" in out.stdout

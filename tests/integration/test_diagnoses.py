@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from helpers import free_port, script, td_run, wait_for
-from recording import record
+from recording import query, record, td
 
 
 def _diagnoses(run_dir: Path) -> list[dict[str, Any]]:
@@ -133,35 +133,21 @@ def test_backward_nan_is_reported_in_the_backward_pass_once(finished) -> None:  
 
 
 @SHARED["diag_pair_distance.py"]
-def test_guard_keeps_the_weights_finite(launch, tmp_path, finished) -> None:  # type: ignore[no-untyped-def]
+def test_guard_keeps_the_weights_finite(tmp_path, finished) -> None:  # type: ignore[no-untyped-def]
     d = tmp_path / "run"
-    run = launch(td_run("--guard", "--run-dir", str(d), script("diag_pair_distance.py")))
-    assert run.wait() == 0, run.output()
-    from helpers import cli
-
-    out = cli(
-        "query",
-        str(d),
-        "SELECT step, loss, skipped FROM python.steps ORDER BY step",
-        "--format",
-        "json",
-    )
-    steps = json.loads(out.stdout)
+    # `torchdoctor run --guard` itself, through the CLI's main() in this process
+    run = td("run", "--guard", "--run-dir", d, script("diag_pair_distance.py"), cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    steps = query(d, "SELECT step, loss, skipped FROM python.steps ORDER BY step")
     assert all(s["skipped"] == (s["step"] >= 14) for s in steps)
     assert all(isinstance(s["loss"], float) for s in steps)  # never "nan": weights stayed finite
     nan = _one(_diagnoses(d), "nan")
     assert "--guard" in nan["summary"]
-    assert "updates skipped" in run.stderr()
+    assert "updates skipped" in run.stderr
     # Without --guard the same run goes NaN for good.
     unguarded = finished("diag_pair_distance.py")
-    out = cli(
-        "query",
-        str(unguarded),
-        "SELECT count(*) AS n FROM python.steps WHERE isnan(loss)",
-        "--format",
-        "json",
-    )
-    assert json.loads(out.stdout)[0]["n"] > 0
+    rows = query(unguarded, "SELECT count(*) AS n FROM python.steps WHERE isnan(loss)")
+    assert rows[0]["n"] > 0
 
 
 @pytest.mark.parametrize(
@@ -221,7 +207,7 @@ def test_collective_hang_across_ranks(launch, tmp_path, env) -> None:  # type: i
 def test_demo_lists_and_runs(env, tmp_path) -> None:  # type: ignore[no-untyped-def]
     from helpers import cli
 
-    listing = cli("demo", "--list", env=env, cwd=tmp_path)
+    listing = td("demo", "--list")
     assert listing.returncode == 0
     for name in ("nan", "leak", "dataloader", "divergence", "hang", "no-gradient"):
         assert name in listing.stdout
@@ -229,16 +215,14 @@ def test_demo_lists_and_runs(env, tmp_path) -> None:  # type: ignore[no-untyped-
     assert out.returncode == 0, out.stderr
     assert "[nan] at step 12 in features" in out.stderr
     assert "SqrtBackward0" in out.stderr
-    assert cli("demo", "nope", env=env).returncode == 2
+    assert td("demo", "nope").returncode == 2
 
 
 @SHARED["diag_log_softmax.py"]
 def test_diagnoses_verb_on_a_saved_run(finished) -> None:  # type: ignore[no-untyped-def]
-    from helpers import cli
-
     run_dir = finished("diag_log_softmax.py")
-    out = cli("diagnoses", str(run_dir))
+    out = td("diagnoses", run_dir)
     assert out.returncode == 0
     assert "[error] nan at step 9 in head" in out.stdout and "1. " in out.stdout
-    records = json.loads(cli("diagnoses", str(run_dir), "--format", "json").stdout)
+    records = json.loads(td("diagnoses", run_dir, "--format", "json").stdout)
     assert records[0]["evidence"]["op"] == "torch.log"

@@ -1,38 +1,29 @@
-"""Divergence on real training runs under `torchdoctor run`: a learning rate far too high is
-reported within a few steps of the start of the growth, before the loss is Inf; healthy runs
-whose loss does alarming-looking things (warm-up, warm restarts, batch size 1) raise nothing."""
+"""Divergence on real training runs, recorded in this process (tests/recording.py): a learning
+rate far too high is reported within a few steps of the start of the growth, before the loss is
+Inf; healthy runs whose loss does alarming-looking things (warm-up, warm restarts, batch size
+1) raise nothing."""
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import cli, script, td_run
+from recording import query, record
 
 
-def _run(launch, tmp_path: Path, *args: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:  # type: ignore[no-untyped-def]
-    d = tmp_path / "run"
-    run = launch(td_run("--quiet", "--run-dir", str(d), *args))
-    assert run.wait(120) == 0, run.output()
-    lines = (
-        (d / "diagnoses.jsonl").read_text().splitlines() if (d / "diagnoses.jsonl").exists() else []
-    )
-    found = [json.loads(line) for line in lines if line.strip()]
-    out = cli(
-        "query", str(d), "SELECT step, loss, lr FROM python.steps ORDER BY step", "--format", "json"
-    )
-    assert out.returncode == 0, out.stderr
-    steps = json.loads(out.stdout)
+def _run(tmp_path: Path, *args: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    recorded = record(*args, run_dir=tmp_path / "run")
+    assert recorded.code == 0, recorded.output()
+    steps = query(recorded.run_dir, "SELECT step, loss, lr FROM python.steps ORDER BY step")
     for s in steps:  # JSON carries non-finite values as strings
         s["loss"] = float(s["loss"])
-    return found, steps
+    return recorded.diagnoses(), steps
 
 
-def test_too_high_learning_rate_is_caught_before_the_inf(launch, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    found, steps = _run(launch, tmp_path, script("diverge_lr.py"))
+def test_too_high_learning_rate_is_caught_before_the_inf(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    found, steps = _run(tmp_path, "diverge_lr.py")
     first_bad = next(s["step"] for s in steps if not math.isfinite(s["loss"]))
     assert first_bad > 20  # the run really went to Inf, late enough to be warned about
     divergence = [d for d in found if d["kind"] == "divergence"]
@@ -49,15 +40,15 @@ def test_too_high_learning_rate_is_caught_before_the_inf(launch, tmp_path) -> No
     assert exploding and min(d["step"] for d in exploding) < first_bad
 
 
-def test_same_regression_with_a_sane_learning_rate_raises_nothing(launch, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    found, steps = _run(launch, tmp_path, script("diverge_lr.py"), "--fixed")
+def test_same_regression_with_a_sane_learning_rate_raises_nothing(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    found, steps = _run(tmp_path, "diverge_lr.py", "--fixed")
     assert len(steps) == 80
     assert not [(d["kind"], d["summary"]) for d in found if d["severity"] != "info"]
 
 
 @pytest.mark.parametrize("schedule", ["warmup-cosine", "sgdr", "noisy"])
-def test_healthy_schedules_raise_nothing(launch, tmp_path, schedule) -> None:  # type: ignore[no-untyped-def]
-    found, steps = _run(launch, tmp_path, script("healthy_schedules.py"), "--schedule", schedule)
+def test_healthy_schedules_raise_nothing(tmp_path, schedule) -> None:  # type: ignore[no-untyped-def]
+    found, steps = _run(tmp_path, "healthy_schedules.py", "--schedule", schedule)
     # A memorised regression's gradients do vanish (1e-4 of their start): that diagnosis is
     # true there, and not the subject of this test.
     ignored = {"vanishing_gradients"} if schedule == "sgdr" else set()

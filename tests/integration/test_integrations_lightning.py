@@ -1,22 +1,20 @@
-"""The Lightning Trainer with TorchdoctorCallback and a CSVLogger, trained for real in a
-subprocess; and step(closure), which Lightning uses, in plain torch."""
+"""The Lightning Trainer with TorchdoctorCallback and a CSVLogger, trained for real in this
+process (tests/recording.py: the callback starts and stops its own session); and
+step(closure), which Lightning uses, in plain torch."""
 
 from __future__ import annotations
 
 import csv
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
-from helpers import cli, script
+from recording import execute, query
 
 
-def _query(run_dir: str, sql: str, env: dict[str, str]) -> list[dict]:
-    out = cli("query", run_dir, sql, "--format", "json", env=env)
-    assert out.returncode == 0, out.stderr
-    return list(json.loads(out.stdout))
+def _query(run_dir: str, sql: str) -> list[dict]:
+    return query(run_dir, sql)
 
 
 def _same(a: object, b: object) -> bool:
@@ -26,18 +24,19 @@ def _same(a: object, b: object) -> bool:
 
 
 @pytest.mark.slow
-def test_lightning_steps_diagnoses_logger_and_report(launch, env, tmp_path) -> None:
+def test_lightning_steps_diagnoses_logger_and_report(tmp_path) -> None:  # type: ignore[no-untyped-def]
     root = tmp_path / "root"
-    argv = [sys.executable, script("lightning_train.py"), "--root", str(root)]
-    run = launch([*argv, "--steps", "4", "--accum", "2", "--lr", "1e4"])
-    assert run.wait(300) == 0, run.output()
-    result = json.loads(run.stdout().strip().splitlines()[-1])
+    argv = ("--root", str(root), "--steps", "4", "--accum", "2", "--lr", "1e4")
+    run = execute("lightning_train.py", *argv, cwd=tmp_path)
+    assert run.code == 0, run.output()
+    assert run.run_dir is None  # the callback's session was stopped by the callback
+    result = json.loads(run.stdout.strip().splitlines()[-1])
     run_dir = Path(result["run_dir"])
     assert run_dir.parent == Path(result["log_dir"]) / "torchdoctor-runs"
 
     # Steps are the Trainer's optimizer steps, two accumulated micro-batches each; the gradient
     # norm is that of the update (checked after Lightning's closure ran backward).
-    steps = _query(str(run_dir), "SELECT * FROM python.steps ORDER BY step", env)
+    steps = _query(str(run_dir), "SELECT * FROM python.steps ORDER BY step")
     assert len(steps) == result["global_step"] == 4
     assert [s["micro_batches"] for s in steps] == [2, 2, 2, 2]
     norms = [s["grad_norm"] for s in steps]
@@ -53,7 +52,7 @@ def test_lightning_steps_diagnoses_logger_and_report(launch, env, tmp_path) -> N
     logged = [r for r in rows if r.get("torchdoctor/nan")]
     assert logged and float(logged[0]["torchdoctor/nan"]) == 3.0  # severity: error
     assert float(logged[0]["torchdoctor/diagnoses"]) >= 1
-    assert run.stderr().count("torchdoctor ERROR [nan]") == 1, run.stderr()
+    assert run.stderr.count("torchdoctor ERROR [nan]") == 1, run.stderr
 
     report = Path(result["report"])
     assert report == run_dir / "report.html"
@@ -80,12 +79,13 @@ print(json.dumps({"run_dir": str(session.run_dir), "norms": norms}))
 """
 
 
-def test_step_with_a_closure_checks_the_gradients_it_made(launch, env, tmp_path) -> None:
+def test_step_with_a_closure_checks_the_gradients_it_made(tmp_path) -> None:  # type: ignore[no-untyped-def]
     path = tmp_path / "closure.py"
     path.write_text(CLOSURE_SCRIPT)
-    run = launch([sys.executable, str(path)])
-    assert run.wait(120) == 0, run.output()
-    result = json.loads(run.stdout().strip().splitlines()[-1])
-    steps = _query(result["run_dir"], "SELECT grad_norm, micro_batches FROM python.steps", env)
+    run = execute(path, cwd=tmp_path)
+    assert run.code == 0, run.output()
+    assert run.run_dir is None  # stopped by the script itself
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    steps = _query(result["run_dir"], "SELECT grad_norm, micro_batches FROM python.steps")
     assert [s["micro_batches"] for s in steps] == [1, 1, 1]
     assert all(_same(s["grad_norm"], n) for s, n in zip(steps, result["norms"], strict=True))

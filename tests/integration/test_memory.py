@@ -1,6 +1,7 @@
-"""The memory doctor against real training scripts in real subprocesses: CPU out-of-memory
-errors in the forward and in the backward explained with numbers, the census of a live run to
-the byte, leak holders, and the batch-size finder checked by running its answer."""
+"""The memory doctor against real training scripts in subprocesses: CPU out-of-memory errors in
+the forward and in the backward explained with numbers (their saved runs judged in this
+process), the census of a live run to the byte, leak holders, and the batch-size finder checked
+by running its answer under an address-space cap."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 
 import pytest
 from helpers import cli, script, td_run
+from recording import query, td
 
 TiB = 1024**4
 
@@ -33,7 +35,9 @@ def _figures(stdout: str) -> dict[str, int]:
     return lines[-1]
 
 
-def test_forward_oom_is_explained_and_the_exit_code_kept(launch) -> None:
+# The out-of-memory analysis counts every tensor of the process, to the byte: these scripts run
+# in processes of their own (in a test worker it would count the other tests' tensors too).
+def test_forward_oom_is_explained_and_the_exit_code_kept(launch) -> None:  # type: ignore[no-untyped-def]
     run = launch(td_run(script("oom_train.py"), "--where", "forward", "--fail-step", "2"))
     assert run.wait() == 1, run.output()
     assert "DefaultCPUAllocator: can't allocate memory" in run.stderr()  # the traceback stays
@@ -56,26 +60,19 @@ def test_forward_oom_is_explained_and_the_exit_code_kept(launch) -> None:
     # No setting fits 4 TiB: the one fix is to look at the allocation itself.
     assert ev["fixes"][0]["code"] == "allocation"
     assert "4.00 TiB" in record["fix"] and "encoder.1" in record["fix"]
-    # The saved run tells the whole story, and the diagnosis is in its SQL tables too.
-    out = cli("memory", str(run_dir), env=run.env, cwd=run.cwd)
+    # The saved run tells the whole story, and the diagnosis is in its SQL tables too (the
+    # verbs over the saved run: here).
+    out = td("memory", run_dir)
     assert out.returncode == 0, out.stderr
     assert "Out of memory (cpu) at step 2, in the forward of encoder.1 (Blowup)" in out.stdout
     assert "optimizer state" in out.stdout and "memory by phase" in out.stdout
-    out = cli(
-        "query",
-        str(run_dir),
-        "SELECT kind, step, location FROM python.diagnoses",
-        "--format",
-        "json",
-        env=run.env,
-        cwd=run.cwd,
-    )
-    assert {"kind": "oom", "step": 2, "location": "encoder.1"} in json.loads(out.stdout)
+    rows = query(run_dir, "SELECT kind, step, location FROM python.diagnoses")
+    assert {"kind": "oom", "step": 2, "location": "encoder.1"} in rows
     meta = json.loads((run_dir / "meta.json").read_text())
     assert meta["exit_code"] == 1
 
 
-def test_backward_oom_in_a_custom_function_names_its_module(launch) -> None:
+def test_backward_oom_in_a_custom_function_names_its_module(launch) -> None:  # type: ignore[no-untyped-def]
     run = launch(td_run(script("oom_train.py"), "--where", "backward", "--fail-step", "1"))
     assert run.wait() == 1, run.output()
     (run_dir,) = run.run_dirs()
@@ -94,7 +91,8 @@ def test_backward_oom_in_a_custom_function_names_its_module(launch) -> None:
 @pytest.mark.slow
 def test_realistic_oom_suggests_a_batch_size_that_runs(launch, tmp_path) -> None:
     """Batch 128 under a 300 MiB address-space cap runs out in the forward; the suggested
-    batch size, with accumulation for the same effective batch, runs under the same cap."""
+    batch size, with accumulation for the same effective batch, runs under the same cap.
+    (Subprocesses: the script caps its own address space.)"""
     cap = ["--cap", "300", "--steps", "2", "--stop-file", ""]
     run = launch(td_run(script("memory_train.py"), "--batch-size", "128", *cap))
     assert run.wait() == 1, run.output()
@@ -290,10 +288,10 @@ def test_batch_size_rechecks_a_failure_under_the_cap_with_more_room(env, tmp_pat
     assert "for a reason other than memory" in out.stderr and "not supported" in out.stderr
 
 
-def test_batch_size_cli_usage_errors(env, tmp_path) -> None:
-    out = cli("batch-size", "--", sys.executable, "train.py", env=env, cwd=tmp_path)
+def test_batch_size_cli_usage_errors(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    out = td("batch-size", "--", sys.executable, "train.py", cwd=tmp_path)
     assert out.returncode == 2 and "{}" in out.stderr
-    out = cli("batch-size", "--limit-memory", "lots", "--", "python", "t.py", "{}", env=env)
+    out = td("batch-size", "--limit-memory", "lots", "--", "python", "t.py", "{}")
     assert out.returncode == 2 and "not a size" in out.stderr
-    out = cli("batch-size", env=env)
+    out = td("batch-size")
     assert out.returncode == 2

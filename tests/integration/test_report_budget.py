@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
-from helpers import cli
+from recording import td
 from synthetic import write_run
 
 BUDGET_BYTES = 5_000_000
@@ -19,7 +19,7 @@ BUDGET_BYTES = 5_000_000
 def test_a_million_steps_fit_in_five_megabytes(tmp_path: Path) -> None:
     run = write_run(tmp_path / "run", 1_000_000, spike_at=412_345, nan_at=777_777)
     page = tmp_path / "report.html"
-    out = cli("report", str(run), "-o", str(page), timeout=300)
+    out = td("report", run, "-o", page)  # the verb in this process
     assert out.returncode == 0, out.stderr
     size = page.stat().st_size
     assert size < BUDGET_BYTES, f"{size:,} bytes"

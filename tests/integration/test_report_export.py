@@ -1,6 +1,8 @@
 """`report` and `export` on real training runs: the page and its data, the page drawn by a real
 headless Chromium, the Perfetto trace, the tables as Parquet and CSV read back and compared with
-the SQL answers, a live process, and clear errors for directories that hold no run."""
+the SQL answers, a live process, and clear errors for directories that hold no run. The runs
+are recorded and the verbs run in this process (tests/recording.py), but for the live process
+and the terminal."""
 
 from __future__ import annotations
 
@@ -9,7 +11,6 @@ import json
 import math
 import os
 import re
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,8 +19,9 @@ from typing import Any
 import numpy as np
 import pytest
 from browser import browser, chromium
-from helpers import cli, script, td_run
+from helpers import script, td_run
 from png import read_png
+from recording import query, record, td
 from trace_check import check_trace
 
 from torchdoctor._json import float_text
@@ -27,25 +29,11 @@ from torchdoctor._json import float_text
 CHARTS = ("chart-training", "chart-phases", "chart-memory", "chart-modules", "chart-heatmap")
 
 
-def _env(tmp: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHDOCTOR")}
-    env.update(TORCHDOCTOR_SOCKET_DIR=str(tmp / "s"), OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    return env
-
-
 def _train(tmp: Path, name: str, *args: str) -> Path:
-    """A real training script under `torchdoctor run`, to its end; its run directory."""
-    run_dir = tmp / "run"
-    out = subprocess.run(
-        td_run("--quiet", "--run-dir", str(run_dir), script(name), *args),
-        env=_env(tmp),
-        cwd=tmp,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert out.returncode == 0, out.stderr
-    return run_dir
+    """A real training script recorded to its end; its run directory."""
+    recorded = record(name, *args, run_dir=tmp / "run")
+    assert recorded.code == 0, recorded.output()
+    return recorded.run_dir
 
 
 @pytest.fixture(scope="module")
@@ -66,9 +54,7 @@ def _digest(page: str) -> dict[str, Any]:
 
 
 def _sql(run_dir: Path, sql: str) -> list[dict[str, Any]]:
-    out = cli("query", str(run_dir), sql, "--format", "json")
-    assert out.returncode == 0, out.stderr
-    return list(json.loads(out.stdout))
+    return query(run_dir, sql)
 
 
 # -- report ----------------------------------------------------------------------------------
@@ -76,7 +62,7 @@ def _sql(run_dir: Path, sql: str) -> list[dict[str, Any]]:
 
 def test_report_of_a_diverging_run(diverging: Path, tmp_path: Path) -> None:
     page_path = tmp_path / "report.html"
-    out = cli("report", str(diverging), "-o", str(page_path))
+    out = td("report", str(diverging), "-o", str(page_path))
     assert out.returncode == 0, out.stderr
     assert f"wrote {page_path}" in out.stderr
     page = page_path.read_text()
@@ -98,7 +84,7 @@ def test_report_of_a_diverging_run(diverging: Path, tmp_path: Path) -> None:
     # The loss grew by thirty decades: drawn on a log axis.
     assert digest["training"]["scale"]["loss"] == "log"
     # --format json is the same data, on stdout.
-    out = cli("report", str(diverging), "--format", "json")
+    out = td("report", str(diverging), "--format", "json")
     assert out.returncode == 0, out.stderr
     as_json = json.loads(out.stdout)
     for d in (as_json, digest):
@@ -110,7 +96,7 @@ def test_report_of_a_diverging_run(diverging: Path, tmp_path: Path) -> None:
 def test_chromium_draws_every_chart(diverging: Path, tmp_path: Path) -> None:
     binary = chromium()
     page = tmp_path / "report.html"
-    assert cli("report", str(diverging), "-o", str(page)).returncode == 0
+    assert td("report", str(diverging), "-o", str(page)).returncode == 0
     out = browser(binary, "--virtual-time-budget=5000", "--dump-dom", page.as_uri())
     dom = out.stdout
     assert out.returncode == 0 and "<body" in dom, out.stderr[-2000:]
@@ -136,7 +122,7 @@ def test_chromium_draws_every_chart(diverging: Path, tmp_path: Path) -> None:
 def test_chromium_screenshot_shows_the_charts(healthy: Path, tmp_path: Path) -> None:
     binary = chromium()
     page, shot = tmp_path / "report.html", tmp_path / "shot.png"
-    assert cli("report", str(healthy), "-o", str(page)).returncode == 0
+    assert td("report", healthy, "-o", page).returncode == 0
     out = browser(binary, "--window-size=1000,800", f"--screenshot={shot}", page.as_uri())
     assert shot.exists(), out.stderr[-2000:]
     pixels = read_png(shot)[:, :, :3].astype(int)
@@ -172,7 +158,7 @@ def test_report_of_a_live_process(launch) -> None:  # type: ignore[no-untyped-de
 
 def test_perfetto_trace_of_a_real_run(diverging: Path, tmp_path: Path) -> None:
     trace = tmp_path / "trace.json"
-    out = cli("export", str(diverging), "--perfetto", str(trace), "--format", "json")
+    out = td("export", str(diverging), "--perfetto", str(trace), "--format", "json")
     assert out.returncode == 0, out.stderr
     summary = json.loads(out.stdout)
     doc = json.loads(trace.read_text())
@@ -214,11 +200,11 @@ def test_tables_as_parquet_and_csv_match_sql(diverging: Path, tmp_path: Path) ->
 
     from torchdoctor.store.schema import STORED
 
-    out = cli("export", str(diverging), "--parquet", str(tmp_path / "pq"), "--format", "json")
+    out = td("export", str(diverging), "--parquet", str(tmp_path / "pq"), "--format", "json")
     assert out.returncode == 0, out.stderr
     written = {t["table"]: t for t in json.loads(out.stdout)["tables"]}
     assert set(written) == {spec.name for spec in STORED}
-    out = cli("export", str(diverging), "--csv", str(tmp_path / "csv"))
+    out = td("export", str(diverging), "--csv", str(tmp_path / "csv"))
     assert out.returncode == 0, out.stderr
     nonfinite = 0
     for spec in STORED:
@@ -278,23 +264,23 @@ def test_clear_errors_for_directories_without_a_run(
         ["export", path, "--perfetto", str(tmp_path / "t.json")],
         ["export", path, "--csv", str(tmp_path / "csv")],
     ):
-        out = cli(*argv)
+        out = td(*argv)
         assert out.returncode == 2, (argv, out.stdout, out.stderr)
         assert message in out.stderr and "Traceback" not in out.stderr, out.stderr
     if which != "nothing":  # a run with nothing recorded still answers SQL (with no rows)
-        out = cli("query", path, "SELECT * FROM python.steps")
+        out = td("query", path, "SELECT * FROM python.steps")
         assert out.returncode == 2 and message in out.stderr, out.stderr
     assert not (tmp_path / "r.html").exists() and not (tmp_path / "t.json").exists()
 
 
 def test_usage_errors_of_export(healthy: Path, tmp_path: Path) -> None:
-    out = cli("export", str(healthy))
+    out = td("export", str(healthy))
     assert out.returncode == 2 and "one of the arguments" in out.stderr
-    out = cli("export", str(healthy), "--csv", str(tmp_path / "c"), "--steps", "1:2")
+    out = td("export", str(healthy), "--csv", str(tmp_path / "c"), "--steps", "1:2")
     assert out.returncode == 2 and "--steps goes with --perfetto" in out.stderr
-    out = cli("export", str(healthy), "--perfetto", str(tmp_path / "t.json"), "--steps", "9:3")
+    out = td("export", str(healthy), "--perfetto", str(tmp_path / "t.json"), "--steps", "9:3")
     assert out.returncode == 2 and "FROM <= TO" in out.stderr
-    out = cli("export", str(healthy), "--perfetto", str(tmp_path / "t.json"), "--steps", "10:19")
+    out = td("export", str(healthy), "--perfetto", str(tmp_path / "t.json"), "--steps", "10:19")
     assert out.returncode == 0, out.stderr
     doc = json.loads((tmp_path / "t.json").read_text())
     check_trace(doc)

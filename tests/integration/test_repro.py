@@ -1,7 +1,12 @@
 """`torchdoctor repro` on a real training script that seeds nothing (initialisation, shuffle,
 dropout, an augmentation drawn from `random` and NumPy), the same script with its initial
 weights loaded from a file (only the dropout masks differ), and its seeded version
-(bit-identical)."""
+(bit-identical).
+
+The verb is run end to end (its two child processes, JSON and exit code) on the unseeded
+script; the others run the recipe's training half twice in this process (tests/recording.py
+`recipe`, the generators seeded afresh each time as in a new process) and compare the runs as
+the verb does."""
 
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ from typing import Any
 
 import pytest
 from helpers import cli, line_of, script
+from recording import Output, recipe, td
 
 TRAIN = script("repro_train.py")
 
@@ -21,12 +27,26 @@ def _repro(env: dict[str, str], cwd: Path, *target: str) -> tuple[int, Any, str]
     return out.returncode, json.loads(out.stdout) if out.stdout else None, out.stderr
 
 
+def _twice(cwd: Path, *target: str) -> tuple[dict[str, Any], list[Output]]:
+    """The two runs of `torchdoctor repro --steps 3 TRAIN TARGET...`, compared."""
+    from torchdoctor.recipes.compare import compare
+
+    runs, printed = [], []
+    for n in (1, 2):
+        result, out = recipe("repro", 3, TRAIN, *target, cwd=cwd / f"run{n}")
+        assert out.returncode == 0 and result is not None, out.stderr
+        runs.append(result)
+        printed.append(out)
+    return compare(runs[0], runs[1]), printed
+
+
 def _line(text: str) -> int:
     """The line of repro_train.py that holds `text`."""
     return line_of("repro_train.py", text)
 
 
 def test_unseeded_script_names_every_source_with_its_call_site(env, tmp_path) -> None:
+    # the verb end to end: two child processes, the JSON verdict, exit code 1
     code, r, err = _repro(env, tmp_path)
     assert code == 1, err
     assert r["identical"] is False and r["steps"] == [3, 3]
@@ -48,7 +68,7 @@ def test_unseeded_script_names_every_source_with_its_call_site(env, tmp_path) ->
 
 
 @pytest.mark.slow
-def test_dropout_alone_is_found_in_its_module(env, tmp_path) -> None:
+def test_dropout_alone_is_found_in_its_module(tmp_path) -> None:  # type: ignore[no-untyped-def]
     import torch
     from torch import nn
 
@@ -57,20 +77,24 @@ def test_dropout_alone_is_found_in_its_module(env, tmp_path) -> None:
         torch.manual_seed(1)
         model = nn.Sequential(nn.Linear(2, 16), nn.ReLU(), nn.Dropout(0.2), nn.Linear(16, 2))
         torch.save(model.state_dict(), init)
-    code, r, err = _repro(env, tmp_path, "--init", str(init))
-    assert code == 1, err
+    r, _ = _twice(tmp_path, "--init", str(init))
+    assert r["identical"] is False
     first = r["first_difference"]
     assert first["step"] == 0 and first["what"] == "op"
     assert (first["op"], first["module"], first["module_type"]) == ("dropout", "2", "Dropout")
     assert first["site"].endswith(f"repro_train.py:{_line('model(x + noise)')}")
     assert r["fix"] == ["torch.manual_seed(0)"]  # no random.seed: it is not used here
-    out = cli("repro", "nothere.py", env=env, cwd=tmp_path)
+    out = td("repro", "nothere.py", cwd=tmp_path)
     assert out.returncode == 2 and "can't open file 'nothere.py'" in out.stderr
 
 
-def test_seeded_script_is_bit_identical(env, tmp_path) -> None:
-    out = cli("repro", "--steps", "3", TRAIN, "--seeded", env=env, cwd=tmp_path, timeout=180)
-    assert out.returncode == 0, out.stderr
-    assert "repro PASSED: the two runs are bit-identical over 3 steps" in out.stdout
-    assert "without a seed" not in out.stdout and "Fix:" not in out.stdout
-    assert out.stderr.count("done") == 0 and out.stdout.count("done") == 0  # stopped at step 3
+def test_seeded_script_is_bit_identical(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from torchdoctor.report.repro import render_repro
+
+    r, printed = _twice(tmp_path, "--seeded")
+    assert r["identical"] is True
+    text = render_repro(r)  # what the verb prints
+    assert "repro PASSED: the two runs are bit-identical over 3 steps" in text
+    assert "without a seed" not in text and "Fix:" not in text
+    for out in printed:  # stopped at step 3
+        assert out.stderr.count("done") == 0 and out.stdout.count("done") == 0

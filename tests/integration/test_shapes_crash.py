@@ -1,16 +1,18 @@
 """Shapes at every layer boundary and crashes as diagnoses, on real buggy scripts and their
 fixed versions: a CNN whose flatten size was computed for another resolution (crashes in `fc1`
 at step 0, a recorded step) and an RGB model handed grayscale images at step 3 (an unrecorded
-step, under TORCHDOCTOR=1)."""
+step, whose exception reaches the session's excepthook as under TORCHDOCTOR=1). Recorded in this
+process: `torchdoctor run` through the CLI's main(), the excepthook's way through a Session
+(tests/recording.py)."""
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
-from helpers import cli, script, td_run
+from helpers import script
+from recording import record, td
 
 
 def _diagnoses(run_dir: Path) -> list[dict[str, Any]]:
@@ -22,10 +24,10 @@ def _diagnoses(run_dir: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def test_flatten_size_crash_names_fc1_its_shapes_and_the_real_fix(launch) -> None:
-    run = launch(td_run(script("shape_cnn.py"), "--size", "64"))
-    assert run.wait() == 1, run.output()
-    err = run.stderr()
+def test_flatten_size_crash_names_fc1_its_shapes_and_the_real_fix(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    run = td("run", script("shape_cnn.py"), "--size", "64", cwd=tmp_path)
+    assert run.returncode == 1, run.stderr
+    err = run.stderr
     assert "RuntimeError: mat1 and mat2 shapes cannot be multiplied (8x2704 and 400x120)" in err
     # The module that raised, by its qualified name, and what flowed into it in that step.
     assert "fc1 is nn.Linear(400, 120): it expects 400 input features and receives 2704" in err
@@ -43,7 +45,7 @@ def test_flatten_size_crash_names_fc1_its_shapes_and_the_real_fix(launch) -> Non
     assert "no problems found" not in err
     assert "the script crashed before its first step ended" in err
     assert "[crash] at step 0 in fc1" in err
-    (run_dir,) = run.run_dirs()
+    (run_dir,) = (tmp_path / "torchdoctor-runs").iterdir()
     (crash,) = [d for d in _diagnoses(run_dir) if d["kind"] == "crash"]
     assert crash["location"] == "fc1" and crash["step"] == 0 and crash["severity"] == "error"
     ev = crash["evidence"]
@@ -55,7 +57,7 @@ def test_flatten_size_crash_names_fc1_its_shapes_and_the_real_fix(launch) -> Non
     assert ev["definition"]["target"] == "self.fc1"
     assert "self.fc1 = nn.Linear(2704, 120)" in crash["fix"]
     # The saved run keeps the shapes of the batch that crashed.
-    out = cli("shapes", str(run_dir), "--format", "json", env=run.env, cwd=run.cwd)
+    out = td("shapes", run_dir, "--format", "json")
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     assert data["step"] == 0
@@ -65,34 +67,32 @@ def test_flatten_size_crash_names_fc1_its_shapes_and_the_real_fix(launch) -> Non
     assert by_module["fc1"]["params"] == {"params": 48120, "trainable": 48120}
 
 
-def test_fixed_cnn_trains_and_shapes_prints_its_tree(launch) -> None:
-    run = launch(td_run(script("shape_cnn.py"), "--size", "32", "--steps", "3"))
-    assert run.wait() == 0, run.output()
-    assert "no problems found" in run.stderr() and "[crash]" not in run.stderr()
-    (run_dir,) = run.run_dirs()
+def test_fixed_cnn_trains_and_shapes_prints_its_tree(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    run = td("run", script("shape_cnn.py"), "--size", "32", "--steps", "3", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert "no problems found" in run.stderr and "[crash]" not in run.stderr
+    (run_dir,) = (tmp_path / "torchdoctor-runs").iterdir()
     assert not [d for d in _diagnoses(run_dir) if d["kind"] == "crash"]
-    out = cli("shapes", str(run_dir), env=run.env, cwd=run.cwd)
+    out = td("shapes", run_dir)
     assert out.returncode == 0, out.stderr
     text = out.stdout
     assert "step 1, rank 0: 7 module calls" in text  # the last traced step
     fc1 = next(x for x in text.splitlines() if "fc1 (Linear)" in x)
     assert fc1.split()[2:] == ["[8,", "400]", "[8,", "120]", "float32", "cpu", "48,120"]
     assert "model: 52,202 parameters, 52,202 trainable" in text
-    out = cli("shapes", str(run_dir), "--step", "0", "--format", "json", env=run.env, cwd=run.cwd)
+    out = td("shapes", run_dir, "--step", "0", "--format", "json")
     assert json.loads(out.stdout)["calls"][0]["output_shapes"] == "[8, 10]"
-    out = cli("shapes", str(run_dir), "--step", "7", env=run.env, cwd=run.cwd)
+    out = td("shapes", run_dir, "--step", "7")
     assert out.returncode == 2 and "steps with shapes: 0, 1" in out.stderr
 
 
 def test_grayscale_batch_on_an_untraced_step_is_named_with_the_last_recorded_shapes(
-    launch,
+    tmp_path: Path,
 ) -> None:
-    run = launch([sys.executable, script("shape_channels.py")], extra_env={"TORCHDOCTOR": "1"})
-    assert run.wait() == 1, run.output()
-    err = run.stderr()
-    assert "[crash] at step 3 in features.0" in err  # the excepthook's alert
-    (run_dir,) = run.run_dirs()
-    (crash,) = [d for d in _diagnoses(run_dir) if d["kind"] == "crash"]
+    run = record("shape_channels.py", run_dir=tmp_path / "run", quiet=False)
+    assert run.code == 1, run.output()
+    assert "[crash] at step 3 in features.0" in run.stderr  # the excepthook's alert
+    (crash,) = [d for d in _diagnoses(run.run_dir) if d["kind"] == "crash"]
     ev = crash["evidence"]
     assert crash["location"] == "features.0" and ev["category"] == "shape.conv_input"
     assert ev["flow_live"] is False and ev["flow_step"] == 1 and ev["step"] == 3
@@ -100,6 +100,6 @@ def test_grayscale_batch_on_an_untraced_step_is_named_with_the_last_recorded_sha
     assert ev["inputs"][0]["shape"] == [8, 1, 32, 32]  # and what it got now
     assert ev["definition"]["target"] == "self.features[0]"
     assert "self.features[0] = nn.Conv2d(1, 6, kernel_size=5)" in crash["fix"]
-    fixed = launch([sys.executable, script("shape_channels.py"), "--fixed"], {"TORCHDOCTOR": "1"})
-    assert fixed.wait() == 0, fixed.output()
-    assert "[crash]" not in fixed.stderr()
+    fixed = record("shape_channels.py", "--fixed", run_dir=tmp_path / "fixed", quiet=False)
+    assert fixed.code == 0, fixed.output()
+    assert "[crash]" not in fixed.stderr

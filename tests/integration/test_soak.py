@@ -3,11 +3,11 @@ tables are full (the full million-step soak is benchmarks/soak.py)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
-from helpers import cli, script, td_run, wait_for
+from helpers import script, td_run, wait_for
+from recording import query
 
 ROWS = 2000  # TORCHDOCTOR_MAX_ROWS: every table full well before the first checkpoint
 CHECKPOINTS = (12_000, 24_000)
@@ -25,9 +25,7 @@ def _size(path: Path) -> int:
 
 
 def _saved(run_dir: Path, sql: str) -> list[dict]:
-    out = cli("query", str(run_dir), sql, "--format", "json")
-    assert out.returncode == 0, out.stderr
-    return list(json.loads(out.stdout))
+    return query(run_dir, sql)  # read here: a CLI process per poll would take the cores
 
 
 @pytest.mark.slow

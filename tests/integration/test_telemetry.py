@@ -1,5 +1,7 @@
 """Telemetry with no code changes, on real training scripts: steps, phases, losses, module
-timings, models, memory rows; saved and read back, even after kill -9."""
+timings, models, memory rows; saved and read back, even after kill -9. The runs are recorded in
+this process (tests/recording.py) but where the process is the subject: a kill -9, a live
+eval, a terminal, the TORCHDOCTOR=1 start-up hook and its DataLoader workers."""
 
 from __future__ import annotations
 
@@ -13,35 +15,24 @@ import subprocess
 import sys
 
 import pytest
-from helpers import cli, script, td_run, wait_for
+from helpers import script, td_run, wait_for
+from recording import query, record, td
 
 
 def _saved(run_dir, sql: str):  # type: ignore[no-untyped-def]
-    out = cli("query", str(run_dir), sql, "--format", "json")
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout)
+    return query(run_dir, sql)
 
 
 def _printed(stdout: str, pattern: str) -> list[float]:
     return [float(m) for m in re.findall(pattern, stdout)]
 
 
-def test_mlp_steps_losses_and_phases(launch, tmp_path) -> None:
-    run = launch(
-        td_run(
-            "--run-dir",
-            str(tmp_path / "run"),
-            script("trainer.py"),
-            "--steps",
-            "40",
-            "--pause",
-            "0",
-        )
-    )
-    assert run.wait() == 0, run.output()
+def test_mlp_steps_losses_and_phases(tmp_path) -> None:
+    run = record("trainer.py", "--steps", "40", "--pause", "0", run_dir=tmp_path / "run")
+    assert run.code == 0, run.output()
     rows = _saved(tmp_path / "run", "SELECT * FROM python.steps ORDER BY step")
     assert [r["step"] for r in rows] == list(range(40))
-    printed = _printed(run.stdout(), r"loss (\S+)")
+    printed = _printed(run.stdout, r"loss (\S+)")
     assert [round(r["loss"], 6) for r in rows] == pytest.approx(printed, abs=1e-6)
     for r in rows:
         parts = r["data_wait"] + r["forward"] + r["backward"] + r["optimizer"] + r["other"]
@@ -52,29 +43,16 @@ def test_mlp_steps_losses_and_phases(launch, tmp_path) -> None:
     assert sum(r["data_wait"] for r in rows) > 0  # the loop reads a DataLoader
 
 
-def test_transformer_with_workers_and_accumulation(launch, tmp_path) -> None:
-    run = launch(
-        td_run(
-            "--run-dir",
-            str(tmp_path / "run"),
-            "--trace-every",
-            "3",
-            script("lm.py"),
-            "--steps",
-            "9",
-            "--accum",
-            "2",
-            "--workers",
-            "2",
-        )
-    )
-    assert run.wait() == 0, run.output()
+def test_transformer_with_workers_and_accumulation(tmp_path) -> None:
+    argv = ("--steps", "9", "--accum", "2", "--workers", "2")
+    run = record("lm.py", *argv, run_dir=tmp_path / "run", trace_every=3)
+    assert run.code == 0, run.output()
     d = tmp_path / "run"
     steps = _saved(d, "SELECT * FROM python.steps ORDER BY step")
     assert len(steps) == 9
     assert {s["micro_batches"] for s in steps} == {2}
     # The loss column is the mean of the tensors backward() ran on (loss / accum here).
-    printed = _printed(run.stdout(), r"loss (\S+)")
+    printed = _printed(run.stdout, r"loss (\S+)")
     for s, pair in zip(steps, zip(printed[0::2], printed[1::2], strict=True), strict=True):
         assert s["loss"] == pytest.approx(sum(pair) / 2, rel=1e-5)
     # Compute dominates this model: the measured phases cover the step. Each phase is 10-40%
@@ -108,34 +86,24 @@ def test_transformer_with_workers_and_accumulation(launch, tmp_path) -> None:
     assert {p["phase"] for p in phases} == {"setup", "forward", "backward", "optimizer"}
 
 
-def test_grad_scaler_loss_is_unscaled(launch, tmp_path) -> None:
-    run = launch(
-        td_run(
-            "--run-dir",
-            str(tmp_path / "run"),
-            script("lm.py"),
-            "--steps",
-            "4",
-            "--workers",
-            "0",
-            "--scaler",
-        )
-    )
-    assert run.wait() == 0, run.output()
+def test_grad_scaler_loss_is_unscaled(tmp_path) -> None:
+    argv = ("--steps", "4", "--workers", "0", "--scaler")
+    run = record("lm.py", *argv, run_dir=tmp_path / "run")
+    assert run.code == 0, run.output()
     steps = _saved(tmp_path / "run", "SELECT loss FROM python.steps ORDER BY step")
-    printed = _printed(run.stdout(), r"loss (\S+)")
+    printed = _printed(run.stdout, r"loss (\S+)")
     assert [s["loss"] for s in steps] == pytest.approx(printed, rel=1e-5)
 
 
-def test_loop_without_torch_optim(launch, tmp_path) -> None:
-    run = launch(td_run("--run-dir", str(tmp_path / "run"), script("custom_step.py")))
-    assert run.wait() == 0, run.output()
+def test_loop_without_torch_optim(tmp_path) -> None:
+    run = record("custom_step.py", run_dir=tmp_path / "run")
+    assert run.code == 0, run.output()
     steps = _saved(
         tmp_path / "run", "SELECT step, loss, micro_batches FROM python.steps ORDER BY step"
     )
     assert [s["step"] for s in steps] == list(range(15))
     assert [s["loss"] for s in steps] == pytest.approx(
-        _printed(run.stdout(), r"loss (\S+)"), rel=1e-6
+        _printed(run.stdout, r"loss (\S+)"), rel=1e-6
     )
     assert {s["micro_batches"] for s in steps} == {1}
 
@@ -189,17 +157,17 @@ def test_tracing_switched_on_live(launch) -> None:
     run.stop()
 
 
-def test_summary_and_quiet(launch, tmp_path) -> None:
-    run = launch(td_run(script("trainer.py"), "--steps", "5", "--pause", "0"), cwd=tmp_path / "a")
-    assert run.wait() == 0
-    err = run.stderr()
+def test_summary_and_quiet(tmp_path) -> None:
+    # `torchdoctor run` itself, through the CLI's main() in this process
+    run = td("run", script("trainer.py"), "--steps", "5", "--pause", "0", cwd=tmp_path / "a")
+    assert run.returncode == 0
+    err = run.stderr
     assert "torchdoctor summary" in err and "5 steps in" in err and "time: data" in err
     assert "run directory:" in err
-    quiet = launch(
-        td_run("--quiet", script("trainer.py"), "--steps", "5", "--pause", "0"), cwd=tmp_path / "b"
-    )
-    assert quiet.wait() == 0
-    assert "torchdoctor" not in quiet.stderr()
+    argv = ("--quiet", script("trainer.py"), "--steps", "5", "--pause", "0")
+    quiet = td("run", *argv, cwd=tmp_path / "b")
+    assert quiet.returncode == 0
+    assert "torchdoctor" not in quiet.stderr
 
 
 def test_live_status_line_on_a_terminal(env, tmp_path) -> None:
@@ -243,5 +211,4 @@ def test_env_start_probes_the_trainer_not_its_dataloader_workers(launch, start) 
     assert run.wait(120) == 0, run.output()
     runs = run.run_dirs()
     assert len(runs) == 1
-    out = cli("query", str(runs[0]), "SELECT count(*) AS n FROM python.steps", "--format", "json")
-    assert json.loads(out.stdout)[0]["n"] == 6
+    assert _saved(runs[0], "SELECT count(*) AS n FROM python.steps")[0]["n"] == 6

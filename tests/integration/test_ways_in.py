@@ -1,4 +1,6 @@
-"""Every way in ends in the same probe: run, the TORCHDOCTOR=1 start-up hook, start(), attach."""
+"""Every way in ends in the same probe: run, the TORCHDOCTOR=1 start-up hook, start(), attach.
+The process is the subject here (its exit code, a live probe, the start-up hook); what is the
+CLI's alone runs through its main() in this process (tests/recording.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import sys
 
 import pytest
 from helpers import script, td_run
+from recording import td
 
 from torchdoctor.attach import REGISTERS_REFUSED
 
@@ -29,14 +32,14 @@ def test_run_keeps_argv_and_exit_code(launch) -> None:
     assert "finished" in run.stdout()
 
 
-def test_run_module_form(launch, tmp_path) -> None:
+def test_run_module_form(tmp_path) -> None:  # type: ignore[no-untyped-def]
     pkg = tmp_path / "mypkg"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
     shutil.copy(script("trainer.py"), pkg / "train.py")
-    run = launch(td_run("-m", "mypkg.train", "--steps", "3", "--pause", "0"), cwd=tmp_path)
-    assert run.wait() == 0, run.output()
-    assert "argv=['--steps', '3', '--pause', '0']" in run.stdout()
+    run = td("run", "-m", "mypkg.train", "--steps", "3", "--pause", "0", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert "argv=['--steps', '3', '--pause', '0']" in run.stdout
 
 
 def test_run_script_exception_exits_1_with_traceback(launch, tmp_path) -> None:
@@ -48,10 +51,10 @@ def test_run_script_exception_exits_1_with_traceback(launch, tmp_path) -> None:
     assert 'bad.py", line 2' in run.stderr()
 
 
-def test_run_missing_script_is_a_usage_error(launch) -> None:
-    run = launch(td_run("no_such_script.py"))
-    assert run.wait() == 2
-    assert "No such file" in run.stderr()
+def test_run_missing_script_is_a_usage_error(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    run = td("run", "no_such_script.py", cwd=tmp_path)
+    assert run.returncode == 2
+    assert "No such file" in run.stderr
 
 
 def test_run(launch) -> None:
@@ -106,10 +109,8 @@ def test_attach(launch) -> None:
     assert run.stop() == 0
 
 
-def test_attach_to_missing_process_is_a_usage_error(env) -> None:
-    from helpers import cli
-
-    out = cli("attach", "999999", env=env)
+def test_attach_to_missing_process_is_a_usage_error() -> None:
+    out = td("attach", "999999")
     assert out.returncode == 2
     assert "no process with pid 999999" in out.stderr
 

@@ -73,7 +73,7 @@ def test_a_failing_hook_switches_telemetry_off_not_the_training(probe, capsys) -
     def broken(*_args: object) -> None:
         raise ValueError("planted")
 
-    recorder._check_primary = broken
+    recorder.updates.check_primary = broken
     _train(3)  # no exception reaches the loop
     assert not recorder.switch.on
     assert "switched off" in capsys.readouterr().err

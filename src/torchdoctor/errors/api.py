@@ -6,6 +6,7 @@ Never imports torch: exceptions are recognised by their class names and messages
 from __future__ import annotations
 
 import traceback
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -222,11 +223,13 @@ def _build(
     text: str,
     known: Fields | None = None,
     machine: here.Machine | None = None,
+    process: Sequence[here.Finding] = (),
 ) -> Explanation:
     """The explanation of match `m`; `known` are fields the text as a whole gave (the rank
     from a launcher's summary), which the message's own fields complete. `machine`: the facts
     of the machine where the error happened (torchdoctor.machine), which rule causes in or
-    out."""
+    out; `process`: what the process that raised knew (telemetry/crash.py: whether grad was on
+    in the step's forward, how many parameters train), which decides before the machine."""
     entry, block = m.entry, m.block
     message = block.text
     fields: Fields = {}
@@ -246,7 +249,9 @@ def _build(
     local = here.context(machine) if machine is not None else {}
     # What decides the ranking: the message first, then what the text states, then the machine.
     context: Fields = {**local, **stated, **fields}
-    found = here.findings(entry.code, entry.family, machine, context, text) if machine else []
+    found = list(process)
+    if machine:
+        found += here.findings(entry.code, entry.family, machine, context, text)
     for finding in found:
         for name, value in finding.fields.items():
             context.setdefault(name, value)
@@ -326,7 +331,9 @@ def _shorten(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def explain_text(text: str, machine: here.Machine | None = None) -> Explanation:
+def explain_text(
+    text: str, machine: here.Machine | None = None, process: Sequence[here.Finding] = ()
+) -> Explanation:
     """Explain an error message, a traceback or a whole log (a torchrun log included: the
     answer is the root failure, the first rank's first error). `machine`: the facts of the
     machine where it happened (torchdoctor.evidence gathers them), evidence for the causes."""
@@ -338,7 +345,7 @@ def explain_text(text: str, machine: here.Machine | None = None) -> Explanation:
     if primary is None:
         return unknown(text, lines)
     cleaned = "\n".join(line.text for line in lines)
-    out = _build(primary, lines, cleaned, machine=machine)
+    out = _build(primary, lines, cleaned, machine=machine, process=process)
     out.also = [_also(m) for m in others]
     if any(_rival(m, primary) for m in others):
         out.confidence = "low"  # two root errors of different kinds: the pick may be wrong
@@ -540,11 +547,16 @@ def _class_names(exc: BaseException) -> list[str]:
     return [cls.__name__ for cls in type(exc).__mro__]
 
 
-def explain_exception(exc: BaseException, machine: here.Machine | None = None) -> Explanation:
+def explain_exception(
+    exc: BaseException,
+    machine: here.Machine | None = None,
+    process: Sequence[here.Finding] = (),
+) -> Explanation:
     """Explain a caught exception: its traceback and message, and its class (torch's
-    OutOfMemoryError, dynamo's Unsupported, ...) when the message alone says too little."""
+    OutOfMemoryError, dynamo's Unsupported, ...) when the message alone says too little.
+    `process`: facts of the process it was raised in (a live crash), evidence for causes."""
     text = exception_text(exc)
-    out = explain_text(text, machine)
+    out = explain_text(text, machine, process)
     if not out.recognised:
         names = _class_names(exc)
         for entry in entries():
@@ -555,7 +567,9 @@ def explain_exception(exc: BaseException, machine: here.Machine | None = None) -
                     type(exc).__name__,
                 )
                 cleaned = "\n".join(x.text for x in lines)
-                out = _build(_Match(entry, block, 0), lines, cleaned, machine=machine)
+                out = _build(
+                    _Match(entry, block, 0), lines, cleaned, machine=machine, process=process
+                )
                 break
     out.exception = type(exc).__name__
     return out

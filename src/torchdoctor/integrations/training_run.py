@@ -26,12 +26,7 @@ SEVERITY_LEVEL = {"info": 1, "warning": 2, "error": 3}  # for loggers that take 
 
 def run_dir_under(base: str | os.PathLike[str]) -> Path:
     """A new run directory under the trainer's directory, named as the default one is."""
-    parent = Path(base) / RUNS_DIR
-    name = rundir.default_path().name
-    path, n = parent / name, 2
-    while path.exists():  # a second training in the same process and second
-        path, n = parent / f"{name}-{n}", n + 1
-    return path
+    return rundir.default_path(Path(base) / RUNS_DIR)
 
 
 def unwrap_optimizer(optimizer: Any) -> Any:

@@ -94,6 +94,9 @@ class SqlEngine:
             if self._con is not None:
                 self._con.close()
                 self._con = None
+        # Closed: nothing for exit to do, and nothing to keep this engine (and a session's
+        # tables behind it) alive after its session in a process that goes on.
+        atexit.unregister(self.close)
 
     def execute(
         self, sql: str, timeout: float | None = None, max_rows: int = MAX_ROWS

@@ -37,10 +37,18 @@ SCRIPT_FILE = "script.py"
 DEFAULT_PARENT = "torchdoctor-runs"
 
 
-def default_path(pid: int | None = None) -> Path:
+def default_path(parent: Path | None = None) -> Path:
+    """Where a new run goes by default: PARENT/<date>-<time>-<host>-<pid> (PARENT being
+    ./torchdoctor-runs), with -2, -3, ... after it when a session of this process that began
+    in the same second has it already (sessions one after another in one process)."""
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     host = socket.gethostname().split(".")[0] or "host"
-    return Path.cwd() / DEFAULT_PARENT / f"{stamp}-{host}-{pid or os.getpid()}"
+    parent = parent if parent is not None else Path.cwd() / DEFAULT_PARENT
+    name = f"{stamp}-{host}-{os.getpid()}"
+    path, n = parent / name, 2
+    while path.exists():
+        path, n = parent / f"{name}-{n}", n + 1
+    return path
 
 
 PRIVATE_DIR = 0o700

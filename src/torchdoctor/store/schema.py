@@ -108,7 +108,8 @@ STEPS = TableSpec(
 
 OPTIMIZER_STEPS = TableSpec(
     "optimizer_steps",
-    "one optimizer.step() of any optimizer (a GAN's generator and discriminator each have rows)",
+    "one optimizer.step() of a run with several optimizers (a GAN's generator and "
+    "discriminator each have rows; a run of one optimizer has its updates in python.steps)",
     (
         _c("step", INT, "the python.steps step it belongs to"),
         _c("optimizer", STR, "the script's name for it (opt_g), else class and number"),

@@ -11,6 +11,7 @@ from typing import Any
 
 from torchdoctor.diagnose.crash import CrashEvidence, flow_window
 from torchdoctor.errors.api import explain_exception
+from torchdoctor.errors.here import Finding
 from torchdoctor.errors.located import locate_explanation
 from torchdoctor.failure import definition, frames_of, locate, phase_of, user_frame
 from torchdoctor.views import TrainingView
@@ -24,7 +25,7 @@ _CONFIG = {
 
 
 def capture(exc: BaseException, training: TrainingView | None) -> CrashEvidence:
-    explanation = explain_exception(exc)
+    explanation = explain_exception(exc, process=_process_findings(training))
     torch = sys.modules.get("torch")
     frames = frames_of(exc)
     place: dict[str, Any] = {}
@@ -71,6 +72,43 @@ def capture(exc: BaseException, training: TrainingView | None) -> CrashEvidence:
         fixes=located.fixes,
         fields={k: v for k, v in located.fields.items() if _plain(v)},
     )
+
+
+def _process_findings(training: TrainingView | None) -> list[Finding]:
+    """What this process knows that a pasted text does not: for a backward() on a tensor with
+    no grad_fn, whether the step's forward ran with grad on and whether any parameter trains
+    decide between the graph cut before the loss, no_grad, frozen weights and checkpointing."""
+    if training is None:
+        return []
+    try:
+        facts = training.forward_facts()
+    except Exception:
+        return []
+    out = []
+    grad, trainable = facts.get("grad_enabled"), facts.get("trainable")
+    if facts.get("models") and trainable == 0:
+        out.append(Finding("every parameter of the model is frozen", rule_in=("frozen",)))
+    elif grad is False:
+        out.append(
+            Finding(
+                "the step's forward ran with grad off (torch.no_grad or inference_mode)",
+                rule_in=("no_grad",),
+                rule_out=("detached", "checkpoint_inputs"),
+            )
+        )
+    elif grad and trainable:
+        ruled_out = ("no_grad", "frozen") + (
+            () if facts.get("checkpointing") else ("checkpoint_inputs",)
+        )
+        out.append(
+            Finding(
+                f"the step's forward ran with grad on and {trainable} parameters train, so "
+                "the graph was cut between the model's output and the loss",
+                rule_in=("checkpoint_inputs",) if facts.get("checkpointing") else ("detached",),
+                rule_out=ruled_out,
+            )
+        )
+    return out
 
 
 def _message(exc: BaseException) -> str:

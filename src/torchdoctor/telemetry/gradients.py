@@ -7,18 +7,48 @@ from typing import Any
 
 from torchdoctor.telemetry.local_shards import PLAIN, local, local_all
 
+_TENSOR = PLAIN[0]  # torch.Tensor: what a parameter's .grad is
+
 
 def collect(optimizer: Any) -> tuple[list[Any], list[Any]]:
     """(params with a gradient, their gradients: this rank's shards of DTensor ones) over the
     optimizer's groups."""
-    params, grads = [], []
-    for group in optimizer.param_groups:
-        for p in group["params"]:
-            g = p.grad
-            if g is not None:
-                params.append(p)
-                grads.append(g if g.__class__ in PLAIN else local(g))
-    return params, grads
+    params = parameters(optimizer)
+    grads = [p.grad for p in params]
+    for g in grads:  # every parameter has a plain gradient: the common case, no new lists
+        if g is None or g.__class__ is not _TENSOR:
+            break
+    else:
+        return params, grads
+    with_grad = [(p, g) for p, g in zip(params, grads, strict=True) if g is not None]
+    return [p for p, _ in with_grad], [
+        g if g.__class__ in PLAIN else local(g) for _, g in with_grad
+    ]
+
+
+# optimizer id -> (its param_groups list, the groups' params lists, all its parameters): the
+# flat list is rebuilt only when a group is added or a group's list of params is replaced
+_PARAMS: dict[int, tuple[Any, list[Any], list[Any]]] = {}
+
+
+def parameters(optimizer: Any) -> list[Any]:
+    """Every parameter the optimizer updates, in group order (looked up once per optimizer:
+    this runs every step)."""
+    groups = optimizer.param_groups
+    cached = _PARAMS.get(id(optimizer))
+    if cached is not None and cached[0] is groups and len(cached[1]) == len(groups):
+        lists = cached[1]
+        for i, group in enumerate(groups):
+            if group["params"] is not lists[i]:
+                break
+        else:
+            return cached[2]
+    lists = [group["params"] for group in groups]
+    flat = [p for params in lists for p in params]
+    if len(_PARAMS) > 64:  # optimizers come and go (a notebook): keep the table small
+        _PARAMS.clear()
+    _PARAMS[id(optimizer)] = (groups, lists, flat)
+    return flat
 
 
 _FEW = 32

@@ -16,7 +16,16 @@ from torchdoctor.frames import user_frame
 
 
 class Optimizers:
-    __slots__ = ("_info", "_last", "_open", "_primary", "calls", "closure_checked", "named")
+    __slots__ = (
+        "_info",
+        "_last",
+        "_open",
+        "_primary",
+        "calls",
+        "closure_checked",
+        "named",
+        "several",
+    )
 
     def __init__(self) -> None:
         self._primary: weakref.ref[Any] | None = None
@@ -29,6 +38,7 @@ class Optimizers:
         self.calls = 0  # optimizer.step() calls so far: GradScaler.step compares it
         self.closure_checked = False  # LBFGS: the first closure's gradients were checked
         self._last = 0  # id of the optimizer noted last (most steps: the same one again)
+        self.several = False  # more than one optimizer has stepped
 
     @property
     def primary(self) -> Any:
@@ -43,10 +53,6 @@ class Optimizers:
         becomes the primary, unless watch() named one."""
         if not self.named:
             self._primary = None
-
-    @property
-    def several(self) -> bool:
-        return len(self._info) > 1
 
     def count_call(self) -> None:
         self.calls += 1
@@ -77,6 +83,7 @@ class Optimizers:
         label = _label(optimizer, taken, sys._getframe(1))
         lag = 1 if optimizer is not self.primary and steps_done > 0 else 0
         self._info[optimizer] = (label, lag)
+        self.several = len(self._info) > 1
         return True
 
     def info(self, optimizer: Any) -> tuple[str, int]:

@@ -35,14 +35,14 @@ from torchdoctor.frames import user_frame
 from torchdoctor.telemetry import collectives, compile_events, process_group, torch_hooks
 from torchdoctor.telemetry.clock import CpuClock, CudaClock
 from torchdoctor.telemetry.cycle_steps import CycleSteps
-from torchdoctor.telemetry.gradient_check import Check, GradientCheck, guard_update
+from torchdoctor.telemetry.gradient_check import Check, GradientCheck
 from torchdoctor.telemetry.invisible import compile_in_use
 from torchdoctor.telemetry.local_shards import local
 from torchdoctor.telemetry.memory import MemoryReader
 from torchdoctor.telemetry.model_roots import ModelRoots
 from torchdoctor.telemetry.models import Models
 from torchdoctor.telemetry.nonfinite import NonFinite
-from torchdoctor.telemetry.optimizers import Optimizers
+from torchdoctor.telemetry.optimizers import Optimizers, learning_rate
 from torchdoctor.telemetry.patches import Hooks
 from torchdoctor.telemetry.phases import PhaseTimer
 from torchdoctor.telemetry.readback import Readback
@@ -53,6 +53,7 @@ from torchdoctor.telemetry.step import StepState
 from torchdoctor.telemetry.step_rows import StepRow, StepRows
 from torchdoctor.telemetry.trace_plan import TracePlan
 from torchdoctor.telemetry.tracer import Tracer
+from torchdoctor.telemetry.updates import Updates
 
 OPTIMIZER, CYCLE, MANUAL = "optimizer", "cycle", "manual"
 
@@ -79,6 +80,7 @@ class Recorder(RunView):
         self.models = Models()
         self.roots = ModelRoots(self.models, self.tables, self.event)
         self.optimizers = Optimizers()
+        self.updates = Updates(self)  # what happens at optimizer.step()
         self.tracer = Tracer(self)
         self.shapes = ShapeRecorder(self)
         self.clock: Any = CpuClock()
@@ -165,7 +167,7 @@ class Recorder(RunView):
         named one, and the next step looks for models again."""
         if not self.optimizers.named:
             self.optimizers.forget_primary()
-            self._enter_mode(CYCLE)
+            self.enter_mode(CYCLE)
         self.roots.scanned = False
         self.plan.rediscover(self.step, self.compiled)
 
@@ -173,12 +175,16 @@ class Recorder(RunView):
         """torchdoctor.step(): the end of a step in a loop the script marks itself."""
         if not self.switch.on:
             return
-        self._enter_mode(MANUAL)
+        self.enter_mode(MANUAL)
         if loss is not None and not self.state.losses:
             self._note_loss(local(loss))
         self.end_step(time.perf_counter(), skipped=False)
 
-    def _enter_mode(self, mode: str) -> None:
+    def training_thread_is_this_one(self) -> None:
+        """The first optimizer step tells which thread trains (hooks elsewhere are ignored)."""
+        self.train_thread = threading.get_ident()
+
+    def enter_mode(self, mode: str) -> None:
         """Change how steps end (once: cycle -> optimizer or manual; rediscover() -> cycle). A
         step split off by cycle mode is merged into the step in progress."""
         if mode == self.mode:
@@ -231,7 +237,7 @@ class Recorder(RunView):
         now = time.perf_counter()
         if not self._memory_at_setup:
             self._memory_at_setup = True
-            self._memory_row("setup")
+            self.memory_row("setup")
             if self.memory.on_cuda():  # allocator history from the first step, not the second
                 self.host.on_cuda_detected()
         if self.cycle is not None:
@@ -263,7 +269,7 @@ class Recorder(RunView):
         self.timer.exit("backward", now, state.phases)
         state.micro += 1
         if self.plan.tracing:
-            self._memory_row("backward")
+            self.memory_row("backward")
         in_step = self.timer.inside("optimizer")  # a closure that optimizer.step() runs
         losses = state.closure_losses if in_step else state.losses
         last = losses[-1] if losses else None
@@ -277,74 +283,23 @@ class Recorder(RunView):
             self.optimizers.closure_checked = True  # LBFGS: the first closure's gradients
             primary = self.optimizers.primary
             if primary is not None and self.optimizers.in_progress(primary):
-                self.optimizers.recheck(primary, self._check_primary(primary))
-
-    def on_optimizer(self, optimizer: Any, now: float) -> None:
-        optimizers = self.optimizers
-        primary = optimizers.primary
-        if primary is None:
-            optimizers.adopt(optimizer)
-            self.train_thread = threading.get_ident()
-            primary = optimizer
-        if optimizers.note(optimizer, self.steps_done) and optimizer is not primary:
-            self._second_optimizer_seen()
-        if self.mode != OPTIMIZER and optimizer is primary:
-            self._enter_mode(OPTIMIZER)
-        state = self.state
-        if state.start is None:
-            state.start = now
-        self.timer.enter("optimizer", now, state.phases)
-        if optimizer is primary:
-            optimizers.closure_checked = False
-            check = self._check_primary(optimizer)
-        else:
-            check = self.gradients.of_optimizer(optimizer, None, self.read_now())
-            if self.host.config.guard and guard_update(check):
-                self.event("guard_skip", {"optimizer": optimizers.label(optimizer)})
-        optimizers.begin(optimizer, now, check)
-
-    def on_optimizer_done(self, optimizer: Any, now: float) -> None:
-        state = self.state
-        self.timer.exit("optimizer", now, state.phases)
-        t0, check = self.optimizers.end(optimizer, now)
-        if optimizer is not self.optimizers.primary:
-            self._update_row(optimizer, now - t0, check)
-            return
-        state.update = (optimizer, now - t0)
-        if self.plan.tracing:
-            self._memory_row("optimizer")
-        self.end_step(now, skipped=state.skip)
+                self.optimizers.recheck(primary, self.updates.check_primary(primary))
 
     def on_scale(self, scaled: Any, loss: Any) -> None:
         self.state.scaled = (scaled, loss)  # backward(scaled) reports `loss`
-
-    def on_scaler_skipped(self, optimizer: Any, now: float) -> None:
-        """GradScaler skipped optimizer.step() (inf/NaN gradients): still a step, skipped."""
-        if self.optimizers.primary is None:
-            self.optimizers.adopt(optimizer)
-        if optimizer is self.optimizers.primary:
-            self._enter_mode(OPTIMIZER)
-            self.end_step(now, skipped=True)
 
     def on_clip(self, norm: Any) -> None:
         self.state.clip_norm = norm  # the total norm before clipping: no need to recompute
 
     # -- gradients and losses ----------------------------------------------------------------
-    def _check_primary(self, optimizer: Any) -> Check:
-        state = self.state
-        check = self.gradients.of_optimizer(optimizer, state.clip_norm, self.read_now())
-        if self.plan.tracing:
-            self.tracer.module_grads(optimizer, self.models, self.readback, self.rank)
-        self.judge(check, guard=bool(self.host.config.guard))
-        return check
-
     def judge(self, check: Check, guard: bool) -> None:
         self.nonfinite.judge(self, self.state, check, guard)
 
     def _note_loss(self, loss: Any) -> None:
         if self.plan.tracing:
-            self._memory_row("forward")
-        caller = user_frame(sys._getframe(1))
+            self.memory_row("forward")
+        # from the frame that called backward()'s wrapper: ours and torch's are not the place
+        caller = user_frame(sys._getframe(3))
         site = (caller.f_code.co_filename, caller.f_lineno) if caller else None
         self.state.note_loss(loss, site, self.rows.cuda, self.timer.inside("optimizer"))
 
@@ -375,7 +330,9 @@ class Recorder(RunView):
         allocated, peak, reserved, rss = self.memory.read()
         duration = max(0.0, end - (state.start if state.start is not None else end))
         phases = state.phases
-        losses = state.step_losses()
+        losses = state.losses if not (state.claimed or state.closure_losses) else None
+        if losses is None:
+            losses = state.step_losses()
         step = self.step
         row = StepRow(
             step,
@@ -388,7 +345,7 @@ class Recorder(RunView):
             max(0.0, duration - sum(phases.values())),  # other: what no phase claims
             sum(losses) / len(losses) if losses and not self.rows.cuda else None,
             state.grad_norm_value,
-            self.lr(),
+            learning_rate(self.optimizers.primary),
             allocated,
             peak,
             reserved,
@@ -414,29 +371,6 @@ class Recorder(RunView):
         if self.safe_point.pending:
             self._run_safe_point(step)
 
-    def _update_row(self, optimizer: Any, seconds: float, check: Check | None) -> None:
-        """Another optimizer's update (the backward() calls since the last update of any
-        optimizer are its losses); its step is the iteration it belongs to (optimizers.py)."""
-        label, lag = self.optimizers.info(optimizer)
-        guarded = check is not None and not check.finite and bool(self.host.config.guard)
-        seconds_lr = (seconds, self.lr(optimizer))
-        self.rows.other_update(
-            max(0, self.step - lag),
-            label,
-            self.state.claim(),
-            check,
-            seconds_lr,
-            guarded,
-            self.rank,
-        )
-
-    def _second_optimizer_seen(self) -> None:
-        """The run has several optimizers from now on: the primary's updates get rows of
-        python.optimizer_steps too, starting with the step that ended before this was known."""
-        primary = self.optimizers.primary
-        if primary is not None and self.optimizers.several:
-            self.rows.primary_update(self.rows.last, self.optimizers.label(primary), None)
-
     def _after_discovery(self) -> None:
         """The first step is over: its outermost module calls were the models; hook them, and
         learn from it whether the run is on a GPU."""
@@ -459,5 +393,5 @@ class Recorder(RunView):
             self.switch.on = was_on
 
     # -- helpers -----------------------------------------------------------------------------
-    def _memory_row(self, phase: str) -> None:
+    def memory_row(self, phase: str) -> None:
         self.tables["memory"].append(self.memory.row(self.step, phase, self.rank))

@@ -26,6 +26,7 @@ class RunView:
     steps_done: int
     rank: int
     mode: str
+    models: Any
 
     @property
     def phase(self) -> str:
@@ -80,3 +81,17 @@ class RunView:
 
     def module_calls(self) -> tuple[int | None, list[dict[str, Any]], bool]:
         return self.shapes.flow()
+
+    def forward_facts(self) -> dict[str, Any]:
+        """What the step in progress did in its forward, for an error's causes: grad mode at
+        its first model call (None: no model call seen), the parameters that train, and
+        whether a model checkpoints its activations (Hugging Face's flag)."""
+        models = [m for m, _label in self.models.models()]
+        trainable = sum(1 for m in models for p in m.parameters() if p.requires_grad)
+        checkpointing = any(getattr(m, "is_gradient_checkpointing", False) for m in models)
+        return {
+            "grad_enabled": self.state.grad_enabled if self.state.tape else None,
+            "trainable": trainable,
+            "models": len(models),
+            "checkpointing": bool(checkpointing),
+        }

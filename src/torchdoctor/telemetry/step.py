@@ -30,6 +30,7 @@ class StepState:
     rng: Any = None  # CPU random state at the first model call (for a replay)
     autocast: tuple[tuple[str, Any], ...] | list[tuple[str, Any]] = ()  # at the first call
     update: tuple[Any, float] | None = None  # (primary optimizer, seconds in its step())
+    grad_enabled: bool | None = None  # grad mode at the step's first model call
 
     def __init__(self, start: float | None) -> None:
         self.start = start  # None until the first step's first activity
@@ -46,6 +47,7 @@ class StepState:
             if random:
                 self.rng = torch.get_rng_state()
             self.autocast = _autocast_now(torch)
+            self.grad_enabled = torch.is_grad_enabled()  # a crash in backward asks
         if len(tape) < TAPE_LIMIT:
             tape.append((module, args, kwargs))
 

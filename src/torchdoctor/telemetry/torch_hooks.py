@@ -40,6 +40,7 @@ def _guarded(rec: Any, method: Any, *args: Any) -> None:
 def install(rec: Any, torch: Any, hooks: Hooks) -> None:
     switch = rec.switch
     counter = rec.optimizers
+    updates = rec.updates
 
     def on_train_thread() -> bool:
         return switch.on and _get_ident() == rec.train_thread
@@ -81,14 +82,14 @@ def install(rec: Any, torch: Any, hooks: Hooks) -> None:
         counter.count_call()  # GradScaler.step compares the count to see a skipped step
         if switch.on:
             try:
-                rec.on_optimizer(optimizer, _now())
+                updates.begin(optimizer, _now())
             except Exception as exc:
                 switch.fail(exc)
 
     def optimizer_post(optimizer: Any, args: Any, kwargs: Any) -> None:
         if not compiling() and switch.on:
             try:
-                rec.on_optimizer_done(optimizer, _now())
+                updates.end(optimizer, _now())
             except Exception as exc:
                 switch.fail(exc)
 
@@ -149,7 +150,7 @@ def install(rec: Any, torch: Any, hooks: Hooks) -> None:
             before = counter.calls
             out = original_step(scaler, optimizer, *args, **kwargs)
             if switch.on and counter.calls == before:
-                _guarded(rec, rec.on_scaler_skipped, optimizer, _now())
+                _guarded(rec, updates.skipped, optimizer, _now())
             return out
 
         hooks.patch(scaler_cls, "scale", scale)

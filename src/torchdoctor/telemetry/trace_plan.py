@@ -23,13 +23,15 @@ class TracePlan:
         self.requested = False  # a diagnosis asked for the next step to be traced
         self.depth = 0  # nesting of module calls, while the global hooks are on
         self.hooks = Hooks()
+        self.hooks_on = False
 
     def global_hooks(self, on: bool) -> None:
         self.depth = 0
-        if on and not len(self.hooks):
+        if on and not self.hooks_on:
             torch_hooks.add_global_module_hooks(self, self.hooks)
         elif not on:
             self.hooks.remove()
+        self.hooks_on = on
 
     def compile_seen(self) -> None:
         self.global_hooks(False)
@@ -47,13 +49,16 @@ class TracePlan:
         rec = self.rec
         if rec.tracer.pending:
             rec.tracer.flush()
+        due = every and (every == 1 or step % every == 1)
+        if not (due or self.requested or self.tracing or self.hooks_on):
+            return  # an untraced step after an untraced step (most steps): nothing changes
         tracing = self.requested or (bool(every) and (every == 1 or step % every == 1))
         tracing = tracing and not compiled
         self.requested = False
         if tracing:
             rec.tracer.begin(step, rec.clock)
             rec.shapes.begin(step)
-        if tracing != bool(len(self.hooks)):
+        if tracing != self.hooks_on:
             self.global_hooks(tracing)
         self.tracing = self.shaping = tracing
 

@@ -1,0 +1,957 @@
+"""torchdoctor on real public training programs: a scorecard of truthfulness.
+
+Each program of benchmarks/realworld/programs.py (pytorch/examples, nanoGPT with and without
+torch.compile, minGPT, a Hugging Face Trainer script, a Lightning example, ...) is run on
+synthetic data (benchmarks/realworld/data.py, shims/) twice: plain (`python script ARGS`)
+and under `torchdoctor run script ARGS` (same cwd, same arguments, a fresh copy each). Then:
+
+- the two runs must match: exit code, stdout (the program's own timing fields normalised,
+  and only those: `timing` in programs.py), stderr less torchdoctor's own lines, and every
+  file written, byte for byte;
+- torchdoctor's own lines must hold no internal failure ("telemetry failed", "could not",
+  a traceback through torchdoctor's code);
+- the run directory must hold every step (python.steps against the program's own count)
+  and rows for every optimizer (python.optimizer_steps);
+- a healthy run raises nothing at warning or error severity (anything is a false alarm).
+
+Then the bugs of benchmarks/realworld/bugs.py are planted (a small patch to a temporary
+copy) and each run once under torchdoctor: found (a diagnosis of an accepted kind), at the
+right place (module or file:line), with the right first fix (a key phrase).
+
+The programs are not committed. They are read from local bare mirrors of their repositories
+(the search tool's `fetch`, /work/.mirror/<owner>+<name>/repo) into a cache:
+
+    python benchmarks/realworld.py --populate        # mirrors -> cache (+ synthetic data)
+    python benchmarks/realworld.py                   # all programs and bugs -> docs/accuracy.md
+    python benchmarks/realworld.py --only mnist,dcgan --no-bugs   # a part, printed only
+
+Without the cache it says how to make it and exits 0 (as benchmarks/lint_corpus.py does
+without its mirrors). The whole run takes about 15 minutes on 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import hashlib
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from realworld.bugs import BUGS, Bug, Line  # noqa: E402
+from realworld.live import LIVE, OVERFIT, LiveCheck, OverfitCheck  # noqa: E402
+from realworld.programs import PROGRAMS, Patch, Program, Run, by_name  # noqa: E402
+
+SHIMS = ROOT / "benchmarks" / "realworld" / "shims"
+CACHE = Path(
+    os.environ.get(
+        "TORCHDOCTOR_REALWORLD_CACHE", Path.home() / ".cache" / "torchdoctor" / "realworld"
+    )
+)
+MIRROR = Path(os.environ.get("TORCHDOCTOR_LINT_MIRROR", "/work/.mirror"))
+DOC = ROOT / "docs" / "accuracy.md"
+STAMP = ".realworld.json"
+
+# torchdoctor's own lines that say it failed inside (the first thing counted).
+INTERNAL = re.compile(
+    r"telemetry failed|could not|internal error|disabled itself|Traceback", re.IGNORECASE
+)
+OUR_FRAME = re.compile(r'File "[^"]*torchdoctor[/\\]')
+
+
+# ---------------------------------------------------------------------------- the cache
+
+
+def repo_git(mirror: Path, repo: str) -> Path:
+    root = mirror / repo.replace("/", "+") / "repo"
+    return root / ".git" if (root / ".git").is_dir() else root
+
+
+def populate(mirror: Path, cache: Path, names: list[str]) -> int:
+    """Write each program's files at its commit, and its synthetic data, into the cache."""
+    missing = []
+    for program in (by_name(n) for n in names):
+        git = repo_git(mirror, program.repo)
+        if not git.exists():
+            missing.append(program.repo)
+            print(f"{program.name}: no mirror of {program.repo} at {git}; skipped")
+            continue
+        root = cache / program.name
+        shutil.rmtree(root, ignore_errors=True)
+        for path in program.files:
+            raw = subprocess.run(
+                ["git", "--git-dir", str(git), "show", f"{program.commit}:{path}"],
+                capture_output=True,
+                check=True,
+            ).stdout
+            (root / path).parent.mkdir(parents=True, exist_ok=True)
+            (root / path).write_bytes(raw)
+        (root / program.workdir).mkdir(parents=True, exist_ok=True)
+        if program.data is not None:
+            program.data(root)
+        stamp = {"repo": program.repo, "commit": program.commit, "files": list(program.files)}
+        (root / STAMP).write_text(json.dumps(stamp, indent=1))
+        print(f"{program.name}: {program.repo}@{program.commit[:12]} -> {root}")
+    if missing:
+        print(
+            "fetch the missing repositories first (the search tool's fetch: "
+            + ", ".join(f"github:{r}" for r in sorted(set(missing)))
+            + ")"
+        )
+    return 0
+
+
+def cached(cache: Path, program: Program) -> Path | None:
+    root = cache / program.name
+    if not (root / STAMP).exists():
+        return None
+    stamp = json.loads((root / STAMP).read_text())
+    return root if stamp.get("commit") == program.commit else None
+
+
+# ---------------------------------------------------------------------------- one run
+
+
+@dataclass
+class Outcome:
+    argv: list[str]
+    rc: int
+    stdout: str
+    stderr: str
+    seconds: float
+    workdir: Path
+    counter: int
+    timed_out: bool = False
+
+
+def apply(root: Path, patches: tuple[Patch, ...]) -> None:
+    for patch in patches:
+        path = root / patch.file
+        text = path.read_text()
+        if text.count(patch.old) != 1:
+            raise ValueError(f"{patch.file}: the text to patch occurs {text.count(patch.old)}x")
+        path.write_text(text.replace(patch.old, patch.new))
+
+
+def environment(program: Program, root: Path, extra: dict[str, str], counter: Path) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHDOCTOR")}
+    paths = [*(str(SHIMS / s) for s in program.shims), *(str(root / p) for p in program.pythonpath)]
+    env.pop("PYTHONPATH", None)
+    if paths:
+        env["PYTHONPATH"] = os.pathsep.join(paths)
+    env["PYTHONHASHSEED"] = "0"  # both runs alike: set and dict orders of str keys
+    env["REALWORLD_COUNTER"] = str(counter)
+    env.update(program.env)
+    env.update(extra)
+    return env
+
+
+def run_once(
+    program: Program,
+    source: Path,
+    where: Path,
+    doctor_dir: Path | None,
+    args: tuple[str, ...],
+    patches: tuple[Patch, ...] = (),
+    env: dict[str, str] | None = None,
+) -> Outcome:
+    """A fresh copy of the program, run plain or (doctor_dir) under torchdoctor, then kept
+    as `where`/root. Every run of a program runs at the same path (`where`'s sibling
+    `work`): a program may write its own path into its files (Lightning's checkpoints do)."""
+    root = where.parent / "work"
+    shutil.rmtree(root, ignore_errors=True)
+    shutil.copytree(source, root, ignore=shutil.ignore_patterns(STAMP))
+    apply(root, program.port + patches)
+    workdir = root / program.workdir
+    counter = where.parent / f"{where.name}.counter"
+    if doctor_dir is None:
+        argv = [sys.executable, program.script, *args]
+    else:
+        torchdoctor = str(Path(sys.executable).with_name("torchdoctor"))
+        argv = [torchdoctor, "run", "--run-dir", str(doctor_dir), program.script, *args]
+    start = time.perf_counter()
+    timed_out = False
+    try:
+        proc = subprocess.run(
+            argv,
+            cwd=workdir,
+            env=environment(program, root, env or {}, counter),
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=program.timeout,
+            stdin=subprocess.DEVNULL,
+        )
+        rc, out, err = proc.returncode, proc.stdout, proc.stderr
+    except subprocess.TimeoutExpired as exc:
+        timed_out, rc = True, -9
+        out = (exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) else ""
+        err = (exc.stderr or b"").decode(errors="replace") if isinstance(exc.stderr, bytes) else ""
+    seconds = time.perf_counter() - start
+    lines = counter.read_text().count("\n") if counter.exists() else 0
+    where.mkdir(parents=True, exist_ok=True)
+    shutil.move(root, where / "root")
+    (where / "stdout.txt").write_text(out)
+    (where / "stderr.txt").write_text(err)
+    workdir = where / "root" / program.workdir
+    return Outcome(argv, rc, out, err, seconds, workdir, lines, timed_out)
+
+
+# ---------------------------------------------------------------------------- comparing
+
+
+def normalise(text: str, patterns: tuple[str, ...]) -> str:
+    """Numbers inside the matches become #; a match without digits (a progress bar's run of
+    blocks, whose length follows the width of the numbers beside it) becomes one block."""
+
+    def blank(m: re.Match[str]) -> str:
+        s = m.group(0)
+        if not re.search(r"\d", s):
+            return s[:1]
+        # A number's field width moves the spaces beside it ("{:5.2f}"): those go too.
+        return re.sub(r"\s+", " ", re.sub(r"-?\d[\d.]*", "#", s))
+
+    for pattern in patterns:
+        text = re.sub(pattern, blank, text)
+    return text
+
+
+def split_stderr(text: str) -> tuple[list[str], list[str]]:
+    """(torchdoctor's lines, the program's lines). Ours: a line starting with `torchdoctor`
+    and the indented lines after it (an alert's body, the summary), and the blank line the
+    summary starts with."""
+    ours: list[str] = []
+    theirs: list[str] = []
+    lines = text.splitlines()
+    in_block = False
+    for i, line in enumerate(lines):
+        if line.startswith("torchdoctor"):
+            ours.append(line)
+            in_block = True
+        elif (in_block and line.startswith("  ")) or lines[i + 1 : i + 2] == [
+            "torchdoctor summary"
+        ]:
+            ours.append(line)
+        else:
+            in_block = False
+            theirs.append(line)
+    return ours, theirs
+
+
+def internal_failures(stderr: str) -> list[str]:
+    ours, _ = split_stderr(stderr)
+    found = [line.strip() for line in ours if INTERNAL.search(line)]
+    if OUR_FRAME.search(stderr):
+        found += [f"traceback through torchdoctor: {m}" for m in OUR_FRAME.findall(stderr)[:3]]
+    return found
+
+
+def files_of(workdir_root: Path) -> dict[str, str]:
+    out = {}
+    for path in sorted(workdir_root.rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts:
+            out[path.relative_to(workdir_root).as_posix()] = hashlib.sha256(
+                path.read_bytes()
+            ).hexdigest()
+    return out
+
+
+def diff_excerpt(a: str, b: str, limit: int = 12) -> str:
+    lines = list(difflib.unified_diff(a.splitlines(), b.splitlines(), "plain", "torchdoctor", n=0))
+    return "\n".join(lines[2 : 2 + limit]) + ("\n..." if len(lines) > limit + 2 else "")
+
+
+def query(run_dir: Path, sql: str) -> list[dict[str, Any]] | str:
+    torchdoctor = str(Path(sys.executable).with_name("torchdoctor"))
+    proc = subprocess.run(
+        [torchdoctor, "query", str(run_dir), sql, "--format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if proc.returncode != 0:
+        return (proc.stderr or proc.stdout).strip()[-300:]
+    try:
+        rows = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        return proc.stdout.strip()[-300:]
+    return rows if isinstance(rows, list) else rows.get("rows", [])
+
+
+def diagnoses(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / "diagnoses.jsonl"
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        if line.strip():
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return out
+
+
+def fixes(d: dict[str, Any]) -> list[str]:
+    """The ranked fixes (one a line in diagnoses.jsonl, a list in the tables' JSON)."""
+    fix = d.get("fix") or []
+    return fix.splitlines() if isinstance(fix, str) else [str(f) for f in fix]
+
+
+def alarm(d: dict[str, Any]) -> str:
+    fix = (fixes(d) or [""])[0]
+    where = f" in {d.get('location')}" if d.get("location") else ""
+    head = f"{d.get('severity')} [{d.get('kind')}] at step {d.get('step')}{where}"
+    return f"{head}: {d.get('summary')} -> {fix}"
+
+
+# ---------------------------------------------------------------------------- the checks
+
+
+@dataclass
+class ProgramResult:
+    name: str
+    status: str  # ran / skipped
+    reason: str = ""
+    rc_plain: int | None = None
+    rc_doctor: int | None = None
+    stdout_same: bool = False
+    stderr_same: bool = False
+    files_same: bool = False
+    telemetry_failures: list[str] = field(default_factory=list)
+    steps_recorded: int | None = None
+    steps_expected: int | None = None
+    optimizers: list[dict[str, Any]] = field(default_factory=list)
+    optimizers_expected: int = 0
+    false_alarms: list[str] = field(default_factory=list)
+    info: list[str] = field(default_factory=list)
+    differences: list[str] = field(default_factory=list)
+    seconds_plain: float = 0.0
+    seconds_doctor: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return (
+            self.status == "ran"
+            and self.rc_plain == self.rc_doctor
+            and self.stdout_same
+            and self.stderr_same
+            and self.files_same
+            and not self.telemetry_failures
+            and self.steps_recorded == self.steps_expected
+            and len([o for o in self.optimizers if o["n"]]) >= self.optimizers_expected
+            and not self.false_alarms
+        )
+
+
+def check_program(program: Program, source: Path, scratch: Path) -> ProgramResult:
+    result = ProgramResult(program.name, "ran")
+    plain = run_once(program, source, scratch / "plain", None, program.args)
+    run_dir = scratch / "run-dir"
+    doctor = run_once(program, source, scratch / "doctor", run_dir, program.args)
+    result.rc_plain, result.rc_doctor = plain.rc, doctor.rc
+    result.seconds_plain, result.seconds_doctor = plain.seconds, doctor.seconds
+    if plain.timed_out or doctor.timed_out:
+        result.differences.append(
+            f"timed out after {program.timeout} s: plain={plain.timed_out} "
+            f"torchdoctor={doctor.timed_out}"
+        )
+    if plain.rc != 0:
+        result.differences.append(
+            f"the plain run failed (exit {plain.rc}):\n{plain.stderr[-1500:]}"
+        )
+    a, b = normalise(plain.stdout, program.timing), normalise(doctor.stdout, program.timing)
+    result.stdout_same = a == b
+    if not result.stdout_same:
+        result.differences.append("stdout:\n" + diff_excerpt(a, b))
+    result.telemetry_failures = internal_failures(doctor.stderr)
+    _, theirs = split_stderr(doctor.stderr)
+    plain_err = normalise(plain.stderr, program.timing).splitlines()
+    doctor_err = normalise("\n".join(theirs), program.timing).splitlines()
+    result.stderr_same = plain_err == doctor_err
+    if not result.stderr_same:
+        result.differences.append(
+            "stderr (torchdoctor's lines left out):\n"
+            + diff_excerpt("\n".join(plain_err), "\n".join(doctor_err))
+        )
+    fa, fb = files_of(scratch / "plain" / "root"), files_of(scratch / "doctor" / "root")
+    for name in program.unstable_files:  # compared by presence only
+        if name in fa and name in fb:
+            fa[name] = fb[name] = "present"
+    result.files_same = fa == fb
+    if not result.files_same:
+        only_a = sorted(set(fa) - set(fb))
+        only_b = sorted(set(fb) - set(fa))
+        changed = sorted(k for k in set(fa) & set(fb) if fa[k] != fb[k])
+        result.differences.append(
+            f"files: only plain {only_a[:8]}, only torchdoctor {only_b[:8]}, differ {changed[:8]}"
+        )
+    result.steps_expected = program.expected_steps(Run(plain.workdir, plain.stdout, plain.counter))
+    steps = query(run_dir, "SELECT count(*) AS n FROM python.steps")
+    if isinstance(steps, str):
+        result.differences.append(f"python.steps could not be read: {steps}")
+        result.steps_recorded = None
+    else:
+        result.steps_recorded = int(steps[0]["n"]) if steps else 0
+    opt = query(
+        run_dir,
+        "SELECT optimizer, is_primary, count(*) AS n FROM python.optimizer_steps "
+        "GROUP BY optimizer, is_primary ORDER BY optimizer",
+    )
+    if isinstance(opt, str):
+        result.differences.append(f"python.optimizer_steps could not be read: {opt}")
+    else:
+        result.optimizers = opt
+    result.optimizers_expected = program.optimizers
+    for d in diagnoses(run_dir):
+        (result.false_alarms if d.get("severity") in ("warning", "error") else result.info).append(
+            alarm(d)
+        )
+    return result
+
+
+@dataclass
+class BugResult:
+    name: str
+    program: str
+    what: str
+    status: str
+    reason: str = ""
+    expected: str = ""
+    found: bool = False
+    place: bool = False
+    fix: bool = False
+    said: list[str] = field(default_factory=list)
+    telemetry_failures: list[str] = field(default_factory=list)
+    rc: int | None = None
+    seconds: float = 0.0
+
+
+def resolve(root: Path, line: Line) -> str:
+    text = (root / line.file).read_text().splitlines()
+    hits = [i + 1 for i, t in enumerate(text) if line.text in t]
+    number = hits[line.nth] if len(hits) > line.nth else -1
+    return f"{Path(line.file).name}:{number}"
+
+
+def right_place(d: dict[str, Any], modules: tuple[str, ...], lines: list[str]) -> bool:
+    """The location names one of the modules or lines; a file:line may also be in the
+    summary (a module located, the line said in words)."""
+    where = f"{d.get('location') or ''}"
+    said = f"{where} {d.get('summary') or ''}"
+    if any(re.search(rf"(^|[/\s(]){re.escape(spot)}\b", said) for spot in lines):
+        return True
+    for module in modules:
+        if re.search(rf"(^|[\s('\"`]){re.escape(module)}($|[\s)'\"`:,])", where):
+            return True
+    return any(re.search(rf"(^|[/\s(]){re.escape(spot)}\b", where) for spot in lines)
+
+
+def check_bug(bug: Bug, program: Program, source: Path, scratch: Path) -> BugResult:
+    result = BugResult(bug.name, bug.program, bug.what, "ran")
+    run_dir = scratch / "run-dir"
+    args = bug.args if bug.args is not None else program.args
+    outcome = run_once(program, source, scratch / "doctor", run_dir, args, bug.patches, bug.env)
+    result.rc, result.seconds = outcome.rc, outcome.seconds
+    result.telemetry_failures = internal_failures(outcome.stderr)
+    root = scratch / "doctor" / "root"
+    spots = [resolve(root, line) for line in bug.lines]
+    result.expected = (
+        f"{' or '.join(bug.kinds)} at {' / '.join([*bug.modules, *spots])}; fix ~ /{bug.fix}/"
+    )
+    said = [d for d in diagnoses(run_dir) if d.get("severity") in ("warning", "error")]
+    result.said = [alarm(d) for d in said]
+    if outcome.timed_out:
+        result.said.append(f"(the run timed out after {program.timeout} s)")
+    split = query(
+        run_dir,
+        "SELECT count(*) AS steps, sum(duration) AS d, sum(data_wait) AS data, "
+        "sum(forward) AS forward, sum(backward) AS backward, sum(optimizer) AS optimizer, "
+        "sum(other) AS other FROM python.steps",
+    )
+    if isinstance(split, list) and split and split[0].get("steps"):
+        row, total = split[0], split[0]["d"] or 1e-12
+        result.said.append(
+            f"(python.steps: {row['steps']} steps; time: "
+            + ", ".join(
+                f"{k} {100 * (row[k] or 0) / total:.0f}%"
+                for k in ("data", "forward", "backward", "optimizer", "other")
+            )
+            + ")"
+        )
+    hits = [d for d in said if d.get("kind") in bug.kinds]
+    if hits:
+        result.found = True
+        result.place = any(right_place(d, bug.modules, spots) for d in hits)
+        first_fix = [(fixes(d) or [""])[0] for d in hits]
+        result.fix = any(re.search(bug.fix, f, re.IGNORECASE) for f in first_fix)
+    return result
+
+
+@dataclass
+class CheckResult:
+    name: str
+    program: str
+    what: str
+    status: str
+    ok: bool = False
+    said: str = ""
+    reason: str = ""
+
+
+def torchdoctor_bin() -> str:
+    return str(Path(sys.executable).with_name("torchdoctor"))
+
+
+def check_live(check: LiveCheck, program: Program, source: Path, scratch: Path) -> CheckResult:
+    """Run the program under torchdoctor, ask once its stdout shows `after`, let it finish."""
+    result = CheckResult(check.name, check.program, check.why, "ran")
+    root = scratch / "work"
+    shutil.copytree(source, root, ignore=shutil.ignore_patterns(STAMP))
+    apply(root, program.port)
+    env = environment(program, root, {}, scratch / "counter")
+    argv = [
+        torchdoctor_bin(),
+        "run",
+        "-q",
+        "--run-dir",
+        str(scratch / "run-dir"),
+        program.script,
+        *program.args,
+    ]
+    with open(scratch / "stderr.txt", "w") as err:
+        proc = subprocess.Popen(
+            argv,
+            cwd=root / program.workdir,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            errors="replace",
+        )
+        try:
+            assert proc.stdout is not None
+            deadline = time.monotonic() + program.timeout
+            for line in proc.stdout:
+                if re.search(check.after, line):
+                    asked = subprocess.run(
+                        [torchdoctor_bin(), str(proc.pid), *check.verb],
+                        capture_output=True,
+                        text=True,
+                        timeout=120,
+                    )
+                    result.said = (asked.stdout + asked.stderr).strip()
+                    result.ok = asked.returncode == 0 and bool(re.search(check.expect, result.said))
+                    break
+                if time.monotonic() > deadline:
+                    break
+            else:
+                result.said = "(the program ended before the line to ask after)"
+            for _ in proc.stdout:  # let it finish
+                pass
+            proc.wait(timeout=program.timeout)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return result
+
+
+def check_overfit(
+    check: OverfitCheck, program: Program, source: Path, scratch: Path
+) -> CheckResult:
+    result = CheckResult(check.name, check.program, check.why, "ran")
+    root = scratch / "work"
+    shutil.copytree(source, root, ignore=shutil.ignore_patterns(STAMP))
+    apply(root, program.port)
+    env = environment(program, root, {}, scratch / "counter")
+    argv = [
+        torchdoctor_bin(),
+        "overfit",
+        "--steps",
+        str(check.steps),
+        "--format",
+        "json",
+        program.script,
+        *program.args,
+    ]
+    try:
+        proc = subprocess.run(
+            argv,
+            cwd=root / program.workdir,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=program.timeout,
+            stdin=subprocess.DEVNULL,
+        )
+    except subprocess.TimeoutExpired:
+        result.said = f"(timed out after {program.timeout} s)"
+        return result
+    try:
+        report = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        result.said = f"exit {proc.returncode}; no JSON: {(proc.stdout + proc.stderr)[-600:]}"
+        return result
+    suspects = json.dumps(report.get("suspects", []))
+    blamed = re.search(check.not_suspect, suspects, re.IGNORECASE)
+    passed = bool(report.get("passed"))
+    result.ok = not blamed and (passed or not check.passes)
+    result.said = (
+        f"passed={passed}, first loss {report.get('first_loss')}, final {report.get('final_loss')};"
+        f" suspects: {suspects[:700]}"
+    )
+    return result
+
+
+# ---------------------------------------------------------------------------- the scorecard
+
+
+def mark(ok: bool) -> str:
+    return "yes" if ok else "**NO**"
+
+
+def commit() -> str:
+    """The last commit that changed torchdoctor itself (src/), and whether src/ is modified."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", "-C", str(ROOT), *args], capture_output=True, text=True
+        ).stdout.strip()
+
+    src = git("log", "-1", "--format=%h %cs", "--abbrev=12", "--", "src")
+    dirty = git("status", "--porcelain", "--", "src")
+    return f"{src} (last commit to src/)" + (", src/ modified" if dirty else "")
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def render(
+    programs: list[ProgramResult],
+    bugs: list[BugResult],
+    checks: list[CheckResult],
+    seconds: float,
+    note: str = "",
+    when: str = "",
+    version: str = "",
+) -> str:
+    ran = [p for p in programs if p.status == "ran"]
+    lines = [
+        "# Accuracy on real programs",
+        "",
+        "Generated by `python benchmarks/realworld.py` (`make realworld`); do not edit by hand.",
+        "The programs are not in the repository: `make realworld-populate` (or",
+        "`python benchmarks/realworld.py --populate`) copies them, at the commits named here,",
+        "from local mirrors of their repositories (/work/.mirror/<owner>+<name>/repo, made by the",
+        "search tool's `fetch`) into ~/.cache/torchdoctor/realworld, with their synthetic data.",
+        "Without that cache the benchmark says so and stops. `--only NAME,...` runs a part",
+        "(programs, bugs or checks by name), `--json FILE` keeps the results, `--render-from",
+        "FILE` rewrites this page from them.",
+        f"Run {when or now()} on torchdoctor {version or commit()}, {os.cpu_count()} CPU cores, "
+        f"{seconds / 60:.1f} min in all.",
+        "",
+        "Public training programs (benchmarks/realworld/programs.py: repository, commit, files,",
+        "command line, synthetic data) are run plain and under `torchdoctor run`, healthy, then",
+        "with planted bugs (benchmarks/realworld/bugs.py). How it is judged: the docstring of",
+        "benchmarks/realworld.py. What is normalised: the program's own timing fields in stdout",
+        "(listed per program below), nothing else; both runs get PYTHONHASHSEED=0.",
+        "",
+        *([note, ""] if note else []),
+        "## Healthy runs",
+        "",
+        f"{len([p for p in ran if p.ok])} of {len(ran)} programs pass every check; "
+        f"telemetry failures: {sum(len(p.telemetry_failures) for p in ran)}; "
+        f"false alarms: {sum(len(p.false_alarms) for p in ran)}.",
+        "",
+        "| program | stdout same | stderr same | files same | exit code plain / td | "
+        "telemetry failures | steps recorded / expected | optimizers with rows | false alarms |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for p in programs:
+        if p.status != "ran":
+            lines.append(f"| {p.name} | skipped: {p.reason} | | | | | | | |")
+            continue
+        opts = ", ".join(
+            f"{o['optimizer']}{' (primary)' if o.get('primary') else ''}: {o['n']}"
+            for o in p.optimizers
+        )
+        lines.append(
+            f"| {p.name} | {mark(p.stdout_same)} | {mark(p.stderr_same)} | {mark(p.files_same)} "
+            f"| {p.rc_plain} / {p.rc_doctor}{'' if p.rc_plain == p.rc_doctor else ' **NO**'} "
+            f"| {len(p.telemetry_failures) or 0}{'' if not p.telemetry_failures else ' **NO**'} "
+            f"| {p.steps_recorded} / {p.steps_expected}"
+            f"{'' if p.steps_recorded == p.steps_expected else ' **NO**'} "
+            f"| {opts or 'none'} (need {p.optimizers_expected}) "
+            f"| {len(p.false_alarms)}{'' if not p.false_alarms else ' **NO**'} |"
+        )
+    lines += [
+        "",
+        "## Planted bugs",
+        "",
+        f"found {sum(b.found for b in bugs)} of {len(bugs)}, at the right place "
+        f"{sum(b.place for b in bugs)}, with the right first fix {sum(b.fix for b in bugs)}.",
+        "",
+        "| bug | program | planted | found (kind) | right place | right first fix | expected |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for b in bugs:
+        if b.status != "ran":
+            lines.append(f"| {b.name} | {b.program} | {b.what} | skipped: {b.reason} | | | |")
+            continue
+        lines.append(
+            f"| {b.name} | {b.program} | {b.what} | {mark(b.found)} | {mark(b.place)} "
+            f"| {mark(b.fix)} | {b.expected.replace('|', '/')} |"
+        )
+    lines += [
+        "",
+        "## Live verbs and recipes",
+        "",
+        "`torchdoctor PID eval|backtrace` asked while the program runs under torchdoctor, and",
+        "`torchdoctor overfit` on the program (benchmarks/realworld/live.py).",
+        "",
+        "| check | program | right | what must hold | what it said |",
+        "|---|---|---|---|---|",
+    ]
+    for c in checks:
+        said = " ".join(c.said.split())[:300].replace("|", "/")
+        lines.append(
+            f"| {c.name} | {c.program} | "
+            f"{mark(c.ok) if c.status == 'ran' else 'skipped: ' + c.reason} | {c.what} | {said} |"
+        )
+    lines += ["", "## Details", ""]
+    for p in programs:
+        lines.append(f"### {p.name}")
+        lines.append("")
+        program = by_name(p.name)
+        about = (
+            f"{program.repo}@{program.commit[:12]} `{program.script} {' '.join(program.args)}`"
+            f" (cwd {program.workdir}); data: {program.data_note or 'none'}"
+        )
+        if program.port:
+            about += f"; adapted: {len(program.port)} patch(es), `port` in programs.py"
+        if program.unstable_files:
+            about += f"; compared by presence only: {', '.join(program.unstable_files)}"
+        if program.timing:
+            about += f"; timing fields normalised: `{'`, `'.join(program.timing)}`"
+        lines += [about, ""]
+        if p.status != "ran":
+            lines += [f"skipped: {p.reason}", ""]
+            continue
+        lines.append(f"plain {p.seconds_plain:.1f} s, under torchdoctor {p.seconds_doctor:.1f} s.")
+        lines.append("")
+        for title, items in (
+            ("telemetry failures", p.telemetry_failures),
+            ("false alarms", p.false_alarms),
+            ("info diagnoses", p.info),
+            ("differences", p.differences),
+        ):
+            if items:
+                lines.append(f"{title}:")
+                lines.append("")
+                lines.append("```")
+                lines += [s for item in items for s in item.splitlines()]
+                lines.append("```")
+                lines.append("")
+    for b in bugs:
+        if b.status != "ran":
+            continue
+        lines.append(f"### bug {b.name}")
+        lines.append("")
+        lines.append(f"{b.what}; exit code {b.rc}; {b.seconds:.1f} s; expected {b.expected}.")
+        lines.append("")
+        lines.append("```")
+        lines += b.said or ["(no diagnosis at warning or error)"]
+        lines += [f"TELEMETRY FAILURE: {t}" for t in b.telemetry_failures]
+        lines.append("```")
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def importable(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--populate", action="store_true", help="mirrors -> cache, then stop")
+    parser.add_argument("--mirror", type=Path, default=MIRROR)
+    parser.add_argument("--cache", type=Path, default=CACHE)
+    parser.add_argument("--only", default="", help="comma-separated program or bug names")
+    parser.add_argument("--no-bugs", action="store_true")
+    parser.add_argument("--bugs-only", action="store_true")
+    parser.add_argument("--no-live", action="store_true", help="no live-verb or recipe checks")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help=f"the scorecard (default {DOC.relative_to(ROOT)} "
+        "for a full run; a partial run only prints)",
+    )
+    parser.add_argument("--json", type=Path, help="also write the results as JSON")
+    parser.add_argument("--keep", action="store_true", help="keep the runs' copies (printed)")
+    parser.add_argument(
+        "--render-from", type=Path, help="rewrite the scorecard from a --json file, run nothing"
+    )
+    args = parser.parse_args(argv)
+
+    if args.render_from is not None:
+        saved = json.loads(args.render_from.read_text())
+        loaded = (
+            [ProgramResult(**p) for p in saved["programs"]],
+            [BugResult(**b) for b in saved["bugs"]],
+            [CheckResult(**c) for c in saved.get("checks", [])],
+        )
+        total = saved.get("seconds") or sum(
+            p.seconds_plain + p.seconds_doctor for p in loaded[0]
+        ) + sum(b.seconds for b in loaded[1])
+        text = render(
+            *loaded, total, saved.get("note", ""), saved.get("when", ""), saved.get("version", "")
+        )
+        (args.out or DOC).write_text(text)
+        print(f"scorecard written to {args.out or DOC}")
+        return 0
+
+    only = {n for n in args.only.split(",") if n}
+    names = [p.name for p in PROGRAMS]
+    if args.populate:
+        return populate(args.mirror, args.cache, [n for n in names if not only or n in only])
+
+    if not any(cached(args.cache, p) for p in PROGRAMS):
+        print(
+            f"realworld: skipped: no program in the cache {args.cache}. Populate it with\n"
+            f"  {Path(sys.executable).name} benchmarks/realworld.py --populate\n"
+            f"which reads the repositories ({', '.join(sorted({p.repo for p in PROGRAMS}))})\n"
+            f"from local mirrors under {args.mirror} (fetch them with the search tool's fetch)."
+        )
+        return 0
+
+    start = time.perf_counter()
+    scratch_root = Path(tempfile.mkdtemp(prefix="realworld-"))
+    programs: list[ProgramResult] = []
+    bugs: list[BugResult] = []
+    selected = [p for p in PROGRAMS if not only or p.name in only]
+    if not args.bugs_only:
+        for program in selected:
+            source = cached(args.cache, program)
+            missing = [m for m in program.needs if not importable(m)]
+            if source is None or missing:
+                reason = (
+                    "not in the cache (run --populate)"
+                    if source is None
+                    else f"needs {', '.join(missing)} (pip install -e '.[dev]')"
+                )
+                programs.append(ProgramResult(program.name, "skipped", reason))
+                print(f"{program.name}: skipped: {reason}", flush=True)
+                continue
+            result = check_program(program, source, scratch_root / program.name)
+            programs.append(result)
+            print(
+                f"{program.name}: {'ok' if result.ok else 'FAIL'} "
+                f"({result.seconds_plain:.0f} s plain, {result.seconds_doctor:.0f} s torchdoctor)",
+                flush=True,
+            )
+    if not args.no_bugs:
+        for bug in BUGS:
+            if only and bug.name not in only and bug.program not in only:
+                continue
+            program = by_name(bug.program)
+            source = cached(args.cache, program)
+            missing = [m for m in program.needs if not importable(m)]
+            if source is None or missing:
+                bugs.append(
+                    BugResult(
+                        bug.name,
+                        bug.program,
+                        bug.what,
+                        "skipped",
+                        "program not in the cache"
+                        if source is None
+                        else f"needs {', '.join(missing)}",
+                    )
+                )
+                continue
+            r = check_bug(bug, program, source, scratch_root / f"bug-{bug.name}")
+            bugs.append(r)
+            print(
+                f"bug {bug.name}: found={r.found} place={r.place} fix={r.fix} ({r.seconds:.0f} s)",
+                flush=True,
+            )
+    checks: list[CheckResult] = []
+    if not args.no_live and not args.bugs_only and not args.no_bugs:
+        all_checks: tuple[LiveCheck | OverfitCheck, ...] = (*LIVE, *OVERFIT)
+        for check in all_checks:
+            if only and check.name not in only and check.program not in only:
+                continue
+            program = by_name(check.program)
+            source = cached(args.cache, program)
+            missing = [m for m in program.needs if not importable(m)]
+            if source is None or missing:
+                checks.append(
+                    CheckResult(
+                        check.name,
+                        check.program,
+                        check.why,
+                        "skipped",
+                        reason="program not in the cache"
+                        if source is None
+                        else f"needs {', '.join(missing)}",
+                    )
+                )
+                continue
+            where = scratch_root / f"check-{check.name}"
+            where.mkdir(parents=True)
+            c = (
+                check_live(check, program, source, where)
+                if isinstance(check, LiveCheck)
+                else check_overfit(check, program, source, where)
+            )
+            checks.append(c)
+            print(f"check {check.name}: {'ok' if c.ok else 'WRONG'}", flush=True)
+    seconds = time.perf_counter() - start
+    text = render(programs, bugs, checks, seconds)
+    full = not only and not args.no_bugs and not args.bugs_only and not args.no_live
+    out = args.out or (DOC if full else None)
+    if out is not None:
+        out.write_text(text)
+        print(f"scorecard written to {out}")
+    else:
+        print(text)
+    if args.json:
+        args.json.write_text(
+            json.dumps(
+                {
+                    "programs": [asdict(p) for p in programs],
+                    "bugs": [asdict(b) for b in bugs],
+                    "checks": [asdict(c) for c in checks],
+                    "seconds": seconds,
+                    "when": now(),
+                    "version": commit(),
+                },
+                indent=1,
+                default=str,
+            )
+        )
+    if args.keep:
+        print(f"runs kept in {scratch_root}")
+    else:
+        shutil.rmtree(scratch_root, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

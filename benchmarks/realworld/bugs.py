@@ -1,0 +1,208 @@
+"""Bugs planted in the programs: a small textual patch (or other arguments), and what a
+truthful doctor says about it: the kind, the place and the first fix.
+
+Kinds that torchdoctor has no diagnosis for yet are written as the names a fix would use
+(`stale_gradients`, `not_in_optimizer`): the scorecard counts them as not found until a
+diagnosis of one of the accepted kinds appears. Places are module qualified names or
+`file:line` (the line found by its text in the patched file), any one of them right.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .programs import NANOGPT_ARGS, Patch
+
+
+@dataclass(frozen=True)
+class Line:
+    """A place given as the line of `file` (relative to the program root) holding `text`,
+    after the patches; `nth` picks among several."""
+
+    file: str
+    text: str
+    nth: int = 0
+
+
+@dataclass(frozen=True)
+class Bug:
+    name: str
+    program: str
+    what: str  # the bug, in words
+    kinds: tuple[str, ...]  # accepted diagnosis kinds (warning or error)
+    modules: tuple[str, ...] = ()  # right places: qualified module names
+    lines: tuple[Line, ...] = ()  # right places: file:line
+    fix: str = ""  # a regex the first fix must match (case-insensitive)
+    patches: tuple[Patch, ...] = ()
+    args: tuple[str, ...] | None = None  # replaces the program's arguments
+    env: dict[str, str] = field(default_factory=dict)
+
+
+NANOGPT_ARGS_TINY_EVAL = tuple(
+    "--eval_iters=1" if a.startswith("--eval_iters=") else a for a in NANOGPT_ARGS
+)
+
+BUGS: tuple[Bug, ...] = (
+    Bug(
+        name="mnist_no_zero_grad",
+        program="mnist",
+        what="optimizer.zero_grad() dropped: gradients pile up across steps",
+        kinds=("stale_gradients", "gradients_not_reset"),
+        lines=(
+            Line("mnist/main.py", "optimizer.step()"),
+            Line("mnist/main.py", "loss.backward()", 0),
+        ),
+        fix=r"zero_grad",
+        patches=(Patch("mnist/main.py", "        optimizer.zero_grad()\n", ""),),
+    ),
+    Bug(
+        name="mingpt_no_zero_grad",
+        program="mingpt_adder",
+        what="model.zero_grad() dropped from minGPT's Trainer",
+        kinds=("stale_gradients", "gradients_not_reset"),
+        lines=(
+            Line("mingpt/trainer.py", "self.optimizer.step()"),
+            Line("mingpt/trainer.py", "self.loss.backward()"),
+        ),
+        fix=r"zero_grad",
+        patches=(
+            Patch("mingpt/trainer.py", "            model.zero_grad(set_to_none=True)\n", ""),
+        ),
+    ),
+    Bug(
+        name="mnist_lr_zero",
+        program="mnist",
+        what="learning rate 0 (--lr 0), 120 steps",
+        kinds=("not_learning",),
+        lines=(Line("mnist/main.py", "optimizer = optim.Adadelta("),),
+        modules=("Adadelta", "optimizer"),
+        fix=r"learning rate|\blr\b",
+        args=("--epochs", "1", "--no-accel", "--lr", "0"),
+        env={"REALWORLD_MNIST_TRAIN": "7680"},
+    ),
+    Bug(
+        name="lightning_lr_zero",
+        program="lightning_transformer",
+        what="SGD(lr=0.0) in configure_optimizers, 100 steps",
+        kinds=("not_learning",),
+        lines=(Line("examples/pytorch/basics/transformer.py", "torch.optim.SGD("),),
+        modules=("SGD", "optimizer"),
+        fix=r"learning rate|\blr\b",
+        patches=(
+            Patch(
+                "examples/pytorch/basics/transformer.py",
+                "torch.optim.SGD(self.parameters(), lr=0.1)",
+                "torch.optim.SGD(self.parameters(), lr=0.0)",
+            ),
+        ),
+    ),
+    Bug(
+        name="dcgan_generator_detached",
+        program="dcgan",
+        what="the generator's loss computed on fake.detach(): netG never gets a gradient",
+        kinds=("no_gradient",),
+        modules=("netG",),
+        lines=(Line("dcgan/main.py", "output = netD(fake.detach())", 1),),
+        fix=r"detach",
+        patches=(
+            Patch(
+                "dcgan/main.py",
+                "        output = netD(fake)\n",
+                "        output = netD(fake.detach())\n",
+            ),
+        ),
+    ),
+    Bug(
+        name="mnist_log_zero",
+        program="mnist",
+        what="torch.log after a ReLU in Net.forward: log(0) = -inf, then NaN",
+        kinds=("nan",),
+        lines=(Line("mnist/main.py", "x = torch.log(x)"),),
+        fix=r"eps|clamp",
+        patches=(
+            Patch(
+                "mnist/main.py",
+                "        x = F.relu(x)\n        x = self.dropout2(x)\n",
+                "        x = F.relu(x)\n        x = torch.log(x)\n        x = self.dropout2(x)\n",
+            ),
+        ),
+    ),
+    Bug(
+        name="nanogpt_log_in_mlp",
+        program="nanogpt",
+        what="torch.log of GELU's output in every block's MLP: NaN from the first block",
+        kinds=("nan",),
+        modules=("transformer.h.0.mlp",),
+        lines=(Line("model.py", "x = torch.log(self.gelu(x))"),),
+        fix=r"eps|clamp",
+        patches=(
+            Patch(
+                "model.py", "        x = self.gelu(x)\n", "        x = torch.log(self.gelu(x))\n"
+            ),
+        ),
+    ),
+    Bug(
+        name="vae_lr_too_high",
+        program="vae",
+        what="Adam lr=0.5 (500x the example's): the loss runs away, then the BCE input is NaN",
+        kinds=("divergence", "nan"),
+        lines=(Line("vae/main.py", "optimizer = optim.Adam("),),
+        modules=("Adam", "optimizer"),
+        fix=r"learning rate|\blr\b",
+        patches=(Patch("vae/main.py", "lr=1e-3)", "lr=0.5)"),),
+    ),
+    Bug(
+        name="nanogpt_slow_get_batch",
+        program="nanogpt",
+        what="get_batch sleeps 300 ms (a slow data fetch, called between forward and backward)",
+        kinds=("dataloader_bound",),
+        lines=(
+            Line("train.py", "def get_batch(split):"),
+            Line("train.py", "X, Y = get_batch('train')", 1),
+        ),
+        fix=r"data|prefetch|worker",
+        patches=(
+            Patch(
+                "train.py",
+                "def get_batch(split):\n",
+                "def get_batch(split):\n    time.sleep(0.3)\n",
+            ),
+        ),
+        # 300 ms dwarfs a step here even on a loaded machine; 20 steps, one eval batch.
+        args=(*NANOGPT_ARGS_TINY_EVAL, "--compile=False", "--max_iters=20", "--lr_decay_iters=20"),
+    ),
+    Bug(
+        name="mnist_head_only_optimizer",
+        program="mnist",
+        what="the optimizer holds fc2 only: conv1, conv2, fc1 get gradients, never updates",
+        kinds=("not_in_optimizer", "unoptimized_parameters"),
+        modules=("conv1", "conv2", "fc1"),
+        lines=(Line("mnist/main.py", "optimizer = optim.Adadelta("),),
+        fix=r"optimizer",
+        patches=(
+            Patch(
+                "mnist/main.py",
+                "optim.Adadelta(model.parameters(), lr=args.lr)",
+                "optim.Adadelta(model.fc2.parameters(), lr=args.lr)",
+            ),
+        ),
+    ),
+    Bug(
+        name="word_lm_loss_detached",
+        program="word_language_model",
+        what="the loss computed on output.detach(): backward() raises at once",
+        kinds=("crash",),
+        lines=(
+            Line("word_language_model/main.py", "loss.backward()"),
+            Line("word_language_model/main.py", "criterion(output.detach(), targets)"),
+        ),
+        fix=r"detach|requires_grad|no_grad",
+        patches=(
+            Patch(
+                "word_language_model/main.py",
+                "        loss = criterion(output, targets)\n",
+                "        loss = criterion(output.detach(), targets)\n",
+            ),
+        ),
+    ),
+)

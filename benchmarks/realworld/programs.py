@@ -1,0 +1,391 @@
+"""The public training programs of the scorecard: where each comes from, how it is run
+(tiny settings, CPU), the synthetic data it is given, and how many steps it takes.
+
+Nothing here is the programs' code: `python benchmarks/realworld.py --populate` reads the
+files named here, at the commit named here, from local mirrors of the repositories (the
+search tool's `fetch`, /work/.mirror/<owner>+<name>/repo) into the cache.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import data
+
+EXAMPLES = ("pytorch/examples", "77f55b912142e11fcfdf5b530231fb9c52f181e8")
+NANOGPT = ("karpathy/nanoGPT", "3adf61e154c3fe3fca428ad6bc3818b27a3b8291")
+MINGPT = ("karpathy/minGPT", "37baab71b9abea1b76ab957409a1cc2fbfba8a26")
+LIGHTNING = ("Lightning-AI/pytorch-lightning", "7f0c3436cd3f6ad3753125672024fc415cbcb414")
+HF_GPT2 = ("marinVcq/GPT2-trainer", "62eb6f61d8c18df4d6646e0dfebddec0606b9e8a")
+
+
+@dataclass(frozen=True)
+class Patch:
+    """A textual change to one file of a program: `old` must occur exactly once."""
+
+    file: str
+    old: str
+    new: str
+
+
+@dataclass(frozen=True)
+class Run:
+    """What a finished run left, for the expected step count."""
+
+    workdir: Path  # the run's cwd
+    stdout: str
+    counter: int  # lines the shims appended to REALWORLD_COUNTER
+
+
+@dataclass(frozen=True)
+class Program:
+    name: str
+    repo: str
+    commit: str
+    files: tuple[str, ...]  # paths in the repository, copied as they are
+    workdir: str  # the run's cwd, relative to the program's root in the cache
+    script: str  # relative to workdir
+    args: tuple[str, ...]
+    expected_steps: Callable[[Run], int]  # optimizer steps of the primary optimizer
+    # optimizers that must each have rows in python.optimizer_steps (a run of one optimizer has
+    # its updates in python.steps only: 0)
+    optimizers: int = 0
+    data: Callable[[Path], None] | None = None  # writes the synthetic data, once
+    data_note: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+    shims: tuple[str, ...] = ()  # folders of benchmarks/realworld/shims/ put on PYTHONPATH
+    pythonpath: tuple[str, ...] = ()  # extra dirs relative to the program's root
+    timing: tuple[str, ...] = ()  # regexes of the program's own timing fields in stdout
+    # Files whose bytes differ between two plain runs (said why where it is set): compared
+    # by presence only.
+    unstable_files: tuple[str, ...] = ()
+    port: tuple[Patch, ...] = ()  # adaptations to this environment, said in the scorecard
+    needs: tuple[str, ...] = ()  # modules that must import, else the program is skipped
+    setup: tuple[str, ...] = ()  # scripts of the program run once before (plain python)
+    timeout: int = 300
+
+
+def _const(n: int) -> Callable[[Run], int]:
+    return lambda run: n
+
+
+def _printed(pattern: str) -> Callable[[Run], int]:
+    def count(run: Run) -> int:
+        m = re.search(pattern, run.stdout)
+        return int(m.group(1)) if m else -1
+
+    return count
+
+
+def _word_lm_batches(run: Run) -> int:
+    """Batches per epoch of word_language_model: tokens (words + one <eos> a line) cut into
+    batch_size columns, then bptt-long chunks; two epochs."""
+    text = (run.workdir / "data" / "synthetic" / "train.txt").read_text()
+    tokens = sum(len(line.split()) + 1 for line in text.splitlines())
+    rows = tokens // 20
+    return 2 * len(range(0, rows - 1, 20))
+
+
+def _lightning_batches(run: Run) -> int:
+    """transformer.py: WikiText2 blocks of 35 tokens (words + one <eos> a line), 4,000 of them
+    held out, batches of 20, one epoch."""
+    text = (run.workdir / "data" / "wikitext-2.txt").read_text()
+    tokens = sum(len(line.split()) + 1 for line in text.splitlines())
+    train = tokens // 35 - 1 - 4000
+    return -(-train // 20)
+
+
+def _hf_global_step(run: Run) -> int:
+    """The Trainer's own count: its final checkpoint is checkpoint-<global_step>."""
+    found = sorted((run.workdir / "gpt2-small-finetuned").glob("checkpoint-*"))
+    return int(found[-1].name.split("-")[1]) if found else -1
+
+
+def _examples(directory: str, *names: str) -> tuple[str, ...]:
+    return tuple(f"{directory}/{n}" for n in names)
+
+
+NANOGPT_ARGS = (
+    "--device=cpu",
+    "--dtype=float32",
+    "--dataset=synthetic_char",
+    "--n_layer=2",
+    "--n_head=2",
+    "--n_embd=64",
+    "--block_size=64",
+    "--batch_size=12",
+    "--gradient_accumulation_steps=1",
+    "--eval_interval=20",
+    "--eval_iters=5",
+    "--warmup_iters=5",
+    "--learning_rate=1e-3",
+    "--dropout=0.0",
+    "--out_dir=out",
+)
+
+
+def _nanogpt_data(root: Path) -> None:
+    data.char_bins(root, "data/synthetic_char", train_chars=200_000, val_chars=20_000)
+
+
+def _mnist_env(train: int = 1920) -> dict[str, str]:
+    return {"REALWORLD_MNIST_TRAIN": str(train), "REALWORLD_MNIST_TEST": "500"}
+
+
+PROGRAMS: tuple[Program, ...] = (
+    Program(
+        name="mnist",
+        shims=("vision",),
+        repo=EXAMPLES[0],
+        commit=EXAMPLES[1],
+        files=_examples("mnist", "main.py"),
+        workdir="mnist",
+        script="main.py",
+        args=("--epochs", "1", "--no-accel"),
+        expected_steps=_const(30),
+        env=_mnist_env(),
+        data_note="torchvision stand-in: MNIST of 1,920 / 500 28x28 images, class templates "
+        "plus noise",
+    ),
+    Program(
+        name="dcgan",
+        shims=("vision",),
+        repo=EXAMPLES[0],
+        commit=EXAMPLES[1],
+        files=_examples("dcgan", "main.py"),
+        workdir="dcgan",
+        script="main.py",
+        args=(
+            "--dataset",
+            "fake",
+            "--manualSeed",
+            "1",
+            "--niter",
+            "1",
+            "--batchSize",
+            "50",
+            "--ngf",
+            "8",
+            "--ndf",
+            "8",
+            "--nz",
+            "16",
+            "--workers",
+            "2",
+            "--outf",
+            "out",
+        ),
+        expected_steps=_const(20),
+        optimizers=2,
+        data_note="torchvision stand-in: FakeData (1,000 random 64x64 images); save_image "
+        "writes raw bytes",
+    ),
+    Program(
+        name="word_language_model",
+        repo=EXAMPLES[0],
+        commit=EXAMPLES[1],
+        files=_examples("word_language_model", "main.py", "data.py", "model.py"),
+        workdir="word_language_model",
+        script="main.py",
+        args=(
+            "--data",
+            "data/synthetic",
+            "--epochs",
+            "2",
+            "--emsize",
+            "32",
+            "--nhid",
+            "32",
+            "--bptt",
+            "20",
+            "--batch_size",
+            "20",
+            "--log-interval",
+            "10",
+        ),
+        expected_steps=_word_lm_batches,
+        optimizers=0,  # plain SGD written out: p.data.add_(p.grad, alpha=-lr)
+        data=lambda root: data.word_corpus(
+            root, "word_language_model/data/synthetic", train=12_000, valid=1_500, test=1_500
+        ),
+        data_note="a Markov-chain text of 120 words (12,000 / 1,500 / 1,500 words)",
+        timing=(r"ms/batch\s+[\d.]+", r"time:\s+[\d.]+s"),
+    ),
+    Program(
+        name="reinforce",
+        shims=("gym",),
+        repo=EXAMPLES[0],
+        commit=EXAMPLES[1],
+        files=_examples("reinforcement_learning", "reinforce.py"),
+        workdir="reinforcement_learning",
+        script="reinforce.py",
+        args=("--log-interval", "10"),
+        expected_steps=lambda run: run.counter - 1,  # one step per episode; 1 seeding reset
+        env={"REALWORLD_CARTPOLE_THRESHOLD": "60", "REALWORLD_CARTPOLE_MAX_STEPS": "200"},
+        data_note="gymnasium stand-in: CartPole-v1 from its equations; solved at a running "
+        "reward of 60 (episodes of at most 200 steps)",
+    ),
+    Program(
+        name="vae",
+        shims=("vision",),
+        repo=EXAMPLES[0],
+        commit=EXAMPLES[1],
+        files=_examples("vae", "main.py", "results/.gitignore"),
+        workdir="vae",
+        script="main.py",
+        args=("--epochs", "1", "--no-accel"),
+        expected_steps=_const(30),
+        env=_mnist_env(3840),
+        data_note="torchvision stand-in: MNIST of 3,840 / 500 images",
+    ),
+    Program(
+        name="regression",
+        repo=EXAMPLES[0],
+        commit=EXAMPLES[1],
+        files=_examples("regression", "main.py"),
+        workdir="regression",
+        script="main.py",
+        args=(),
+        expected_steps=_printed(r"after (\d+) batches"),
+        optimizers=0,  # the update is written out: param.data.add_(-0.1 * param.grad)
+        data_note="none (the program draws its own polynomial)",
+        # Unseeded, and this torch seeds its default generator at random: two plain runs
+        # differ. Seeded so that the runs can be compared.
+        port=(
+            Patch(
+                "regression/main.py", "POLY_DEGREE = 4\n", "POLY_DEGREE = 4\ntorch.manual_seed(0)\n"
+            ),
+        ),
+    ),
+    Program(
+        name="nanogpt",
+        repo=NANOGPT[0],
+        commit=NANOGPT[1],
+        files=("train.py", "model.py", "configurator.py"),
+        workdir=".",
+        script="train.py",
+        args=(*NANOGPT_ARGS, "--compile=False", "--max_iters=40", "--lr_decay_iters=40"),
+        expected_steps=_const(41),  # iterations 0..max_iters
+        data=_nanogpt_data,
+        data_note="data/synthetic_char/{train,val}.bin and meta.pkl: characters of a Markov "
+        "text (200,000 / 20,000)",
+        timing=(r"time [\d.]+ms", r"mfu -?[\d.]+%"),
+    ),
+    Program(
+        name="nanogpt_compile",
+        repo=NANOGPT[0],
+        commit=NANOGPT[1],
+        files=("train.py", "model.py", "configurator.py"),
+        workdir=".",
+        script="train.py",
+        args=(*NANOGPT_ARGS, "--compile=True", "--max_iters=20", "--lr_decay_iters=20"),
+        expected_steps=_const(21),
+        data=_nanogpt_data,
+        data_note="as nanogpt; torch.compile (inductor, CPU)",
+        # Inductor's CPU kernels are not bitwise reproducible here: two plain runs write
+        # different weights (the printed losses agree to 4 decimals).
+        unstable_files=("out/ckpt.pt",),
+        timing=(r"time [\d.]+ms", r"mfu -?[\d.]+%"),
+        timeout=600,
+    ),
+    Program(
+        name="mingpt_adder",
+        repo=MINGPT[0],
+        commit=MINGPT[1],
+        files=(
+            "projects/adder/adder.py",
+            "mingpt/__init__.py",
+            "mingpt/model.py",
+            "mingpt/trainer.py",
+            "mingpt/utils.py",
+            "mingpt/bpe.py",
+        ),
+        workdir=".",
+        script="projects/adder/adder.py",
+        args=(
+            "--trainer.max_iters=60",
+            "--trainer.num_workers=0",
+            "--trainer.batch_size=32",
+            "--system.work_dir=out/adder",
+        ),
+        expected_steps=_const(60),
+        pythonpath=(".",),
+        data_note="none (the program makes its own additions)",
+        timing=(r"iter_dt [\d.]+ms",),
+    ),
+    Program(
+        name="hf_trainer_gpt2",
+        shims=("hf",),
+        repo=HF_GPT2[0],
+        commit=HF_GPT2[1],
+        files=("main.py",),
+        workdir=".",
+        script="main.py",
+        args=(),
+        expected_steps=_hf_global_step,
+        data=lambda root: data.tiny_gpt2(root, "gpt2-small", "training_data.txt", words=1_500),
+        data_note="./gpt2-small: a local 2-layer GPT-2 (random weights) and a BPE tokenizer "
+        "trained on a Markov text; training_data.txt of 1,500 words. Progress bars off "
+        "(TQDM_DISABLE=1), hub off (HF_HUB_OFFLINE=1)",
+        env={"HF_HUB_OFFLINE": "1", "TQDM_DISABLE": "1", "TOKENIZERS_PARALLELISM": "false"},
+        # Written for transformers 4: two names it uses are gone from transformers 5.
+        port=(
+            Patch(
+                "main.py",
+                "from transformers import TextDataset, DataCollatorForLanguageModeling\n",
+                "from realworld_compat import TextDataset\n"
+                "from transformers import DataCollatorForLanguageModeling\n",
+            ),
+            Patch("main.py", "    overwrite_output_dir=True,\n", ""),
+        ),
+        needs=("transformers",),
+        timing=(
+            r"'train_runtime': '?[\d.]+'?",
+            r"'train_samples_per_second': '?[\d.]+'?",
+            r"'train_steps_per_second': '?[\d.]+'?",
+        ),
+    ),
+    Program(
+        name="lightning_transformer",
+        shims=("net",),
+        repo=LIGHTNING[0],
+        commit=LIGHTNING[1],
+        files=("examples/pytorch/basics/transformer.py",),
+        workdir="examples/pytorch/basics",
+        script="transformer.py",
+        args=(),
+        expected_steps=_lightning_batches,
+        data=lambda root: data.single_text(
+            root, "examples/pytorch/basics/data/wikitext-2.txt", words=193_900
+        ),
+        data_note="data/wikitext-2.txt (where lightning.pytorch.demos.WikiText2 looks before "
+        "downloading): a Markov text of 193,900 words (6,000 blocks of 35 tokens: 2,000 to "
+        "train on, 100 steps)",
+        # The script takes no arguments; its size is set in the Trainer call (20 epochs with
+        # 100 validation batches each: 7 minutes here), made tiny the way arguments would.
+        port=(
+            Patch(
+                "examples/pytorch/basics/transformer.py",
+                "L.Trainer(gradient_clip_val=0.25, max_epochs=20)",
+                "L.Trainer(gradient_clip_val=0.25, max_epochs=1, limit_val_batches=5, "
+                "limit_test_batches=5)",
+            ),
+        ),
+        needs=("lightning",),
+        env={"TQDM_DISABLE": "1"},
+        # Lightning's rich progress bar (stdout): elapsed, remaining, rate, and the bar whose
+        # length follows them.
+        timing=(r"\d+:\d\d:\d\d", r"[\d.]+it/s", r"━+"),
+        timeout=600,
+    ),
+)
+
+
+def by_name(name: str) -> Program:
+    for p in PROGRAMS:
+        if p.name == name:
+            return p
+    raise KeyError(name)

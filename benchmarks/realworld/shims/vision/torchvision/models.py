@@ -1,0 +1,1 @@
+"""No models: the programs of the scorecard do not use any."""

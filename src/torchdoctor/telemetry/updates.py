@@ -1,0 +1,100 @@
+"""What happens at optimizer.step() (the global optimizer step pre/post hooks): the gradient
+check before the update (its norm, its finiteness, --guard), the optimizer phase, and after
+the update, for the primary optimizer, the end of the step; for any other optimizer, its row
+of python.optimizer_steps. GradScaler's skipped steps end a step too (skipped).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torchdoctor.telemetry.gradient_check import Check, guard_update
+
+OPTIMIZER = "optimizer"  # the step mode (recorder.py) once the primary optimizer steps
+
+
+class Updates:
+    def __init__(self, rec: Any) -> None:
+        self.rec = rec
+        self.optimizers = rec.optimizers
+
+    def begin(self, optimizer: Any, now: float) -> None:
+        """optimizer.step() is called: check the gradients it is about to apply."""
+        rec, optimizers = self.rec, self.optimizers
+        primary = optimizers.primary
+        if primary is None:  # the first optimizer that steps is the primary
+            optimizers.adopt(optimizer)
+            rec.training_thread_is_this_one()
+            primary = optimizer
+        if optimizers.note(optimizer, rec.steps_done) and optimizer is not primary:
+            self._second_optimizer_seen()
+        if rec.mode != OPTIMIZER and optimizer is primary:
+            rec.enter_mode(OPTIMIZER)
+        state = rec.state
+        if state.start is None:
+            state.start = now
+        rec.timer.enter("optimizer", now, state.phases)
+        if optimizer is primary:
+            optimizers.closure_checked = False
+            check = self.check_primary(optimizer)
+        else:
+            check = rec.gradients.of_optimizer(optimizer, None, rec.read_now())
+            if rec.host.config.guard and guard_update(check):
+                rec.event("guard_skip", {"optimizer": optimizers.label(optimizer)})
+        optimizers.begin(optimizer, now, check)
+
+    def end(self, optimizer: Any, now: float) -> None:
+        """optimizer.step() returned: the primary's update ends the step."""
+        rec = self.rec
+        state = rec.state
+        rec.timer.exit("optimizer", now, state.phases)
+        t0, check = self.optimizers.end(optimizer, now)
+        if optimizer is not self.optimizers.primary:
+            self._other_row(optimizer, now - t0, check)
+            return
+        state.update = (optimizer, now - t0)
+        if rec.plan.tracing:
+            rec.memory_row("optimizer")
+        rec.end_step(now, skipped=state.skip)
+
+    def skipped(self, optimizer: Any, now: float) -> None:
+        """GradScaler skipped optimizer.step() (inf/NaN gradients): still a step, skipped."""
+        rec, optimizers = self.rec, self.optimizers
+        if optimizers.primary is None:
+            optimizers.adopt(optimizer)
+        if optimizer is optimizers.primary:
+            rec.enter_mode(OPTIMIZER)
+            rec.end_step(now, skipped=True)
+
+    def check_primary(self, optimizer: Any) -> Check:
+        """The primary's gradient check (also for an LBFGS closure's first gradients)."""
+        rec = self.rec
+        check = rec.gradients.of_optimizer(optimizer, rec.state.clip_norm, rec.read_now())
+        if rec.plan.tracing:
+            rec.tracer.module_grads(optimizer, rec.models, rec.readback, rec.rank)
+        rec.judge(check, guard=bool(rec.host.config.guard))
+        return check
+
+    def _other_row(self, optimizer: Any, seconds: float, check: Check | None) -> None:
+        """Another optimizer's update (the backward() calls since the last update of any
+        optimizer are its losses); its step is the iteration it belongs to (optimizers.py)."""
+        rec = self.rec
+        label, lag = self.optimizers.info(optimizer)
+        guarded = check is not None and not check.finite and bool(rec.host.config.guard)
+        rec.rows.other_update(
+            max(0, rec.step - lag),
+            label,
+            rec.state.claim(),
+            check,
+            (seconds, rec.lr(optimizer)),
+            guarded,
+            rec.rank,
+        )
+
+    def _second_optimizer_seen(self) -> None:
+        """The run has several optimizers from now on: the primary's updates get rows of
+        python.optimizer_steps too, starting with the step that ended before this was known."""
+        primary = self.optimizers.primary
+        if primary is not None and self.optimizers.several:
+            rows = self.rec.rows
+            rows.primary_update(rows.last, self.optimizers.label(primary), None)

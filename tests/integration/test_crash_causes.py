@@ -1,0 +1,28 @@
+"""A crash's first fix chosen by what the process knew, not by the words of the error alone:
+`element 0 of tensors does not require grad` has three common causes, and the step's own
+forward tells them apart (grad on or off, parameters that train). Recorded in-process."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from recording import record
+
+# why the loss has no grad_fn -> words of the first fix of the crash diagnosis
+CASES = {
+    "detached": "Keep the prediction a tensor",
+    "no_grad": "grad enabled",
+    "frozen": "Unfreeze",
+}
+
+
+@pytest.mark.parametrize("how", sorted(CASES))
+def test_the_first_fix_is_the_cause_the_step_showed(how: str, tmp_path: Path) -> None:
+    recorded = record("crash_no_grad_fn.py", how, run_dir=tmp_path / "run")
+    assert recorded.code == 1
+    crash = [d for d in recorded.diagnoses() if d["kind"] == "crash"]
+    assert crash, recorded.diagnoses()
+    first = crash[-1]["fix"].splitlines()[0]
+    assert CASES[how] in first, crash[-1]["fix"]
+    assert "checkpoint" not in first.lower()
