@@ -14,8 +14,6 @@ cause, and is what the planted changes must stand out of.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import re
 import socket
@@ -27,9 +25,8 @@ from typing import Any
 import pytest
 from browser import browser, chromium
 from helpers import clean_env, script, td_run
-from recording import record
+from recording import record, td
 
-from torchdoctor.cli.main import main
 from torchdoctor.identity import RankIdentity
 
 SUBJECT = "compare_subject.py"
@@ -39,18 +36,10 @@ TRACING = ("--trace-every", str(TRACE_EVERY))
 pytestmark = pytest.mark.xdist_group("compare")
 
 
-def compare(*args: str) -> tuple[int, str, str]:
-    """`torchdoctor ARGS...` in this process: exit code, stdout, stderr."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(list(args))
-    return code, out.getvalue(), err.getvalue()
-
-
 def record_json(a: Path, b: Path, *extra: str) -> dict[str, Any]:
-    code, out, err = compare("compare", str(a), str(b), "--format", "json", *extra)
-    assert code in (0, 1), err
-    return dict(json.loads(out))
+    out = td("compare", a, b, "--format", "json", *extra)
+    assert out.returncode in (0, 1), out.stderr
+    return dict(json.loads(out.stdout))
 
 
 @pytest.fixture(scope="module")
@@ -114,9 +103,9 @@ def test_identical_runs_read_as_no_real_difference(twins: tuple[Path, Path]) -> 
     assert not [s for s in r["settings"] if s["differs"] and s["key"] != "load"]
     # The CI gate passes, and says why.
     gates = ("--fail-if", "slower:5%,loss:identical", "--fail-if", "memory:10%")
-    code, out, _err = compare("compare", str(a), str(b), *gates)
-    assert code == 0, out
-    assert out.count("passed ") == 3
+    out = td("compare", a, b, *gates)
+    assert out.returncode == 0, out.stdout
+    assert out.stdout.count("passed ") == 3
 
 
 def test_a_module_that_sleeps_is_named(runs: Callable[..., Path]) -> None:
@@ -135,11 +124,10 @@ def test_a_module_that_sleeps_is_named(runs: Callable[..., Path]) -> None:
     # The loss does not depend on the pause: bit-identical.
     assert r["curves"]["loss"]["first_difference"] is None
     # The gate fails on the slowdown (exit 1) and names it; a looser one passes.
-    code, out, _err = compare("compare", str(a), str(b), "--fail-if", "slower:5%")
-    assert code == 1
-    assert "FAILED  slower:5%" in out
-    code, _out, _err = compare("compare", str(a), str(b), "--fail-if", "slower:500%")
-    assert code == 0
+    out = td("compare", a, b, "--fail-if", "slower:5%")
+    assert out.returncode == 1
+    assert "FAILED  slower:5%" in out.stdout
+    assert td("compare", a, b, "--fail-if", "slower:500%").returncode == 0
 
 
 def test_dataloader_workers_are_named(runs: Callable[..., Path]) -> None:
@@ -160,8 +148,8 @@ def test_a_different_dtype_is_named(runs: Callable[..., Path]) -> None:
     # Parameters and gradients are counted: twice the bytes.
     kinds = r["memory"]["kinds"]
     assert kinds["parameter"]["b"] == 2 * kinds["parameter"]["a"] > 0
-    code, out, _err = compare("compare", str(a), str(b), "--fail-if", "loss:identical")
-    assert code == 1 and "the loss differs from step 0" in out
+    out = td("compare", a, b, "--fail-if", "loss:identical")
+    assert out.returncode == 1 and "the loss differs from step 0" in out.stdout
 
 
 def test_memory_gate(runs: Callable[..., Path]) -> None:
@@ -169,31 +157,28 @@ def test_memory_gate(runs: Callable[..., Path]) -> None:
     r = record_json(a, b)
     assert r["memory"]["peak"]["delta"] > 200 * 2**20
     assert "peak memory +" in r["headline"]
-    code, out, _err = compare("compare", str(a), str(b), "--fail-if", "memory:10%")
-    assert code == 1 and "FAILED  memory:10%" in out
-    code, _out, _err = compare("compare", str(a), str(b), "--fail-if", "memory:1GiB")
-    assert code == 0
+    out = td("compare", a, b, "--fail-if", "memory:10%")
+    assert out.returncode == 1 and "FAILED  memory:10%" in out.stdout
+    assert td("compare", a, b, "--fail-if", "memory:1GiB").returncode == 0
 
 
-def test_script_diff_and_environment(
-    runs: Callable[..., Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_script_diff_and_environment(tmp_path: Path) -> None:
     source = Path(script(SUBJECT)).read_text()
     first, second = tmp_path / "one" / SUBJECT, tmp_path / "two" / SUBJECT
     for path, text in ((first, source), (second, source.replace("lr=1e-3", "lr=2e-3"))):
         path.parent.mkdir()
         path.write_text(text)
     a = record(first, run_dir=tmp_path / "a").run_dir
-    monkeypatch.setenv("NCCL_ALGO", "Ring")
-    monkeypatch.setenv("TORCH_HUB_TOKEN", "hunter2-secret-value")
-    b = record(second, run_dir=tmp_path / "b").run_dir
+    env = {"NCCL_ALGO": "Ring", "TORCH_HUB_TOKEN": "hunter2-secret-value"}
+    b = record(second, run_dir=tmp_path / "b", env=env).run_dir
     meta = json.loads((b / "meta.json").read_text())
     assert meta["environment"]["NCCL_ALGO"] == "Ring"
     assert meta["environment"]["TORCH_HUB_TOKEN"] == "***"  # never the secret
     assert "hunter2" not in (b / "meta.json").read_text()
     assert (b / "script.py").read_text() == second.read_text()
-    code, out, err = compare("compare", str(a), str(b))
-    assert code == 0, err
+    result = td("compare", a, b)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
     headline = out.splitlines()[3]
     assert "B's script differs (+1 -1 lines)" in headline
     assert "DIFFERS NCCL_ALGO: (unset) (A) -> Ring (B)" in out
@@ -242,15 +227,15 @@ def test_a_live_process_against_a_saved_run(runs: Callable[..., Path], launch: A
 
 def test_usage_errors(runs: Callable[..., Path], tmp_path: Path) -> None:
     a = str(runs("base"))
-    assert compare("compare", a)[0] == 2  # one run, no endpoint
-    code, _out, err = compare("compare", a, a, "--fail-if", "faster:5%")
-    assert code == 2 and "expected slower:N%" in err
-    assert compare("compare", a, a, "--fail-if", "slower:fast")[0] == 2
-    code, _out, err = compare("compare", a, str(tmp_path / "nothing"))
-    assert code == 2 and "nothing" in err
+    assert td("compare", a).returncode == 2  # one run, no endpoint
+    out = td("compare", a, a, "--fail-if", "faster:5%")
+    assert out.returncode == 2 and "expected slower:N%" in out.stderr
+    assert td("compare", a, a, "--fail-if", "slower:fast").returncode == 2
+    out = td("compare", a, tmp_path / "nothing")
+    assert out.returncode == 2 and "nothing" in out.stderr
     # A run compared with itself: no difference at all, every gate passes.
-    code, out, _err = compare("compare", a, a, "--fail-if", "slower:1%,loss:identical,memory:0%")
-    assert code == 0, out
+    out = td("compare", a, a, "--fail-if", "slower:1%,loss:identical,memory:0%")
+    assert out.returncode == 0, out.stdout
 
 
 @pytest.mark.slow
@@ -260,13 +245,13 @@ def test_report_overlays_the_baseline_in_chromium(
     binary = chromium()
     a, b = runs("base"), runs("slow", "--slow-ms", "20")
     page = tmp_path / "report.html"
-    code, _out, err = compare("report", str(b), "-o", str(page), "--baseline", str(a))
-    assert code == 0, err
+    out = td("report", b, "-o", page, "--baseline", a)
+    assert out.returncode == 0, out.stderr
     text = page.read_text()
     assert 'id="compared-with"' in text and "forward of `blocks.1`" in text
-    out = browser(binary, "--virtual-time-budget=5000", "--dump-dom", page.as_uri())
-    dom = out.stdout
-    assert 'data-report="ready"' in dom and 'data-baseline="drawn"' in dom, out.stderr[-2000:]
+    shown = browser(binary, "--virtual-time-budget=5000", "--dump-dom", page.as_uri())
+    dom = shown.stdout
+    assert 'data-report="ready"' in dom and 'data-baseline="drawn"' in dom, shown.stderr[-2000:]
     assert re.search(r'<pre id="td-errors" hidden(="")?></pre>', dom), "a chart failed to draw"
     for chart in ("chart-training", "chart-phases", "chart-memory"):
         tag = re.search(rf'<div class="chart" id="{chart}"[^>]*>', dom)
