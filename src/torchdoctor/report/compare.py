@@ -293,7 +293,8 @@ def html_section(r: dict[str, Any]) -> str:
     diff = [s for s in r["settings"] if s["differs"]]
     settings = (
         "".join(
-            f"<li>{e(s['label'])}: <code>{e(s['a'])}</code> &rarr; <code>{e(s['b'])}</code></li>"
+            f"<li>{e(s['label'])}: <code>{e(s['a'] or '(none)')}</code> &rarr; "
+        f"<code>{e(s['b'] or '(none)')}</code></li>"
             for s in diff
         )
         or "<li>no recorded setting differs</li>"

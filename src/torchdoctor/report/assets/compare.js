@@ -23,7 +23,7 @@
       data: pairs(series.step, series[key]),
       color: color,
       lineStyle: DASH,
-      z: 1,
+      z: 10, // over the stacked areas of the step-time chart
     };
   }
 
