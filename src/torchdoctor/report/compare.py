@@ -294,7 +294,7 @@ def html_section(r: dict[str, Any]) -> str:
     settings = (
         "".join(
             f"<li>{e(s['label'])}: <code>{e(s['a'] or '(none)')}</code> &rarr; "
-        f"<code>{e(s['b'] or '(none)')}</code></li>"
+            f"<code>{e(s['b'] or '(none)')}</code></li>"
             for s in diff
         )
         or "<li>no recorded setting differs</li>"
