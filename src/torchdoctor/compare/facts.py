@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from torchdoctor.store.rundir import SCRIPT_FILE
+
 Execute = Callable[[str], tuple[list[str], list[Any]]]
 
 PAGE = 100_000  # the live query route answers at most this many rows at a time
@@ -248,8 +250,6 @@ def _census(execute: Execute) -> dict[str, int] | None:
 
 
 def _script_copy(run_dir: Path | None) -> str | None:
-    from torchdoctor.store.rundir import SCRIPT_FILE
-
     if run_dir is None:
         return None
     try:

@@ -102,13 +102,11 @@ def module_changes(
     out = []
     for key in sorted(set(ia) | set(ib)):
         ma, mb = ia.get(key), ib.get(key)
+        if (ma is None or mb is None) and not (a.modules and b.modules):
+            continue  # one run traced no modules at all: nothing is new or gone
+        status = "both" if ma and mb else ("new" if mb else "vanished")
         any_m = ma or mb
         assert any_m is not None
-        status = "both" if ma and mb else ("new" if mb else "vanished")
-        if ma is None or mb is None:
-            if not a.modules or not b.modules:
-                continue  # one run traced no modules at all: nothing is new or gone
-            status = "new" if mb else "vanished"
         ch = change(ma.seconds if ma else [0.0], mb.seconds if mb else [0.0], min_delta=floor)
         share = (_share(ch.a, step_a), _share(ch.b, step_b))
         out.append(ModuleChange(any_m.module, any_m.type, any_m.depth, key[1], ch, share, status))
