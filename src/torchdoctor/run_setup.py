@@ -122,15 +122,12 @@ def moment() -> Moment:
     return Moment(time.time(), load, cpu, wait)
 
 
-def facts(
-    script: Script | None, start: Moment, secrets: Sequence[str | None] = ()
-) -> dict[str, Any]:
-    """What meta.json gets: `environment`, `torch`, `machine` (a Moment when the run started
-    and one at this write) and, when known, `script`."""
+def facts(script: Script | None, start: Moment, env: dict[str, str]) -> dict[str, Any]:
+    """What meta.json gets: `environment` (`env`, as it was when the run started: not what the
+    script or torch set since), `torch`, `machine` (a Moment when the run started and one at
+    this write) and, when known, `script`."""
     build = machine.torch_build()
-    now = dataclasses.asdict(moment())
-    busy = {"start": dataclasses.asdict(start), "last": now}
-    env = environment(secrets=secrets)
+    busy = {"start": dataclasses.asdict(start), "last": dataclasses.asdict(moment())}
     out: dict[str, Any] = {"environment": env, "torch": build, "machine": busy}
     if script is not None:
         out["script"] = script.facts()

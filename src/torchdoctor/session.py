@@ -169,6 +169,7 @@ class Session:
         self.explains_crash = False  # `torchdoctor run` prints the crash itself: no alert then
         self._script_copied: str | None = None  # the hash of the script copied into run_dir
         self._at_start = run_setup.moment()  # how busy the machine was when it started
+        self._environment = run_setup.environment(secrets=[config.token])  # as it started
 
     # -- life cycle --------------------------------------------------------------------------
     def __enter__(self) -> Session:
@@ -453,9 +454,8 @@ class Session:
         }
         # How it was started (for `compare`): read again at each write, since `__main__` is
         # the script only once `torchdoctor run` has handed over to it.
-        secrets = [self.config.token, self.token]
-        script = run_setup.main_script(secrets)
-        meta.update(run_setup.facts(script, self._at_start, secrets))
+        script = run_setup.main_script([self.config.token, self.token])
+        meta.update(run_setup.facts(script, self._at_start, self._environment))
         self._copy_script(script)
         if status != "running":
             meta["ended"] = _dt.datetime.now().isoformat()

@@ -114,15 +114,15 @@ def test_environment_that_matters_with_secrets_masked() -> None:
 def test_a_longer_wait_for_a_cpu_can_explain_a_slowdown() -> None:
     from torchdoctor.compare.contention import allowed, judge, waiting_share
 
-    slower = change(_noisy(60, 0.02, 1, 0.1), _noisy(60, 0.024, 2, 0.1))
-    assert slower.real  # 20% slower, as measured
-    # B's main thread waited for a CPU a quarter of its time, A's a tenth: the machine alone can
-    # make B's steps 1.2 times longer
-    assert allowed(0.10, 0.25) == (pytest.approx(1.2), 1.0)
-    assert not judge(slower, 0.10, 0.25).real
+    slower = change(_noisy(60, 0.02, 1, 0.1), _noisy(60, 0.026, 2, 0.1))
+    assert slower.real  # 30% slower, as measured
+    # B's main thread waited for a CPU 40% of its time, A's a tenth: the machine alone can make
+    # B's steps 1.5 times longer
+    assert allowed(0.10, 0.40) == (pytest.approx(1.5), 1.0)
+    assert not judge(slower, 0.10, 0.40).real
     # the other way round (B slept: its share of waiting went down) it explains nothing
-    assert judge(slower, 0.25, 0.10).real
-    assert judge(slower, None, 0.25) is slower  # not recorded: judged as measured
+    assert judge(slower, 0.40, 0.10).real
+    assert judge(slower, None, 0.40) is slower  # not recorded: judged as measured
     meta = {"machine": {"start": {"time": 0.0, "wait": 1.0}, "last": {"time": 10.0, "wait": 3.5}}}
     assert waiting_share(meta) == pytest.approx(0.25)
     assert waiting_share({"machine": {"start": {"time": 0.0, "wait": 1.0}}}) is None

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchdoctor.compare import contention, curves, gate, memory, settings, timing
+from torchdoctor.compare import contention, curves, gate, memory, settings, stats, timing
 from torchdoctor.compare.facts import RunFacts
 from torchdoctor.compare.headline import Story, headline
 
@@ -14,14 +14,20 @@ VERSION = 1
 _SEVERE = ("warning", "error")
 
 
-def compare(a: RunFacts, b: RunFacts, gates: list[gate.Gate] | None = None) -> dict[str, Any]:
+def compare(
+    a: RunFacts,
+    b: RunFacts,
+    gates: list[gate.Gate] | None = None,
+    noise: float = stats.MIN_EFFECT,
+) -> dict[str, Any]:
+    """B against A; `noise`: the least change ever called real (a fraction: 0.1 for 10%)."""
     sa, sb = a.rank_steps(a.primary), b.rank_steps(b.primary)
     ta, tb, basis = timing.timed_steps(sa, sb)
-    measured = timing.step_time(ta, tb)
+    measured = timing.step_time(ta, tb, noise)
     waiting = contention.waiting_share(a.meta), contention.waiting_share(b.meta)
     step = contention.judge(measured, *waiting)  # beyond what the wait for a CPU allows
-    phases = timing.phases(ta, tb, measured.a or 0.0)
-    modules = timing.module_changes(a, b, measured.a, measured.b)
+    phases = timing.phases(ta, tb, measured.a or 0.0, noise)
+    modules = timing.module_changes(a, b, measured.a, measured.b, noise)
     new, vanished = timing.new_and_vanished(a, b)
 
     # The phase that carries the step's change, and in a pass the module that carries it.
@@ -39,7 +45,7 @@ def compare(a: RunFacts, b: RunFacts, gates: list[gate.Gate] | None = None) -> d
     series = curves.compare_curves(sa, sb)
     mem = memory.compare_memory(a, b, sa, sb)
     found_a = {(d["rank"], d["kind"]) for d in a.diagnoses}
-    ranks = timing.ranks(a, b)
+    ranks = timing.ranks(a, b, noise)
     straggler = timing.straggler(ranks)
     collectives = timing.collectives(a, b)
     new_findings = [

@@ -22,6 +22,7 @@ from typing import Any
 from torchdoctor.compare.stats import Change
 
 MIN_APART = 0.05  # waiting shares this far apart are worth saying
+MIN_WALL = 0.1  # seconds between the two readings: fewer say nothing
 
 
 def waiting_share(meta: dict[str, Any]) -> float | None:
@@ -35,7 +36,7 @@ def waiting_share(meta: dict[str, Any]) -> float | None:
         wait = float(last["wait"]) - float(start["wait"])
     except (KeyError, TypeError, ValueError):
         return None
-    if wall <= 1.0 or wait < 0:  # one write only (a live run), or a clock gone back
+    if wall <= MIN_WALL or wait < 0:  # one write only (a live run), or a clock gone back
         return None
     return min(wait / wall, 0.99)
 

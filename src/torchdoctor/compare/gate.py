@@ -3,7 +3,8 @@
   slower:5%        B's step time is more than 5% above A's, beyond noise: the low end of the 95%
                    interval of the median ratio is above 1.05 (slower:20ms: the median step is
                    more than 20 ms longer, and the difference is real); when B's main thread
-                   waited longer for a CPU than A's, 1.05 times what that wait can explain
+                   waited longer for a CPU than A's, 1.05 times what that wait can explain; and
+                   always beyond the noise floor (10%, or --noise-floor)
   loss:2%          B's final loss (median of its last steps) is more than 2% above A's
                    (loss:0.05: more than 0.05 above it; loss:identical: the loss curves are not
                    bit-identical over the steps both runs have)
@@ -91,9 +92,9 @@ def _slower(gate: Gate, record: dict[str, Any]) -> tuple[bool, str]:
         return True, "step times cannot be compared (too few steps in a run)"
     low = step["interval"][0]
     if gate.relative:
-        # beyond what the extra wait for a CPU can make of it (a shared CI machine)
+        # beyond what the extra wait for a CPU can make of it (a shared CI machine), and real
         limit = (1 + gate.limit) * step["machine_allows"][0]
-        exceeded = low > limit
+        exceeded = bool(step["real"]) and step["ratio"] > 1 and low > limit
         return exceeded, (
             f"B/A step time {step['ratio']:.3f}, 95% interval {low:.3f}..{step['interval'][1]:.3f}"
             f" ({'above' if exceeded else 'not above'} {limit:.3f} throughout)"

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from torchdoctor.compare.facts import RunFacts
-from torchdoctor.compare.stats import Change, change
+from torchdoctor.compare.stats import MIN_EFFECT, Change, change
 from torchdoctor.units import human
 
 PHASES = ("data_wait", "forward", "backward", "optimizer", "other")
@@ -59,13 +59,17 @@ def _take(s: dict[str, np.ndarray], mask: np.ndarray) -> dict[str, np.ndarray]:
     return {k: v[mask] for k, v in s.items()}
 
 
-def step_time(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> Change:
-    return change(a["duration"], b["duration"])
+def step_time(
+    a: dict[str, np.ndarray], b: dict[str, np.ndarray], noise: float = MIN_EFFECT
+) -> Change:
+    return change(a["duration"], b["duration"], min_effect=noise)
 
 
-def phases(a: dict[str, np.ndarray], b: dict[str, np.ndarray], step_a: float) -> dict[str, Change]:
+def phases(
+    a: dict[str, np.ndarray], b: dict[str, np.ndarray], step_a: float, noise: float = MIN_EFFECT
+) -> dict[str, Change]:
     floor = MIN_PHASE_SHARE * step_a
-    return {p: change(a[p], b[p], min_delta=floor) for p in PHASES}
+    return {p: change(a[p], b[p], min_delta=floor, min_effect=noise) for p in PHASES}
 
 
 # -- modules ---------------------------------------------------------------------------------
@@ -93,7 +97,11 @@ class ModuleChange:
 
 
 def module_changes(
-    a: RunFacts, b: RunFacts, step_a: float | None, step_b: float | None
+    a: RunFacts,
+    b: RunFacts,
+    step_a: float | None,
+    step_b: float | None,
+    noise: float = MIN_EFFECT,
 ) -> list[ModuleChange]:
     """Every (module, stage) traced in either run, the largest absolute change first."""
     ia = {(m.module, m.stage): m for m in a.modules}
@@ -107,7 +115,9 @@ def module_changes(
         status = "both" if ma and mb else ("new" if mb else "vanished")
         any_m = ma or mb
         assert any_m is not None
-        ch = change(ma.seconds if ma else [0.0], mb.seconds if mb else [0.0], min_delta=floor)
+        ch = change(
+            ma.seconds if ma else [0.0], mb.seconds if mb else [0.0], floor, min_effect=noise
+        )
         share = (_share(ch.a, step_a), _share(ch.b, step_b))
         out.append(ModuleChange(any_m.module, any_m.type, any_m.depth, key[1], ch, share, status))
     out.sort(key=lambda m: -abs(m.change.delta or 0.0))
@@ -207,7 +217,7 @@ def new_and_vanished(a: RunFacts, b: RunFacts) -> tuple[list[str], list[str]]:
 # -- ranks and collectives -------------------------------------------------------------------
 
 
-def ranks(a: RunFacts, b: RunFacts) -> list[dict[str, Any]] | None:
+def ranks(a: RunFacts, b: RunFacts, noise: float = MIN_EFFECT) -> list[dict[str, Any]] | None:
     """Per rank of a job: median step time and phases in each run."""
     if len(a.ranks) < 2 and len(b.ranks) < 2:
         return None
@@ -218,12 +228,12 @@ def ranks(a: RunFacts, b: RunFacts) -> list[dict[str, Any]] | None:
             out.append({"rank": rank, "in": "B" if len(rb["step"]) else "A"})
             continue
         ta, tb, _basis = timed_steps(ra, rb)
-        step = step_time(ta, tb)
+        step = step_time(ta, tb, noise)
         out.append(
             {
                 "rank": rank,
                 "step_time": step.to_json(),
-                "phases": {p: c.to_json() for p, c in phases(ta, tb, step.a or 0.0).items()},
+                "phases": {p: c.to_json() for p, c in phases(ta, tb, step.a or 0.0, noise).items()},
             }
         )
     return out

@@ -37,6 +37,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "loss:identical, memory:10%% (or slower:20ms, memory:512MiB); repeat or separate "
         "with commas",
     )
+    parser.add_argument(
+        "--noise-floor",
+        default="10%",
+        metavar="PCT",
+        help="the least change of a time ever called real (default 10%%: two runs of the same "
+        "code on a shared machine differ by that much; 5%% suits a quiet, dedicated one)",
+    )
 
 
 def main(args: Any, ctx: Any) -> int:
@@ -48,6 +55,7 @@ def main(args: Any, ctx: Any) -> int:
         gates = [g for spec in args.fail_if for g in parse(spec)]
     except GateError as exc:
         raise CliError(str(exc)) from None
+    noise = _percentage(args.noise_floor)
     runs = list(args.runs)
     if ctx.endpoint is not None:
         if len(runs) != 1:
@@ -62,7 +70,7 @@ def main(args: Any, ctx: Any) -> int:
     except SourceError as exc:
         ctx.warn(f"torchdoctor: compare: {exc}")
         return TARGET_ERROR
-    record = compare(a, b, gates)
+    record = compare(a, b, gates, noise)
     if args.format == "json":
         ctx.print(dumps(record, indent=2))
     else:
@@ -82,3 +90,13 @@ def facts(source: Any) -> Any:
     except RunNotFound as exc:
         raise CliError(str(exc)) from None
     return collect(source.execute, source.meta, source.label, source.run_dir, steps, source.live)
+
+
+def _percentage(text: str) -> float:
+    try:
+        value = float(text.strip().removesuffix("%")) / 100
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < 10:
+        raise CliError(f"compare: --noise-floor expects a percentage such as 5%, got {text!r}")
+    return value
