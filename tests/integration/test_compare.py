@@ -5,10 +5,13 @@ identical runs, which must read as no real difference. The headline names each p
 `--fail-if` exits 1 when a limit is exceeded; the report's --baseline overlay is drawn by a
 real Chromium.
 
-The runs are recorded in this process (tests/recording.py), one after the other. Two runs of the
-same script then differ by what the machine (two cores shared by several test workers) did
-meanwhile: the noise these tests must not mistake for a cause (each run's wait for a CPU,
-recorded over the run, is allowed for), and what the planted changes must stand out of.
+The runs are recorded in this process (tests/recording.py), one after the other: they differ by
+what the machine (two cores shared by several test workers) did meanwhile, the noise the
+planted changes must stand out of. The identical pair runs in two processes that step at the
+same time, so that the machine's moods fall on both alike: one after the other, two runs of
+the same script on this machine differ by up to four times now and then (a run whose every
+step was preempted against one that often had a core to itself), which no figure of a
+single run can tell from a change of the code.
 """
 
 from __future__ import annotations
@@ -16,13 +19,14 @@ from __future__ import annotations
 import json
 import re
 import socket
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from browser import browser, chromium
-from helpers import script, td_run
+from helpers import clean_env, script, td_run, wait_for
 from recording import record, td
 
 from torchdoctor.identity import RankIdentity
@@ -59,8 +63,32 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
 
 
 def test_identical_runs_read_as_no_real_difference(tmp_path: Path) -> None:
-    """The unchanged script twice, one run right after the other."""
-    a, b = (record(SUBJECT, run_dir=tmp_path / n, trace_every=TRACE_EVERY).run_dir for n in "ab")
+    """The unchanged script twice, in two processes that step at the same time (a barrier
+    before the first step), so that the machine's moods fall on both alike."""
+    env = clean_env(tmp_path / "s")
+    argv = [script(SUBJECT), "--barrier", str(tmp_path)]
+    procs = [
+        subprocess.Popen(
+            td_run("--quiet", "--run-dir", str(tmp_path / name), *TRACING, *argv),
+            env=env,
+            cwd=tmp_path,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        for name in "ab"
+    ]
+    try:
+        wait_for(lambda: len(list(tmp_path.glob("ready-*"))) == 2, 180, "both runs ready")
+        (tmp_path / "go").touch()
+        for p in procs:
+            _out, err = p.communicate(timeout=120)
+            assert p.returncode == 0, err.decode()
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    a, b = tmp_path / "a", tmp_path / "b"
     r = record_json(a, b)
     assert r["headline"].startswith("No real difference"), r["headline"]
     assert not r["step_time"]["real"]

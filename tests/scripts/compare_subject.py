@@ -8,10 +8,14 @@ thing changed must be told apart by that thing.
   --dtype NAME     float32 (default) or float64: the model's and the batches' dtype
   --batch N        batch size (default 16)
   --hold-mb MB     keep a tensor of MB megabytes alive while it trains (a planted memory rise)
+  --barrier DIR    before the first step, write DIR/ready-<pid> and wait for DIR/go (two runs
+                   started together then step at the same time, on the same machine's load)
 """
 
 import argparse
+import os
 import time
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -24,6 +28,7 @@ parser.add_argument("--workers", type=int, default=0)
 parser.add_argument("--dtype", default="float32")
 parser.add_argument("--batch", type=int, default=16)
 parser.add_argument("--hold-mb", type=int, default=0)
+parser.add_argument("--barrier")
 args = parser.parse_args()
 held = torch.ones(args.hold_mb * (1 << 20) // 4) if args.hold_mb else None  # pages touched
 dtype = getattr(torch, args.dtype)
@@ -67,6 +72,11 @@ generator = torch.Generator().manual_seed(0)
 loader = DataLoader(
     data, batch_size=args.batch, shuffle=True, generator=generator, num_workers=args.workers
 )
+if args.barrier:
+    barrier = Path(args.barrier)
+    (barrier / f"ready-{os.getpid()}").touch()
+    while not (barrier / "go").exists():
+        time.sleep(0.01)
 step = 0
 while step < args.steps:
     for x, y in loader:
