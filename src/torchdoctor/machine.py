@@ -95,6 +95,20 @@ def _version_py(module: str) -> dict[str, str | None]:
     return {}
 
 
+def torch_build() -> dict[str, str | None]:
+    """torch's version and the CUDA (or ROCm) it was built for ('cpu' for neither), read from
+    its version.py without importing it; {} when torch is not installed."""
+    info = _version_py("torch")
+    if not info:
+        return {}
+    cuda, hip = info.get("cuda"), info.get("hip")
+    return {
+        "version": info.get("__version__"),
+        "cuda": cuda,
+        "build": f"cuda {cuda}" if cuda else f"rocm {hip}" if hip else "cpu",
+    }
+
+
 def _torch_pin(dist: importlib.metadata.Distribution) -> str | None:
     """The torch version a companion's metadata requires ('2.5.1' from 'torch==2.5.1')."""
     for req in dist.requires or ():

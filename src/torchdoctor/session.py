@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from torchdoctor import identity as identities
-from torchdoctor import registry
+from torchdoctor import registry, run_setup
 from torchdoctor._failsafe import warn_once
 from torchdoctor._version import __version__
 from torchdoctor.cluster.watch import ClusterWatch
@@ -181,6 +181,9 @@ class Session:
         # knows): alerts wait for the line's end, in `_held`
         self.mid_line: Any = None
         self._held: list[str] = []
+        self._script_copied: str | None = None  # the hash of the script copied into run_dir
+        self._at_start = run_setup.moment()  # how busy the machine was when it started
+        self._environment = run_setup.environment(secrets=[config.token])  # as it started
 
     # -- life cycle --------------------------------------------------------------------------
     def __enter__(self) -> Session:
@@ -475,9 +478,15 @@ class Session:
             "version": __version__,
             "python": sys.version.split()[0],
             "cpus": os.cpu_count(),  # a saved run is judged with its own machine's facts
+            "trace_every": self.config.trace_every,
         }
         if self.attached is not None:  # steps count from the attach
             meta["attached"] = _dt.datetime.fromtimestamp(self.attached).isoformat()
+        # How it was started (for `compare`): read again at each write, since `__main__` is
+        # the script only once `torchdoctor run` has handed over to it.
+        script = run_setup.main_script([self.config.token, self.token])
+        meta.update(run_setup.facts(script, self._at_start, self._environment))
+        self._copy_script(script)
         if status != "running":
             meta["ended"] = _dt.datetime.now().isoformat()
             meta["exit_code"] = self.exit_code
@@ -495,6 +504,18 @@ class Session:
             rundir.write_meta(self.run_dir, meta)
         except OSError as exc:
             warn_once("meta", f"cannot write {self.run_dir / rundir.META_FILE}: {exc}")
+
+    def _copy_script(self, script: run_setup.Script | None) -> None:
+        path = self.run_dir / rundir.SCRIPT_FILE
+        if script is None or script.text is None:
+            return
+        if script.sha256 == self._script_copied and path.exists():
+            return
+        try:
+            rundir.write_private(path, script.text)
+            self._script_copied = script.sha256
+        except OSError as exc:
+            warn_once("script-copy", f"cannot write {path}: {exc}")
 
     # -- what the endpoint asks ----------------------------------------------------------------
     def status(self) -> dict[str, Any]:

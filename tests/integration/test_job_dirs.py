@@ -105,6 +105,19 @@ def test_report_and_export_of_a_job(job: Path, tmp_path: Path) -> None:
     assert lines[0].endswith(",rank") and len(lines) == 3
 
 
+def test_compare_a_job_with_itself(job: Path) -> None:
+    """Per rank and per collective, and nothing differs."""
+    r = _json("compare", str(job), str(job))
+    assert [row["rank"] for row in r["ranks"]] == [0, 1]
+    assert r["straggler"] is None
+    ops = {row["op"]: row for row in r["collectives"]}
+    assert "all_reduce" in ops
+    per_step = ops["all_reduce"]["per_step"]
+    assert per_step[0] == per_step[1] >= 1  # the script's all_reduce of its loss
+    assert r["curves"]["loss"]["first_difference"] is None
+    assert not [s for s in r["settings"] if s["differs"]]
+
+
 def test_a_missing_rank_and_a_foreign_rank(job: Path, tmp_path: Path) -> None:
     copy = tmp_path / "job"
     shutil.copytree(job, copy)

@@ -11,16 +11,14 @@ import json
 import math
 import os
 import re
-import shutil
-import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from browser import browser, chromium
 from helpers import script, td_run
 from png import read_png
 from recording import query, record, td
@@ -28,19 +26,6 @@ from trace_check import check_trace
 
 from torchdoctor._json import float_text
 
-CHROMIUM_FLAGS = (
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--hide-scrollbars",
-    # Any request the page made would go to a closed port: the page must need none.
-    "--proxy-server=127.0.0.1:9",
-)
 CHARTS = ("chart-training", "chart-phases", "chart-memory", "chart-modules", "chart-heatmap")
 
 
@@ -107,35 +92,12 @@ def test_report_of_a_diverging_run(diverging: Path, tmp_path: Path) -> None:
     assert as_json == digest
 
 
-def _chromium() -> str:
-    found = shutil.which("chromium") or shutil.which("chromium-browser")
-    if found is None:
-        pytest.skip(
-            "no Chromium to render the report in: install Debian's package "
-            "(`apt-get install -y chromium`; .ci/run does it before `make test`)"
-        )
-    return found
-
-
-def _browser(binary: str, *args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
-    profile = tempfile.mkdtemp(prefix="td-chromium-")
-    try:
-        return subprocess.run(
-            [binary, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-    finally:
-        shutil.rmtree(profile, ignore_errors=True)
-
-
 @pytest.mark.slow
 def test_chromium_draws_every_chart(diverging: Path, tmp_path: Path) -> None:
-    binary = _chromium()
+    binary = chromium()
     page = tmp_path / "report.html"
     assert td("report", str(diverging), "-o", str(page)).returncode == 0
-    out = _browser(binary, "--virtual-time-budget=5000", "--dump-dom", page.as_uri())
+    out = browser(binary, "--virtual-time-budget=5000", "--dump-dom", page.as_uri())
     dom = out.stdout
     assert out.returncode == 0 and "<body" in dom, out.stderr[-2000:]
     assert 'data-report="ready"' in dom, "the page's script did not finish"
@@ -158,10 +120,10 @@ def test_chromium_draws_every_chart(diverging: Path, tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_chromium_screenshot_shows_the_charts(healthy: Path, tmp_path: Path) -> None:
-    binary = _chromium()
+    binary = chromium()
     page, shot = tmp_path / "report.html", tmp_path / "shot.png"
     assert td("report", healthy, "-o", page).returncode == 0
-    out = _browser(binary, "--window-size=1000,800", f"--screenshot={shot}", page.as_uri())
+    out = browser(binary, "--window-size=1000,800", f"--screenshot={shot}", page.as_uri())
     assert shot.exists(), out.stderr[-2000:]
     pixels = read_png(shot)[:, :, :3].astype(int)
     assert pixels.shape[:2] == (800, 1000)

@@ -41,6 +41,7 @@ COMMANDS: tuple[str, ...] = (
     "batch-size",
     "overfit",
     "repro",
+    "compare",
     "demo",
 )
 

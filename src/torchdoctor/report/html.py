@@ -9,6 +9,7 @@ from importlib import resources
 from typing import Any
 
 from torchdoctor.digest.time_split import LABELS, shown
+from torchdoctor.report.compare import baseline_script, baseline_section
 from torchdoctor.report.summary import seconds
 from torchdoctor.units import human
 
@@ -81,6 +82,7 @@ def render(digest: dict[str, Any]) -> str:
             rows=len(digest["grad_heatmap"]["modules"]),
         ),
         _ranks_section(digest),
+        baseline_section(digest),
         '<pre id="td-errors" hidden></pre>',
         "</main>",
         "<footer>Written by torchdoctor from "
@@ -89,6 +91,7 @@ def render(digest: dict[str, Any]) -> str:
         f'<script type="application/json" id="td-digest">{embed_json(digest)}</script>',
         f"<script>{_script_safe(asset('echarts.min.js'))}</script>",
         f"<script>{_script_safe(asset('report.js'))}</script>",
+        baseline_script(digest),
         "</body></html>",
     ]
     return "\n".join(p for p in parts if p)

@@ -4,6 +4,8 @@
 <run_dir>/diagnoses.jsonl   one diagnosis per line, written as found
 <run_dir>/tables/<t>.seg    every stored table, appended every second
 <run_dir>/token             the TCP token, 0600, when --listen was given
+<run_dir>/script.py         a copy of the script `__main__` ran (meta.json's `script` names it
+                            and its hash), for `torchdoctor compare`'s diff of two runs
 <run_dir>/fatal.log         the stacks of every thread when a fatal signal (SIGABRT, SIGSEGV)
                             ended the process (faulthandler; removed when empty)
 
@@ -31,6 +33,7 @@ TABLES_DIR = "tables"
 TABLE_SUFFIX = ".seg"
 TOKEN_FILE = "token"
 FATAL_FILE = "fatal.log"
+SCRIPT_FILE = "script.py"
 DEFAULT_PARENT = "torchdoctor-runs"
 
 
@@ -171,12 +174,13 @@ def _alive(pid: Any, started: Any) -> bool:
 
 
 def write_token(run_dir: Path, token: str) -> Path:
-    path = run_dir / TOKEN_FILE
-    fd = open_private(path)
-    try:
-        os.write(fd, token.encode())
-    finally:
-        os.close(fd)
+    return write_private(run_dir / TOKEN_FILE, token)
+
+
+def write_private(path: Path, text: str) -> Path:
+    """`path` (created 0600) holding `text`."""
+    with os.fdopen(open_private(path), "w", encoding="utf-8") as f:
+        f.write(text)
     return path
 
 
@@ -185,8 +189,8 @@ def move(old: Path, new: Path, whole: bool) -> Path:
 
     whole: `old` is this process's own directory (a default one): renamed as a whole, files
     held open keep working. Otherwise `old` may be shared (a --run-dir given to every rank):
-    only the tables, diagnoses and token move, and meta.json stays for its last writer to
-    replace. Whatever cannot move stays where it was; the run goes on in `new`.
+    only the tables, diagnoses, token and script copy move, and meta.json stays for its last
+    writer to replace. Whatever cannot move stays where it was; the run goes on in `new`.
     """
     make_private_dir(new.parent)
     if whole and not new.exists():
@@ -197,7 +201,7 @@ def move(old: Path, new: Path, whole: bool) -> Path:
             pass
     make_private_dir(new / TABLES_DIR)
     names = [Path(TABLES_DIR) / p.name for p in (old / TABLES_DIR).glob("*") if p.is_file()]
-    for rel in [*names, Path(DIAGNOSES_FILE), Path(TOKEN_FILE)]:
+    for rel in [*names, Path(DIAGNOSES_FILE), Path(TOKEN_FILE), Path(SCRIPT_FILE)]:
         src, dst = old / rel, new / rel
         if src.exists() and not dst.exists():
             try:

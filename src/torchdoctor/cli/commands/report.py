@@ -18,18 +18,21 @@ TARGET = "optional"
 FORMATS = formats.PAGE
 
 
-class _TargetError(Exception):
-    pass
-
-
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("source", nargs="?", help="a run or job directory (for a saved run)")
     parser.add_argument(
         "-o", "--output", metavar="FILE", help="where to write it ('-' or left out: stdout)"
     )
+    parser.add_argument(
+        "--baseline",
+        metavar="RUN",
+        help="a run or job directory (or a live endpoint) to compare with: its curves drawn "
+        "dashed on the charts, and a 'Compared with' section (as `torchdoctor compare`)",
+    )
 
 
 def main(args: Any, ctx: Any) -> int:
+    from torchdoctor.cli.run_source import SourceError, live, open_source
     from torchdoctor.digest.build import build
     from torchdoctor.report.run_report import render
 
@@ -41,14 +44,13 @@ def main(args: Any, ctx: Any) -> int:
         if args.source is not None:
             if ctx.endpoint is not None:
                 raise CliError("give either an ENDPOINT or a RUN_DIR, not both")
-            execute, meta, warnings, steps = _saved(args.source, ctx)
-            label = args.source
+            source = open_source(args.source, ctx)
         else:
-            execute, meta, warnings = _live(ctx)
-            steps = None  # fetched through the query route
-            label = str(ctx.endpoint or f"process {meta.get('pid')}")
-        digest = build(execute, meta, label, warnings, steps)
-    except _TargetError as exc:
+            source = live(ctx.client(), ctx)
+        digest = build(source.execute, source.meta, source.label, source.warnings, _steps(source))
+        if args.baseline is not None:
+            digest["baseline"] = _baseline(open_source(args.baseline, ctx), source)
+    except SourceError as exc:
         ctx.warn(f"torchdoctor: report: {exc}")
         return TARGET_ERROR
     text = render(digest, args.format)
@@ -69,45 +71,30 @@ def main(args: Any, ctx: Any) -> int:
     return OK
 
 
-def _saved(source: str, ctx: Any) -> tuple[Any, dict[str, Any], list[str], Any]:
-    from torchdoctor.cli.saved import open_saved
+def _steps(source: Any) -> Any:
+    """A saved run's step columns straight from its files (None: fetched through SQL)."""
     from torchdoctor.digest.build import step_columns
-    from torchdoctor.sql.engine import SqlEngine, SqlError
     from torchdoctor.store.saved import RunNotFound
 
-    run = open_saved(source, ctx)
+    if source.live:
+        return None
     try:
-        recorded = run.recorded()
-    except OSError as exc:
-        raise CliError(f"cannot read {source}: {exc.strerror or exc}") from None
-    if not recorded:
-        raise CliError(f"{source}: nothing was recorded there (no steps, no diagnoses)")
-    engine = SqlEngine(run)
-
-    def execute(sql: str) -> tuple[list[str], list[Any]]:
-        try:
-            result = engine.execute(sql, timeout=ctx.timeout)
-        except SqlError as exc:
-            raise _TargetError(str(exc)) from None
-        except RunNotFound as exc:
-            raise CliError(str(exc)) from None
-        return result.columns, result.rows
-
-    try:
-        steps = step_columns(run.block("steps"))
+        return step_columns(source.run.block("steps"))
     except RunNotFound as exc:
         raise CliError(str(exc)) from None
-    return execute, dict(run.meta), list(run.warnings), steps
 
 
-def _live(ctx: Any) -> tuple[Any, dict[str, Any], list[str]]:
-    client = ctx.client()
-    _status, meta = client.request("GET", "/v1/status")
+def _baseline(base: Any, this: Any) -> dict[str, Any]:
+    """The baseline's curves (drawn under this run's) and the comparison, this run as B."""
+    from torchdoctor.cli.commands.compare import facts
+    from torchdoctor.compare.build import compare
+    from torchdoctor.digest.build import build
 
-    def execute(sql: str) -> tuple[list[str], list[Any]]:
-        status, payload = client.request("POST", "/v1/query", {"sql": sql, "timeout": ctx.timeout})
-        if status != 200:
-            raise _TargetError(str(payload.get("error")))
-        return list(payload["columns"]), list(payload["rows"])
-
-    return execute, dict(meta), []
+    other = build(base.execute, base.meta, base.label, base.warnings, _steps(base))
+    return {
+        "source": base.label,
+        "training": other["training"],
+        "phases": other["phases"],
+        "memory": other["memory"],
+        "comparison": compare(facts(base), facts(this)),
+    }
