@@ -191,6 +191,14 @@ def _report(result: Result, place: Place) -> None:
     assert page.read_text().startswith("<!DOCTYPE html>") and page.stat().st_size < 5 * 2**20
 
 
+def _baseline_report(result: Result, place: Place) -> None:
+    page = (place.cwd / "b.html").read_text()
+    assert page.startswith("<!DOCTYPE html>") and '"baseline"' in page
+
+
+SAME_RUN = {"RUN_A": "{run_dir}", "RUN_B": "{run_dir}"}
+
+
 def _perfetto(result: Result, place: Place) -> None:
     events = json.loads((place.cwd / "trace.json").read_text())["traceEvents"]
     assert any(e.get("name") == "forward" for e in events)
@@ -410,6 +418,24 @@ CASES: dict[str, Case] = {
     ),
     "torchdoctor export RUN_DIR|JOB_DIR --parquet DIR": Case(
         needs=("finished",), check=_parquet("parquet-dir")
+    ),
+    # docs/recipes.md: compare (the finished run against itself, and the live one against it;
+    # tests/integration/test_compare.py plants the differences)
+    "torchdoctor compare RUN_A RUN_B": Case(
+        needs=("finished",), fill=SAME_RUN, out=(r"^No real difference",)
+    ),
+    "torchdoctor compare RUN_A RUN_B --format json": Case(
+        needs=("finished",), fill=SAME_RUN, out=(r'^\{\n +"version": 1,', r'"headline"')
+    ),
+    "torchdoctor PID compare RUN_A": Case(
+        needs=("live", "finished"), fill=SAME_RUN, out=(r"^A: ", r"^B: ")
+    ),
+    "torchdoctor compare BASE NIGHTLY --noise-floor 5% --fail-if "
+    "slower:5%,loss:2%,memory:10%": Case(
+        needs=("finished",), fill={"BASE": "{run_dir}", "NIGHTLY": "{run_dir}"}
+    ),
+    "torchdoctor report RUN_B -o b.html --baseline RUN_A": Case(
+        needs=("finished",), fill=SAME_RUN, check=_baseline_report
     ),
 }
 # The README's eval, on both scripts: from main()'s locals, and from module-level globals.

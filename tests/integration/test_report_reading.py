@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from browser import browser as _browser
+from browser import chromium as _chromium
 from helpers import cli
 from recording import record
-
-from integration.test_report_export import _browser, _chromium
 
 # Measures the page a second after it loaded: each chart's mark labels (SVG text naming a
 # diagnosis kind) and each part of the header, as Chromium lays them out.
