@@ -55,7 +55,7 @@ def checksums_of(records: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
         if not isinstance(data, dict) or "sums" not in data:
             continue
         step = int(data.get("step", record.get("step") or 0))
-        copy = {"names": list(data.get("names") or []), "sums": list(data["sums"])}
+        copy: dict[str, Any] = {"names": list(data.get("names") or []), "sums": list(data["sums"])}
         if data.get("unwrapped"):
             copy["unwrapped"] = True
         out.setdefault(step, {})[str(data.get("model") or "model")] = copy
