@@ -28,6 +28,7 @@ pytestmark = pytest.mark.slow
 
 HANG = 3.0  # --hang-timeout of the ranks; gloo's own timeout is 600 s
 SCRIPT = script("dist_cluster.py")
+REPLICAS = script("dist_replicas.py")  # TrainCheck's distributed cases
 
 
 def line_of(text: str, after: str = "") -> str:
@@ -58,11 +59,11 @@ AFTER_LOOP = {
 def jobs(tmp_path: Path) -> Iterator[Callable[..., Job]]:
     started: list[Job] = []
 
-    def start(*args: str, nproc: int = 2, name: str = "a", **kw: Any) -> Job:
+    def start(*args: str, nproc: int = 2, name: str = "a", path: str = SCRIPT, **kw: Any) -> Job:
         root = tmp_path / name
         root.mkdir()
         env = {"TORCHDOCTOR_HANG_TIMEOUT": str(HANG), **kw.pop("env", {})}
-        job = Job(root, [SCRIPT, *args], nproc, env=env, **kw)
+        job = Job(root, [path, *args], nproc, env=env, **kw)
         started.append(job)
         return job
 
@@ -233,6 +234,54 @@ def test_uneven_batch_counts_a_straggler_and_a_drifted_replica(jobs: Callable[..
     assert "Rank 1 is a straggler" in found["summary"] and "waiting for data" in found["summary"]
     job.stop()
     assert [r["rank"] for r in saved(job) if r["kind"] == "straggler"][:1] == [1]
+
+
+def test_traincheck_distributed_cases(jobs: Callable[..., Job]) -> None:
+    # TrainCheck's seven distributed cases in one job (dist_replicas.py): four replicated
+    # models whose copies drift apart, each by another mechanism (the module DDP wraps trained
+    # instead of the wrapper; the model cast after wrapping, which loses DDP's gradient hooks;
+    # one rank's weight zeroed as by a lost peer-to-peer copy, three cases; gradients clipped by
+    # a rank-local norm), a healthy model beside them, then an all_to_all only rank 0 issues.
+    job = jobs(path=REPLICAS)
+    pid = pid_of(job.wait_ranks(2), 0)
+
+    def four() -> Any:
+        job.check_running()
+        found = {d["evidence"]["model"]: d for d in diagnoses(job, pid, "replica_drift")}
+        return found if len(found) >= 4 else None
+
+    found = wait_for(four, 60, "four models drifting apart")
+    assert sorted(found) == ["clipped", "moved", "p2p", "unwrapped"], found
+    for d in found.values():  # every rank trains on its own batches: apart after one step
+        assert (d["rank"], d["step"], d["evidence"]["agreed_at"]) == (1, 1, None), d
+        assert d["evidence"]["unwrapped"] is (d["evidence"]["model"] == "unwrapped"), d
+    p2p = found["p2p"]
+    assert p2p["location"] == "0.weight" and p2p["evidence"]["differ"] == 1, p2p
+    unwrapped = found["unwrapped"]
+    bypassed = "calls the module that DistributedDataParallel wraps (`unwrapped`)"
+    assert bypassed in unwrapped["summary"], unwrapped
+    assert unwrapped["fix"].startswith("call the DistributedDataParallel wrapper")
+    assert "cast or moved with .to()" in found["moved"]["fix"]
+    assert "a norm over rank-local shards" in found["clipped"]["fix"]
+
+    (job.root / "go").touch()  # on to the MoE step
+    mismatch = wait_finding(job, pid, "collective_mismatch")
+    ranks = mismatch["evidence"]["ranks"]
+    assert (ranks["0"]["op"], ranks["1"]["op"]) == ("all_to_all_single", "all_reduce"), ranks
+    moe = f"dist_replicas.py:{helpers.line_of('dist_replicas.py', 'dist.all_to_all_single(')}"
+    assert mismatch["location"].endswith(moe) and ranks["0"]["site"].endswith(moe), mismatch
+    job.stop()
+    records = saved(job)
+    drifted = sorted(r["evidence"]["model"] for r in records if r["kind"] == "replica_drift")
+    assert drifted == ["clipped", "moved", "p2p", "unwrapped"]  # never the healthy one
+    checked = job.json(
+        "query",
+        str(job.job_dir),
+        "SELECT DISTINCT rank FROM python.events WHERE kind = 'replica_checksums' "
+        "AND json_extract_string(data, '$.model') = 'healthy' "
+        "AND json_extract_string(data, '$.step') = '4'",
+    )
+    assert sorted(r["rank"] for r in checked) == [0, 1]  # compared, and the same
 
 
 def test_only_rank_0_calls_all_reduce(jobs: Callable[..., Job]) -> None:

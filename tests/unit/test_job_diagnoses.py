@@ -588,6 +588,26 @@ def test_replicated_parameters_that_drift_apart() -> None:
     assert due[:9] == [1, 2, 4, 8, 16, 32, 64, 100, 200]
 
 
+def test_each_model_drifts_on_its_own_and_a_bypassed_wrapper_is_named() -> None:
+    # Two replicated models: "a" apart after 2 steps on rank 1, "b" (trained through the module
+    # DDP wraps) apart after 1: one finding each, the bypassed wrapper named as the cause.
+    names = ["0.weight"]
+    same = {1: {"a": {"names": names, "sums": [1.0]}, "b": {"names": names, "sums": [2.0]}}}
+    same[2] = {"a": {"names": names, "sums": [1.5]}, "b": {"names": names, "sums": [2.5]}}
+    odd = {1: {**same[1], "b": {"names": names, "sums": [2.1], "unwrapped": True}}}
+    odd[2] = {"a": {"names": names, "sums": [1.6]}, "b": {"names": names, "sums": [2.6]}}
+    ranks = {0: view(0, _history(0, 3), 3, checksums=same)}
+    ranks[1] = view(1, _history(1, 3), 3, checksums=odd)
+    b, a = replica_drift.diagnose(inputs(ranks))
+    assert (b.evidence["model"], b.step, b.evidence["agreed_at"]) == ("b", 1, None)
+    assert (a.evidence["model"], a.step, a.evidence["agreed_at"]) == ("a", 2, 1)
+    assert b.evidence["unwrapped"] and not a.evidence["unwrapped"]
+    assert "calls the module that DistributedDataParallel wraps (`b`)" in b.summary
+    assert b.fix[0].startswith("call the DistributedDataParallel wrapper")
+    assert a.fix[0].startswith("look for code that changes parameters on rank 1 only")
+    assert a.key != b.key
+
+
 # -- the answers, read the same at any number of ranks ----------------------------------------
 def _all(ranks: dict[int, RankView], live: bool = True) -> list[Diagnosis]:
     job = inputs(ranks, live=live)

@@ -110,11 +110,14 @@ def own_findings(table: RingTable) -> dict[str, Any]:
 
 
 def recent_checksums(table: RingTable) -> list[dict[str, Any]]:
-    """This rank's latest replica checksums (python.events data), the last few."""
+    """This rank's latest replica checksums (python.events data): those of the last few checked
+    steps, every model's."""
     rows, _ = table_tail(table, None, 256)
     kind, data = EVENTS.index("kind"), EVENTS.index("data")
-    found = [row[data] for row in rows if row[kind] == replica_drift.EVENT]
-    return [json.loads(d) for d in found[-replica_drift.RECENT :]]
+    found = [json.loads(row[data]) for row in rows if row[kind] == replica_drift.EVENT]
+    steps = sorted({d.get("step") for d in found if isinstance(d.get("step"), int)})
+    recent = set(steps[-replica_drift.RECENT :])
+    return [d for d in found if d.get("step") in recent]
 
 
 def main_stack() -> list[dict[str, Any]]:

@@ -9,7 +9,9 @@ GPUs unnoticed this way).
 Each rank takes a cheap checksum of every replicated parameter (its norm, float32) at the same
 steps, locally, with no collective (telemetry/replicas.py), and records it as an event; the
 checksums are compared here, live from what the ranks tell each other (cluster/) or from the
-rank directories afterwards.
+rank directories afterwards. One finding per model, at the first checked step where its copies
+differ; where the training called the module DDP wraps instead of the wrapper (the event says
+`unwrapped`), that is the cause named first.
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ from torchdoctor.identity import ranks_text
 
 JOB = True  # compares ranks: runs on a job's tables
 
-EVENT = "replica_checksums"  # python.events kind: {"step", "model", "names", "sums"}
-RECENT = 4  # checks per rank a live answer carries
+EVENT = "replica_checksums"  # python.events kind: {"step", "model", "names", "sums"[, "unwrapped"]}
+RECENT = 4  # checked steps per rank a live answer carries (every model's)
 SHOWN = 5  # parameters named in the summary
 
 
@@ -53,10 +55,10 @@ def checksums_of(records: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
         if not isinstance(data, dict) or "sums" not in data:
             continue
         step = int(data.get("step", record.get("step") or 0))
-        out.setdefault(step, {})[str(data.get("model") or "model")] = {
-            "names": list(data.get("names") or []),
-            "sums": list(data["sums"]),
-        }
+        copy: dict[str, Any] = {"names": list(data.get("names") or []), "sums": list(data["sums"])}
+        if data.get("unwrapped"):
+            copy["unwrapped"] = True
+        out.setdefault(step, {})[str(data.get("model") or "model")] = copy
     return out
 
 
@@ -64,30 +66,31 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
     job = inputs.job
     if job is None:
         return []
-    found = first_drift(job)
-    return [found] if found is not None else []
+    return drifts(job)
 
 
-def first_drift(job: JobInputs) -> Diagnosis | None:
-    """The first checked step at which the ranks' copies differ."""
+def drifts(job: JobInputs) -> list[Diagnosis]:
+    """For each model, the first checked step at which the ranks' copies differ."""
     have = {r: v.checksums for r, v in job.ranks.items() if v.checksums}
     if len(have) < 2:
-        return None
+        return []
     steps = sorted({s for sums in have.values() for s in sums})
-    agreed: int | None = None
+    agreed: dict[str, int] = {}  # model -> the last step its copies were the same
+    found: dict[str, Diagnosis] = {}
     for step in steps:
         at = {r: sums[step] for r, sums in have.items() if step in sums}
         if len(at) < 2:
             continue
         for model in sorted({m for models in at.values() for m in models}):
             copies = {r: models[model] for r, models in at.items() if model in models}
-            if len(copies) < 2:
+            if len(copies) < 2 or model in found:
                 continue
-            found = _compare(step, model, copies, agreed)
-            if found is not None:
-                return found
-        agreed = step
-    return None
+            drift = _compare(step, model, copies, agreed.get(model))
+            if drift is not None:
+                found[model] = drift
+            else:
+                agreed[model] = step
+    return [found[m] for m in sorted(found, key=lambda m: (found[m].step, m))]
 
 
 def _compare(
@@ -116,13 +119,44 @@ def _compare(
     shown = ", ".join(f"{n} ({params[n]['relative']:.1e})" for n in worst[:SHOWN])
     more = f" and {len(worst) - SHOWN} more" if len(worst) > SHOWN else ""
     since = f" (at step {agreed} they were the same)" if agreed is not None else ""
+    unwrapped = any(copy.get("unwrapped") for copy in copies.values())
+    cause = (
+        f"The training calls the module that DistributedDataParallel wraps (`{model}`), not "
+        "the wrapper: DDP never sees its backward(), so no gradient is averaged and each "
+        "rank trains its own copy."
+        if unwrapped
+        else "DDP keeps them identical, so one rank changed its own: the ranks now train "
+        "different models without an error."
+    )
     summary = (
         f"Replicated parameters have drifted apart: after {step} steps {ranks_text(odd)} "
         f"{'holds' if len(odd) == 1 else 'hold'} another copy than {ranks_text(same)}{since}: "
         f"{len(params)} of {len(reference)} parameters differ, most {shown}{more} (relative "
-        "difference of their norms). DDP keeps them identical, so one rank changed its own: "
-        "the ranks now train different models without an error."
+        f"difference of their norms). {cause}"
     )
+    fixes = [
+        f"look for code that changes parameters on {ranks_text(odd)} only: an in-place "
+        "edit under `if rank == ...`, a state_dict loaded on one rank after "
+        "DistributedDataParallel(model) was built (load it before, on every rank), weight "
+        "clipping or an EMA written back on one rank, a device-to-device copy that lost data "
+        "(compare a tensor moved between GPUs with its source; NCCL_P2P_DISABLE=1 tells)",
+        "an update outside the synchronised step drifts too: gradients that DDP does not "
+        "average (the model cast or moved with .to()/.half()/.cpu() after "
+        "DistributedDataParallel(model) was built: DDP's gradient hooks stay on the old "
+        "tensors; cast and move before wrapping, or wrap again), gradients clipped by a norm "
+        "that differs by rank (a norm over rank-local shards that is not all-reduced), an "
+        "optimizer over a parameter DDP does not all-reduce: give every rank the same update",
+        "to recover now: broadcast rank 0's parameters to every rank "
+        "(for p in model.parameters(): dist.broadcast(p.data, src=0)) or restart from a "
+        "checkpoint saved before the drift",
+    ]
+    if unwrapped:
+        fixes.insert(
+            0,
+            f"call the DistributedDataParallel wrapper in the training step, not `{model}` "
+            "itself (`ddp_model(x)`, not `ddp_model.module(x)`); keep the raw module for "
+            "saving and evaluation only",
+        )
     return Diagnosis(
         kind="replica_drift",
         severity="error",
@@ -138,19 +172,9 @@ def _compare(
             "parameters": {n: params[n] for n in worst[:20]},
             "differ": len(params),
             "checked": len(reference),
+            "unwrapped": unwrapped,
         },
-        fix=[
-            f"look for code that changes parameters on {ranks_text(odd)} only: an in-place "
-            "edit under `if rank == ...`, a state_dict loaded on one rank after "
-            "DistributedDataParallel(model) was built (load it before, on every rank), weight "
-            "clipping or an EMA written back on one rank",
-            "an update outside the synchronised step (an optimizer over a parameter DDP does "
-            "not all-reduce, a parameter with requires_grad=False changed on one rank) drifts "
-            "too: give every rank the same update",
-            "to recover now: broadcast rank 0's parameters to every rank "
-            "(for p in model.parameters(): dist.broadcast(p.data, src=0)) or restart from a "
-            "checkpoint saved before the drift",
-        ],
+        fix=fixes,
         rank=odd[0],
         job=True,
         key=f"replica_drift:{model}",

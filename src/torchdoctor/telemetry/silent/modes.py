@@ -93,7 +93,7 @@ class Modes:
             missed = []
             for name, module in root.named_modules():
                 train = type(module).train
-                if train in plain or id(module) in self.told:
+                if train in plain or id(module) in self.told or _torch_own(type(module)):
                     continue
                 code = getattr(train, "__code__", None)
                 where = f"{code.co_filename}:{code.co_firstlineno}" if code else None
@@ -156,6 +156,12 @@ class Modes:
 
     def remove(self) -> None:
         self._drop_stale()
+
+
+def _torch_own(cls: type) -> bool:
+    """A class of torch itself: its train() override (DistributedDataParallel's, which passes
+    the mode on to the module it wraps) sets up nothing a training must not miss."""
+    return (getattr(cls, "__module__", "") or "").split(".")[0] == "torch"
 
 
 def _make_watch(torch: Any) -> Any:
