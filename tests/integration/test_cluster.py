@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 from collections.abc import Callable, Iterator
@@ -349,7 +350,12 @@ def test_a_peer_killed_mid_training(jobs: Callable[..., Job]) -> None:
     [d] = [r for r in saved(job) if r["kind"] == "rank_died"]
     assert d["rank"] == 1 and d["evidence"]["kind"] == "killed", d
     # -9 is "killed": without evidence of memory trouble, no out-of-memory claim.
-    assert d["summary"].startswith("Rank 1 went first: killed by SIGKILL, last seen in step 4")
+    # Its place: the line its last stack sample shows when one was taken in that step (a
+    # loaded machine may take none), else its last collective.
+    assert re.match(
+        r"Rank 1 went first: killed by SIGKILL(, last seen in step 4| at step 4, in \w+\(\) at )",
+        d["summary"],
+    ), d["summary"]
     assert "OOM" not in d["summary"] and any("dmesg" in f for f in d["fix"].splitlines())
     assert d["fix"].splitlines()[0].startswith("read rank 1's own error first")
     assert d["evidence"]["others"]["0"]["collective"]["site"].endswith(BACKWARD), d

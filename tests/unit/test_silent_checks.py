@@ -66,6 +66,10 @@ def test_the_scale_of_a_loss_is_read_from_its_graph() -> None:
     assert _scale(torch, (loss / torch.tensor(517.0)).grad_fn) == "tensor"  # a token count
     assert _scale(torch, (loss / 2.5).grad_fn) == "other"
     assert _scale(torch, (loss / 1).grad_fn) is None
+    # Hugging Face's Trainer: the model's sum over tokens divided by their count, then / 1 * 1
+    tokens = torch.tensor(64.0)
+    assert _scale(torch, ((x * x).sum() / tokens / 1 * 1).grad_fn) == "tensor"
+    assert _scale(torch, (loss / 4 / 1 * 1).grad_fn) == 4
 
 
 def test_a_detached_loss_reaches_no_parameter_and_a_model_output_does() -> None:

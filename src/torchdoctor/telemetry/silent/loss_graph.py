@@ -335,23 +335,25 @@ def _reaches(root: Any, ids: set[int], parameter: type) -> tuple[bool | None, li
 def _scale(torch: Any, root: Any) -> Any:
     """How the loss was scaled at its root: an int d (divided by d), 'tensor' (by a tensor: a
     count of its own), 'other' (by a number that is no whole divisor) or None (not at all)."""
-    if root is None:
-        return None
-    name = type(root).__name__
-    if name not in ("DivBackward0", "MulBackward0"):
-        return None
-    other = getattr(root, "_saved_other", None)
     wrapped = (torch.int64, torch.float64)  # how Python numbers are held in the graph
-    if (
-        not isinstance(other, torch.Tensor)
-        or other.dim() != 0
-        or other.device.type != "cpu"
-        or other.dtype not in wrapped
-    ):
-        return "tensor"
-    value = float(other)
-    d = value if name == "DivBackward0" else (1.0 / value if value else 0.0)
-    whole = round(d)
-    if whole == 1:
-        return None
-    return int(whole) if whole >= 2 and abs(d - whole) < 1e-6 * d else "other"
+    for _ in range(4):  # scalings by 1 (Hugging Face's Trainer: `loss / 1 * 1`) say nothing
+        if root is None:
+            return None
+        name = type(root).__name__
+        if name not in ("DivBackward0", "MulBackward0"):
+            return None
+        other = getattr(root, "_saved_other", None)
+        if (
+            not isinstance(other, torch.Tensor)
+            or other.dim() != 0
+            or other.device.type != "cpu"
+            or other.dtype not in wrapped
+        ):
+            return "tensor"
+        value = float(other)
+        d = value if name == "DivBackward0" else (1.0 / value if value else 0.0)
+        whole = round(d)
+        if whole != 1 or abs(d - 1.0) > 1e-9:
+            return int(whole) if whole >= 2 and abs(d - whole) < 1e-6 * d else "other"
+        root = next((f for f, _i in root.next_functions if f is not None), None)
+    return None
