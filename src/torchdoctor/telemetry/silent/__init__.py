@@ -68,6 +68,9 @@ class SilentChecks:
         self.full = False  # ... and every check looks at it
         self.first_update: int | None = None  # the step of the primary optimizer's first update
         self.fetches = 0  # DataLoader fetches in the step in progress (sampled steps)
+        # on_step_end(step) has nothing to do while step < quiet_until (the steps after it are
+        # not sampled): the usual step pays one comparison
+        self.quiet_until = 0
         self._emitted: set[Any] = set()
         self.facts: list[tuple[str, dict[str, Any]]] = []  # what was written, for the recipes
         self._param_ids: tuple[int, set[int]] = (-1, set())  # (step, ids) of optimizer params
@@ -209,6 +212,8 @@ class SilentChecks:
 
     def on_step_end(self, state: Any, step: int) -> None:
         """A step listener: whether the next step is sampled; the sampled step's summaries."""
+        if step < self.quiet_until:
+            return
         if self.first_update is None and state.update is not None:
             self.first_update = step
         if self.active and self.switch.on:
@@ -220,3 +225,15 @@ class SilentChecks:
         self.active = self.switch.on and self.sampled(step + 1)
         self.full = self.active and self.full_at(step + 1)
         self.fetches = 0
+        if not self.switch.on:
+            self.quiet_until = 1 << 62
+        elif not self.active and self.first_update is not None:
+            self.quiet_until = self._next_sampled(step + 1) - 1
+
+    def _next_sampled(self, n: int) -> int:
+        """The first sampled step after `n`: one of the next three (steps 1-3, the three after
+        the first update, which lies before n, and k * PERIOD + 1), else the next k * PERIOD."""
+        for following in (n + 1, n + 2, n + 3):
+            if self.sampled(following):
+                return following
+        return -(-(n + 1) // PERIOD) * PERIOD
