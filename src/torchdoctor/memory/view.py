@@ -50,7 +50,7 @@ def census(execute: Execute, top: int = 10) -> dict[str, Any]:
     cols, rows = execute(CENSUS_SQL.format(top=int(top)))
     recs = records(cols, rows)
     kinds = {r["kind"]: r for r in recs if r["part"] == "kind"}
-    by_kind = []
+    by_kind: list[dict[str, Any]] = []
     for kind in KIND_ORDER:
         entry = kinds.get(kind) or {}
         by_kind.append(
@@ -88,7 +88,7 @@ def census(execute: Execute, top: int = 10) -> dict[str, Any]:
         if r["part"] == "unit"
     ]
     units.sort(key=lambda u: u["unsharded"], reverse=True)
-    worlds = [int(e["world"]) for e in by_kind if e["world"]]
+    worlds = [e["world"] for e in by_kind if e["world"]]
     return {
         "by_kind": by_kind,
         "total": sum(e["bytes"] for e in by_kind),
