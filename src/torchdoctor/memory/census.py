@@ -57,6 +57,19 @@ class TensorRecord:
     placements: str | None = None  # "Shard(dim=0)", "Replicate()"
     unit: str | None = None  # the FSDP2 unit that all-gathers this parameter
 
+    @property
+    def gathered(self) -> bool:
+        """An FSDP2 unit's parameter held whole now (all-gathered): held on top of its shard,
+        which stays alive as a DTensor of its own."""
+        return self.unit is not None and self.world is None
+
+    def whole(self) -> int:
+        """Bytes this tensor takes over all ranks (0 for an all-gathered copy: its shard's
+        DTensor counts the whole)."""
+        if self.gathered:
+            return 0
+        return self.bytes if self.total_bytes is None else self.total_bytes
+
     def row(self) -> tuple[Any, ...]:
         """The python.tensors row."""
         return (
@@ -106,7 +119,7 @@ class Census:
         out = dict.fromkeys(KINDS, 0)
         for r in self.records:
             if _on(r.device, device):
-                out[r.kind] += r.bytes if r.total_bytes is None else r.total_bytes
+                out[r.kind] += r.whole()
         return out
 
     def largest_unit(self) -> Unit | None:
@@ -487,7 +500,7 @@ def _unit_sizes(records: list[TensorRecord]) -> list[Unit]:
         unit = units.setdefault(r.unit, Unit(r.unit, 0, 0, 0))
         unit.unsharded += r.total_bytes or 0
         unit.parameters += 1
-        if r.world is None:  # a plain parameter of a unit: its all-gathered copy
+        if r.gathered:
             unit.gathered += r.total_bytes or 0
     return sorted(units.values(), key=lambda u: u.unsharded, reverse=True)
 

@@ -16,7 +16,10 @@ Execute = Callable[[str], tuple[list[str], list[Any]]]
 CENSUS_SQL = """
 WITH t AS (SELECT * FROM python.tensors)
 SELECT 'kind' AS part, kind, NULL AS name, NULL AS shape, NULL AS dtype, NULL AS device,
-       count(*) AS tensors, sum(bytes) AS bytes, sum(coalesce(total_bytes, bytes)) AS total,
+       count(*) AS tensors, sum(bytes) AS bytes,
+       -- the whole over all ranks; an all-gathered copy is counted by its shard's DTensor
+       sum(CASE WHEN unit IS NOT NULL AND world IS NULL THEN 0
+                ELSE coalesce(total_bytes, bytes) END) AS total,
        max(world) AS world, NULL AS grad_fn
 FROM t GROUP BY kind
 UNION ALL
