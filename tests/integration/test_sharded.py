@@ -2,7 +2,10 @@
 under torchrun. torchdoctor records every step of every rank from the local shards and issues
 no collective of its own: each job trains once without the probe and once with it, in the same
 processes, and the collectives torch.profiler counts in the two passes are equal op for op on
-every rank (tests/scripts/dist_sharded.py --twice)."""
+every rank (tests/scripts/dist_sharded.py --twice). The probed pass takes the tensor census after
+its last optimizer step, inside the counted region: each rank holds its local shards of the
+parameters, gradients and optimizer state, and FSDP2's largest unit is what an all-gather
+materialises."""
 
 from __future__ import annotations
 
@@ -15,6 +18,8 @@ import pytest
 from helpers import cli, internal_errors, script
 from launchers import Job, torchrun_argv
 
+from torchdoctor.units import human
+
 pytestmark = pytest.mark.slow
 
 # (id, ranks, the script's options)
@@ -24,6 +29,13 @@ JOBS = [
     ("fsdp2-clip-4-ranks", 4, ["--clip"]),
 ]
 STEPS = 6
+# dist_sharded.py's Net: up = Linear(16, 32), down = Linear(32, 4), float32.
+UP, DOWN = (16 * 32 + 32) * 4, (32 * 4 + 4) * 4
+MODEL = UP + DOWN
+# Tensor parallel on 2 ranks: up column-wise (weight and bias halved), down row-wise (weight
+# halved, bias replicated).
+TP_LOCAL = (16 * 16 + 16 + 4 * 16 + 4) * 4
+STEP_SCALARS = 4 * 4  # AdamW's `step` of each of the 4 parameters: a plain float32 scalar
 
 
 @pytest.mark.parametrize(("name", "ranks", "options"), JOBS, ids=[j[0] for j in JOBS])
@@ -74,3 +86,43 @@ def test_a_sharded_job_is_recorded_without_a_collective_of_ours(
     assert out.returncode == 0, out.stderr
     (counts,) = json.loads(out.stdout)
     assert counts["calls"] > 0 and counts["stale"] == 0, counts
+    # A healthy job: no false finding (a scatter's non-root ranks name no dtype).
+    out = cli(
+        "query", str(run_dir), "SELECT DISTINCT kind FROM python.diagnoses", "--format", "json"
+    )
+    assert out.returncode == 0, out.stderr
+    assert "collective_mismatch" not in out.stdout, out.stdout
+    check_census(tmp_path, name, ranks)
+
+
+def check_census(tmp_path: Path, name: str, ranks: int) -> None:
+    """Each rank's census: its local shards, against the whole model, and the all-gather."""
+    local = TP_LOCAL if name == "tp" else MODEL // ranks
+    expected = {
+        "parameter": (local, MODEL),
+        "gradient": (local, MODEL),
+        "optimizer_state": (2 * local + STEP_SCALARS, 2 * MODEL + STEP_SCALARS),
+    }
+    for rank in range(ranks):
+        census = json.loads((tmp_path / f"census.rank{rank}.json").read_text())
+        kinds = {e["kind"]: e for e in census["by_kind"]}
+        for kind, (held, whole) in expected.items():
+            got = kinds[kind]
+            assert (got["bytes"], got["total"], got["world"]) == (held, whole, ranks), (
+                rank,
+                kind,
+                got,
+            )
+        assert census["world"] == ranks
+        text = census["text"]
+        assert f"local shard of {human(MODEL)} total (world {ranks})" in text, text
+        if name == "tp":
+            assert census["units"] == [], census["units"]
+            continue
+        # FSDP2: `up` and `down` are units (the root holds no parameter of its own); the
+        # largest all-gather is `up` whole. After the step every unit is resharded.
+        assert census["units"] == [
+            {"unit": "up", "parameters": 2, "unsharded": UP, "gathered": 0},
+            {"unit": "down", "parameters": 2, "unsharded": DOWN, "gathered": 0},
+        ], census["units"]
+        assert f"unit up materialises {human(UP)}" in text, text

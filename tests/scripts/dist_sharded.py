@@ -9,12 +9,16 @@ collective the process issues (torch.profiler's c10d and functional-collective o
 calls them) and writes `op count` lines to OUT.rank<R>. `--twice RUN_DIR` trains once with no
 probe, then starts torchdoctor (recording into RUN_DIR) and trains again, counting both: the
 tests compare the two counts op for op (the same process, the same code, the same steps).
+The probed pass also takes torchdoctor's tensor census after its last optimizer step (the
+gradients still held), inside the counted region, and writes it to census.rank<R>.json: what
+`torchdoctor PID memory` shows, as data and as text.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import gc
 import os
 
 import torch
@@ -63,7 +67,7 @@ def build(tp: bool, world: int) -> nn.Module:
     return model
 
 
-def train(args: argparse.Namespace, rank: int, world: int) -> None:
+def train(args: argparse.Namespace, rank: int, world: int, census: bool = False) -> None:
     torch.manual_seed(0)
     model = build(args.tp, world)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
@@ -76,16 +80,40 @@ def train(args: argparse.Namespace, rank: int, world: int) -> None:
         if args.clip:
             nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
+        if census and step == args.steps - 1:
+            write_census(rank)
         optimizer.zero_grad()
         if rank == 0:
             print(f"step {step} loss {loss.item():.6f}", flush=True)
 
 
-def counted(args: argparse.Namespace, rank: int, world: int, out: str) -> None:
+def write_census(rank: int) -> None:
+    import json
+
+    from torchdoctor import session
+    from torchdoctor.memory.view import census
+    from torchdoctor.report.memory import render_census
+
+    current = session.current()
+    assert current is not None
+
+    def execute(sql: str) -> tuple[list[str], list[object]]:
+        result = current.sql.execute(sql)
+        return result.columns, result.rows
+
+    data = census(execute)
+    data["text"] = "\n".join(render_census(data))
+    with open(f"census.rank{rank}.json", "w") as f:
+        json.dump(data, f)
+
+
+def counted(
+    args: argparse.Namespace, rank: int, world: int, out: str, census: bool = False
+) -> None:
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU]) as prof:
-        train(args, rank, world)
+        train(args, rank, world, census)
     counts: collections.Counter[str] = collections.Counter()
     for event in prof.events():
         name = event.name
@@ -102,10 +130,11 @@ def main() -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     if args.twice:
         counted(args, rank, world, "plain")
+        gc.collect()  # the first pass's model and optimizer: gone before the census counts
         import torchdoctor
 
         torchdoctor.start(run_dir=args.twice)
-        counted(args, rank, world, "probed")
+        counted(args, rank, world, "probed", census=True)
     elif args.count:
         counted(args, rank, world, args.count)
     else:

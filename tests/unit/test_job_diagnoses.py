@@ -217,6 +217,14 @@ def test_collective_mismatch_at_the_first_sequence_number_that_differs() -> None
     )
     same = {r: view(r, _history(r, 8), 8) for r in (0, 1)}
     assert collective_mismatch.diagnose(inputs(same)) == []
+    # A scatter's non-root rank passes no tensor list: no dtype to compare (tensor parallel's
+    # distribute_tensor at set-up); another dtype where both name one is still a mismatch.
+    for dtypes, found_one in (((None, "float32"), False), (("float16", "float32"), True)):
+        scattered = {
+            r: view(r, [*_history(r, 7), call(r, 7, 7, NOW, op="scatter", dtype=dtypes[r])], 8)
+            for r in (0, 1)
+        }
+        assert bool(collective_mismatch.diagnose(inputs(scattered))) == found_one
 
 
 def _straggler_job(

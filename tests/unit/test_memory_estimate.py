@@ -198,6 +198,19 @@ def test_sharding_when_model_state_dominates() -> None:
     assert fix.saving == int(80 * GiB * (1 - 1 / 8))
 
 
+def test_a_sharded_model_is_planned_per_rank_with_room_for_one_all_gather() -> None:
+    # Already sharded over 8 ranks: no sharding advice, whatever the state's share.
+    b = _breakdown(parameters=20 * GiB, gradients=20 * GiB, optimizer_state=40 * GiB)
+    sharded = _situation(capacity=80 * GiB, devices=8, world=8)
+    assert "sharding" not in [f.code for f in rank_fixes(b, sharded)]
+    # FSDP2's largest unit (4 GiB whole) still to come takes room from the batch plan; the part
+    # of it held whole at the failure (1 GiB) is in the breakdown already.
+    plain = plan_batch(_breakdown(), _situation())
+    gathering = plan_batch(_breakdown(), _situation(world=8, all_gather=4 * GiB, gathered=GiB))
+    assert plain is not None and gathering is not None
+    assert abs(plain["room"] - gathering["room"] - 3 * GiB * 0.9) <= 1
+
+
 def test_impossible_request_comes_first_and_hides_trivia() -> None:
     b = Breakdown(parameters=MiB, gradients=MiB, optimizer_state=2 * MiB, activations=MiB)
     s = Situation(

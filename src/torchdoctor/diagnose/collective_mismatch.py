@@ -51,7 +51,8 @@ def first_mismatch(
             continue
         ops = {c.op for c in calls.values()}
         strict = len(ops) == 1 and next(iter(ops)) in co.SAME_SHAPE_OPS
-        if len({c.signature(strict) for c in calls.values()}) > 1:
+        known = co.typed(calls)
+        if len({c.signature(strict, known) for c in calls.values()}) > 1:
             return seq, calls
     return None
 

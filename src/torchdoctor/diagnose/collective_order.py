@@ -45,8 +45,10 @@ class Call:
     def pending(self) -> bool:
         return self.state != "completed"
 
-    def signature(self, strict_shapes: bool) -> tuple[Any, ...]:
-        return (self.op, self.dtype, self.shapes if strict_shapes else None)
+    def signature(self, strict_shapes: bool, typed: bool = True) -> tuple[Any, ...]:
+        """What must match across ranks; `typed` False where some rank's call carries no
+        tensor to read a dtype from (a scatter's or gather's non-root ranks)."""
+        return (self.op, self.dtype if typed else None, self.shapes if strict_shapes else None)
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -57,6 +59,11 @@ class Call:
             "step": self.step,
             "state": self.state,
         }
+
+
+def typed(calls: dict[int, Call]) -> bool:
+    """Every rank's call names its dtype: only then are dtypes compared."""
+    return all(c.dtype is not None for c in calls.values())
 
 
 # Ops whose tensors must have the same shape on every rank (the others may differ by design:
@@ -281,7 +288,8 @@ def first_divergence(
             continue
         ops = {c.op for c in calls.values()}
         strict = len(ops) == 1 and next(iter(ops)) in SAME_SHAPE_OPS
-        if len({(c.signature(strict), c.site) for c in calls.values()}) > 1:
+        known = typed(calls)
+        if len({(c.signature(strict, known), c.site) for c in calls.values()}) > 1:
             return seq, calls
     return None
 

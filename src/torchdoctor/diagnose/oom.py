@@ -11,6 +11,7 @@ The periodic pass (`diagnose`) has nothing to add.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
@@ -42,6 +43,30 @@ def breakdown_text(breakdown: Breakdown) -> str:
             continue
         parts.append(f"{label} {human(value)}")
     return ", ".join(parts)
+
+
+def sharding_text(b: Breakdown, sharding: dict[str, Any] | None) -> str:
+    """A sharded model: what this rank holds of the whole, and the largest FSDP2 all-gather."""
+    if not sharding:
+        return ""
+    out = ""
+    world = int(sharding.get("world") or 1)
+    total = sharding.get("total") or {}
+    whole = sum(int(total.get(k, 0)) for k in ("parameter", "gradient", "optimizer_state"))
+    if world > 1:
+        here = b.parameters + b.gradients + b.optimizer_state
+        out += (
+            f" Parameters, gradients and optimizer state are this rank's local shards: "
+            f"{human(here)} of {human(whole)} total (world {world})."
+        )
+    units = sharding.get("units") or []
+    if units:
+        unit = units[0]
+        out += (
+            f" FSDP2 materialises one unit's parameters whole in its forward and backward: "
+            f"the largest, {unit['name']}, {human(unit['unsharded'])}."
+        )
+    return out
 
 
 def from_evidence(evidence: OomEvidence) -> Diagnosis:
@@ -79,6 +104,7 @@ def from_evidence(evidence: OomEvidence) -> Diagnosis:
     summary = f"{what}{where}{when}: {asked}{room}."
     if held:
         summary += f" Held: {held}."
+    summary += sharding_text(b, evidence.sharding)
     if evidence.location_source in ("autograd_function", "traced_backward"):
         summary += f" (Module: {evidence.location_note}.)"
 

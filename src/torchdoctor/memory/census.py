@@ -10,6 +10,13 @@ Where tensors are found:
                        autograd graphs reachable from them saved for backward
   other                every other tensor the garbage collector knows (inputs, detached copies)
 
+A DTensor (FSDP2's sharded parameters, gradients and optimizer state; tensor-parallel weights)
+is counted by this rank's local shard: its row owns the local shard's bytes and says what the
+whole tensor takes (`total_bytes`), over how many ranks (`world`) and how (`placements`), all
+read from the DTensor's metadata, never by a collective. A parameter that an FSDP2 unit
+(a module given to `fully_shard`) manages carries that unit's name (`unit`): the unit
+all-gathers its parameters whole for its forward and backward (`Census.units`).
+
 Storage shared by several tensors is counted once: each tensor owns the bytes of its storage
 that no earlier tensor covered, in the order above, and what no tensor covers (a small view
 keeping a large storage alive) goes to the first tensor of that storage. So parameters own
@@ -27,6 +34,7 @@ import sys
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from torchdoctor.sharding import dtensor_class, fsdp_module_class
 from torchdoctor.views import TrainingView, indexed
 
 KINDS = ("parameter", "gradient", "optimizer_state", "buffer", "activation", "other")
@@ -43,6 +51,24 @@ class TensorRecord:
     bytes: int
     requires_grad: bool
     grad_fn: str | None
+    # Sharded tensors (DTensor): `shape` is the whole tensor's, `bytes` this rank's shard.
+    total_bytes: int | None = None  # the whole tensor over all ranks; None: not sharded
+    world: int | None = None  # ranks of the DTensor's device mesh
+    placements: str | None = None  # "Shard(dim=0)", "Replicate()"
+    unit: str | None = None  # the FSDP2 unit that all-gathers this parameter
+
+    @property
+    def gathered(self) -> bool:
+        """An FSDP2 unit's parameter held whole now (all-gathered): held on top of its shard,
+        which stays alive as a DTensor of its own."""
+        return self.unit is not None and self.world is None
+
+    def whole(self) -> int:
+        """Bytes this tensor takes over all ranks (0 for an all-gathered copy: its shard's
+        DTensor counts the whole)."""
+        if self.gathered:
+            return 0
+        return self.bytes if self.total_bytes is None else self.total_bytes
 
     def row(self) -> tuple[Any, ...]:
         """The python.tensors row."""
@@ -55,6 +81,10 @@ class TensorRecord:
             self.bytes,
             self.requires_grad,
             self.grad_fn,
+            self.total_bytes,
+            self.world,
+            self.placements,
+            self.unit,
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -64,10 +94,37 @@ class TensorRecord:
 
 
 @dataclasses.dataclass
+class Unit:
+    """An FSDP2 unit: the parameters one all-gather materialises whole."""
+
+    name: str
+    unsharded: int  # bytes of its parameters whole: what its all-gather materialises
+    parameters: int
+    gathered: int  # bytes of them held whole now (the unit was unsharded at the census)
+
+
+@dataclasses.dataclass
 class Census:
     records: list[TensorRecord]
     optimizers: list[str]  # class names of the optimizers found
     models: list[tuple[str, str]]  # (label, class name) of the models named
+    units: list[Unit] = dataclasses.field(default_factory=list)  # FSDP2 units, largest first
+
+    def sharded_world(self) -> int:
+        """Ranks the sharded tensors are spread over (1: nothing sharded)."""
+        return max((r.world or 1 for r in self.records), default=1)
+
+    def total_by_kind(self, device: str | None = None) -> dict[str, int]:
+        """Bytes per kind of the whole tensors, over every rank (a plain tensor: its bytes)."""
+        out = dict.fromkeys(KINDS, 0)
+        for r in self.records:
+            if _on(r.device, device):
+                out[r.kind] += r.whole()
+        return out
+
+    def largest_unit(self) -> Unit | None:
+        """The FSDP2 unit whose all-gather materialises most: a rank's peak above its shards."""
+        return self.units[0] if self.units else None
 
     def bytes_by_kind(self, device: str | None = None) -> dict[str, int]:
         """Bytes per kind; `device` "cuda:0", "cuda" (any GPU) or "cpu" filters."""
@@ -180,6 +237,22 @@ def _storage_span(t: Any) -> tuple[tuple[str, int], int, int, int] | None:
         return None
 
 
+def _nbytes(t: Any) -> int:
+    """Bytes of the whole tensor (a DTensor: its global shape's, from metadata); 0 unknown."""
+    try:
+        return int(t.numel()) * int(t.element_size())
+    except Exception:
+        return 0
+
+
+def local_nbytes(t: Any) -> int:
+    """Bytes of what this rank holds of a tensor: a DTensor's local shard, else the tensor."""
+    dtensor = dtensor_class()
+    if dtensor is not None and isinstance(t, dtensor):
+        t = getattr(t, "_local_tensor", None)
+    return _nbytes(t) if t is not None else 0
+
+
 def _fallback_bytes(t: Any) -> int:
     """A tensor without a plain storage (sparse, nested): its values' bytes, not shared."""
     try:
@@ -218,21 +291,46 @@ class _Builder:
         self.keep: list[Any] = []  # holds every tensor recorded, so ids stay unique
         self.storages = _Storages()
 
-    def add(self, t: Any, kind: str, name: str | None, drop_empty: bool = False) -> None:
+        self.dtensor = dtensor_class()  # None until torch.distributed.tensor is imported
+
+    def add(
+        self, t: Any, kind: str, name: str | None, drop_empty: bool = False
+    ) -> TensorRecord | None:
         if id(t) in self.seen:
-            return
+            return None
         self.seen.add(id(t))
         self.keep.append(t)
         described = _describe(t)
         if described is None:
-            return
+            return None
         shape, dtype, device, requires_grad, grad_fn = described
         record = TensorRecord(kind, name, shape, dtype, device, 0, requires_grad, grad_fn)
-        owned = self.storages.claim(t, record)
-        record.bytes = owned if owned >= 0 else _fallback_bytes(t)
+        held = t
+        if self.dtensor is not None and isinstance(t, self.dtensor):
+            held = _shard_facts(t, record)
+            if held is None:
+                return None
+            self.seen.add(id(held))  # the local shard is this row, not an "other" of its own
+            self.keep.append(held)
+        owned = self.storages.claim(held, record)
+        record.bytes = owned if owned >= 0 else _fallback_bytes(held)
         if drop_empty and record.bytes == 0:
-            return
+            return None
         self.records.append(record)
+        return record
+
+
+def _shard_facts(t: Any, record: TensorRecord) -> Any:
+    """Fill a DTensor's sharding facts into its record, and return its local shard: all from
+    metadata (the mesh's size, the placements, the global shape), no collective."""
+    try:
+        held = t._local_tensor
+        record.total_bytes = _nbytes(t)
+        record.world = int(t.device_mesh.size())
+        record.placements = ", ".join(repr(p) for p in t.placements)
+    except Exception:
+        return None
+    return held
 
 
 def take_census(
@@ -296,13 +394,22 @@ def take_census(
                     params.append((p, prefix + pname))
         except Exception:
             continue
+    named_params = set(param_names)
     for t in tensors:  # parameters outside any module: `w = nn.Parameter(...)`
         if isinstance(t, param_cls) and id(t) not in param_names:
             name = given_names.get(id(t))
             param_names[id(t)] = name or f"parameter {len(params)}"
             params.append((t, name or ""))
+    units = _fsdp_units(named)
     for p, pname in params:
-        b.add(p, "parameter", pname or None)
+        # A parameter outside every module that owns nothing (FSDP2's unsharded parameter
+        # between all-gathers: its storage is freed) is left out.
+        record = b.add(p, "parameter", pname or None, drop_empty=id(p) not in named_params)
+        unit = units.get(id(p))
+        if record is not None and unit is not None:
+            record.unit = unit
+            if record.total_bytes is None:  # held whole now: all-gathered
+                record.total_bytes = _nbytes(p)
     for p, pname in params:
         grad = getattr(p, "grad", None) if _safe_is_tensor(p, torch) else None
         if grad is not None:
@@ -359,7 +466,43 @@ def take_census(
         records=b.records,
         optimizers=[type(o).__name__ for o in found_optims],
         models=[(label, type(m).__name__) for m, label in named],
+        units=_unit_sizes(b.records),
     )
+
+
+def _fsdp_units(named: list[tuple[Any, str]]) -> dict[int, str]:
+    """id(parameter) -> the FSDP2 unit that manages it: the innermost module under
+    `fully_shard` above it (named like the parameters: the model's label for a root)."""
+    fsdp = fsdp_module_class()
+    out: dict[int, str] = {}
+    if fsdp is None:
+        return out
+    for index, (module, label) in enumerate(named):
+        prefix = "" if index == 0 and not indexed(module) else f"{label}."
+        try:
+            # Outer units first (named_modules walks top-down): an inner unit claims its own.
+            for path, sub in module.named_modules():
+                if isinstance(sub, fsdp):
+                    unit = (prefix + path) if path else label
+                    for p in sub.parameters():
+                        out[id(p)] = unit
+        except Exception:
+            continue
+    return out
+
+
+def _unit_sizes(records: list[TensorRecord]) -> list[Unit]:
+    """Each unit's parameters whole, and what of them is held whole now; the largest first."""
+    units: dict[str, Unit] = {}
+    for r in records:
+        if r.kind != "parameter" or r.unit is None:
+            continue
+        unit = units.setdefault(r.unit, Unit(r.unit, 0, 0, 0))
+        unit.unsharded += r.total_bytes or 0
+        unit.parameters += 1
+        if r.gathered:
+            unit.gathered += r.total_bytes or 0
+    return sorted(units.values(), key=lambda u: u.unsharded, reverse=True)
 
 
 def _safe_is_tensor(value: Any, torch: Any) -> bool:

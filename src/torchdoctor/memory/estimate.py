@@ -23,7 +23,11 @@ The rules:
   set_to_none     gradients still held while the forward runs: zero_grad(set_to_none=True)
                   frees them.
   sharding        parameters + gradients + optimizer state over W GPUs with FSDP/ZeRO: saves
-                  (1 - 1/W) of them.
+                  (1 - 1/W) of them (not offered for a model already sharded).
+
+A sharded model (FSDP2, tensor parallel): the Breakdown is this rank's local shards, and FSDP2
+materialises one unit's parameters whole during its forward and backward: the batch plan keeps
+room for the largest unit's all-gather (less what is held whole at the failure).
   the allocation  a single request larger than the whole memory: no setting fixes it.
   holders         graphs kept alive from one step to the next (a list of losses): releasing
                   them saves what they hold.
@@ -83,6 +87,11 @@ class Situation:
     largest_activation: int = 0  # bytes of the largest activation tensor held
     activation_tensors: int = 0  # how many activation tensors held them
     float32_parameters: int = 0  # bytes of float32 parameters (autocast copies them to 16 bits)
+    # A sharded model (FSDP2, tensor parallel): every byte above is this rank's local shards.
+    world: int = 1  # ranks the sharded tensors span; 1: nothing sharded
+    all_gather: int = 0  # bytes the largest FSDP2 unit materialises whole for its forward/backward
+    all_gather_unit: str | None = None
+    gathered: int = 0  # bytes of FSDP2 units' parameters held whole at the failure
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Situation:
@@ -127,6 +136,12 @@ def step_peak(b: Breakdown, s: Situation) -> int:
     held while the gradients of the largest ones are being computed (about two of them)."""
     largest = max(s.largest_activation, plausible_request(s))
     return activations_needed(b, s) + 2 * largest
+
+
+def all_gather_to_come(s: Situation) -> int:
+    """What FSDP2 will still materialise above the local shards: the largest unit's parameters
+    whole, less what is held whole already (the unit running at the failure)."""
+    return max(0, s.all_gather - s.gathered)
 
 
 def float32_share(s: Situation) -> float:
@@ -204,6 +219,7 @@ def plan_batch(b: Breakdown, s: Situation) -> dict[str, Any] | None:
         budget = s.capacity - b.model_state - b.other
     else:
         return None
+    budget -= all_gather_to_come(s)  # FSDP2: a unit's parameters whole, during its forward
     if s.optimizer in ADAM_LIKE and b.optimizer_state == 0 and s.trainable_bytes:
         budget -= 2 * s.trainable_bytes  # the first optimizer step creates the states
     room = budget * HEADROOM
@@ -291,8 +307,8 @@ def estimate_set_to_none(b: Breakdown, s: Situation) -> FixEstimate | None:
 
 def estimate_sharding(b: Breakdown, s: Situation) -> FixEstimate | None:
     state = b.parameters + b.gradients + b.optimizer_state
-    if s.device != "cuda" or not s.capacity or state < 0.5 * s.capacity:
-        return None
+    if s.device != "cuda" or not s.capacity or state < 0.5 * s.capacity or s.world > 1:
+        return None  # (a sharded model's state above is already its local shards)
     world = max(2, s.devices)
     saving = int(state * (1 - 1 / world))
     text = (

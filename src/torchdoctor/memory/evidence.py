@@ -50,6 +50,9 @@ class OomEvidence:
     traced_step: int | None = None
     snapshot: str | None = None  # the CUDA allocator snapshot file, when one was written
     run_dir: str | None = None
+    # A sharded model: {"world": W, "total": {kind: bytes whole over all ranks},
+    # "units": [{"name", "unsharded", "parameters", "gathered"}, ...] (FSDP2, largest first)}
+    sharding: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)

@@ -10,6 +10,7 @@ returns the OomEvidence that torchdoctor.diagnose.oom turns into the diagnosis.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import types
@@ -19,7 +20,7 @@ from typing import Any
 
 from torchdoctor.errors.oom_message import OomMessage, parse
 from torchdoctor.failure import first_arg, frame_locals, frames_of, locate, module_name, phase_of
-from torchdoctor.memory.census import take_census
+from torchdoctor.memory.census import Census, local_nbytes, take_census
 from torchdoctor.memory.cuda_history import dump_snapshot
 from torchdoctor.memory.estimate import Breakdown, Situation, repeated_blocks
 from torchdoctor.memory.evidence import OomEvidence
@@ -212,7 +213,7 @@ def capture(
         try:
             for p in primary_model.parameters():
                 if p.requires_grad and _on_device(p, device):
-                    trainable += p.numel() * p.element_size()
+                    trainable += local_nbytes(p)  # a sharded model: this rank's shard
         except Exception:
             pass
     holders = _holders(training)
@@ -242,6 +243,14 @@ def capture(
             (r.bytes for r in census.largest(1000, device) if r.kind == "activation"), default=0
         ),
     )
+    sharding = _sharding(census, device)
+    if sharding is not None:
+        situation.world = sharding["world"]
+        if sharding["units"]:
+            largest = sharding["units"][0]
+            situation.all_gather = largest["unsharded"]
+            situation.all_gather_unit = largest["name"]
+            situation.gathered = sum(u["gathered"] for u in sharding["units"])
     traced = _phases(query)
     return OomEvidence(
         exception=type(exc).__name__,
@@ -276,7 +285,21 @@ def capture(
         traced_step=traced.get("traced_step"),
         snapshot=_snapshot(run_dir) if device.startswith("cuda") else None,
         run_dir=run_dir,
+        sharding=sharding,
     )
+
+
+def _sharding(census: Census, device: str) -> dict[str, Any] | None:
+    """A sharded model's facts for the report: the world, each kind whole over all ranks, the
+    FSDP2 units (what each all-gather materialises); None when nothing is sharded."""
+    world = census.sharded_world()
+    if world <= 1 and not census.units:
+        return None
+    return {
+        "world": world,
+        "total": census.total_by_kind(device),
+        "units": [dataclasses.asdict(u) for u in census.units],
+    }
 
 
 def _file_line(where: dict[str, Any]) -> str | None:

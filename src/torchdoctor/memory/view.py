@@ -16,13 +16,21 @@ Execute = Callable[[str], tuple[list[str], list[Any]]]
 CENSUS_SQL = """
 WITH t AS (SELECT * FROM python.tensors)
 SELECT 'kind' AS part, kind, NULL AS name, NULL AS shape, NULL AS dtype, NULL AS device,
-       count(*) AS tensors, sum(bytes) AS bytes, NULL AS grad_fn
+       count(*) AS tensors, sum(bytes) AS bytes,
+       -- the whole over all ranks; an all-gathered copy is counted by its shard's DTensor
+       sum(CASE WHEN unit IS NOT NULL AND world IS NULL THEN 0
+                ELSE coalesce(total_bytes, bytes) END) AS total,
+       max(world) AS world, NULL AS grad_fn
 FROM t GROUP BY kind
 UNION ALL
 SELECT * FROM (
-    SELECT 'top', kind, name, shape, dtype, device, 1, bytes, grad_fn
+    SELECT 'top', kind, name, shape, dtype, device, 1, bytes, total_bytes, world, grad_fn
     FROM t WHERE bytes > 0 ORDER BY bytes DESC LIMIT {top}
 )
+UNION ALL
+SELECT 'unit', 'parameter', unit, NULL, NULL, NULL, count(*), sum(total_bytes),
+       sum(CASE WHEN world IS NULL THEN total_bytes ELSE 0 END), max(world), NULL
+FROM t WHERE kind = 'parameter' AND unit IS NOT NULL GROUP BY unit
 """
 
 LAST_STEP_SQL = """
@@ -39,28 +47,57 @@ KIND_ORDER = ("parameter", "gradient", "optimizer_state", "buffer", "activation"
 
 
 def census(execute: Execute, top: int = 10) -> dict[str, Any]:
+    """The census by kind (`bytes` this rank holds, `total` the whole tensors over every rank,
+    `world` the ranks sharded tensors span), its largest tensors, and the FSDP2 units (what
+    each all-gather materialises), the largest first."""
     cols, rows = execute(CENSUS_SQL.format(top=int(top)))
     recs = records(cols, rows)
     kinds = {r["kind"]: r for r in recs if r["part"] == "kind"}
-    by_kind = []
+    by_kind: list[dict[str, Any]] = []
     for kind in KIND_ORDER:
-        entry = kinds.get(kind)
+        entry = kinds.get(kind) or {}
         by_kind.append(
             {
                 "kind": kind,
-                "tensors": int(entry["tensors"]) if entry else 0,
-                "bytes": int(entry["bytes"] or 0) if entry else 0,
+                "tensors": int(entry.get("tensors") or 0),
+                "bytes": int(entry.get("bytes") or 0),
+                "total": int(entry.get("total") or 0),
+                "world": int(entry["world"]) if entry.get("world") is not None else None,
             }
         )
     tops = [
-        {k: r[k] for k in ("kind", "name", "shape", "dtype", "device", "bytes", "grad_fn")}
+        {
+            "kind": r["kind"],
+            "name": r["name"],
+            "shape": r["shape"],
+            "dtype": r["dtype"],
+            "device": r["device"],
+            "bytes": r["bytes"],
+            "total_bytes": r["total"],
+            "world": r["world"],
+            "grad_fn": r["grad_fn"],
+        }
         for r in recs
         if r["part"] == "top"
     ]
+    units = [
+        {
+            "unit": r["name"],
+            "parameters": int(r["tensors"]),
+            "unsharded": int(r["bytes"] or 0),
+            "gathered": int(r["total"] or 0),
+        }
+        for r in recs
+        if r["part"] == "unit"
+    ]
+    units.sort(key=lambda u: u["unsharded"], reverse=True)
+    worlds = [e["world"] for e in by_kind if e["world"]]
     return {
         "by_kind": by_kind,
         "total": sum(e["bytes"] for e in by_kind),
+        "world": max(worlds) if worlds else None,
         "largest": sorted(tops, key=lambda r: r["bytes"], reverse=True),
+        "units": units,
     }
 
 

@@ -54,27 +54,7 @@ def render_view(view: dict[str, Any], run: str | None = None) -> str:
         out.append("")
     census = view.get("census")
     if census is not None:
-        out.append(f"tensors now ({human(census['total'])} in all; shared storage counted once)")
-        rows = [["kind", "tensors", "bytes"]]
-        for e in census["by_kind"]:
-            rows.append([_KIND_LABELS[e["kind"]], str(e["tensors"]), human(e["bytes"])])
-        out.append(_grid(rows, right=(1, 2)))
-        if census["largest"]:
-            out.append("")
-            out.append("largest tensors")
-            rows = [["kind", "name", "shape", "dtype", "device", "bytes"]]
-            for r in census["largest"]:
-                rows.append(
-                    [
-                        r["kind"],
-                        r["name"] or (f"({r['grad_fn']})" if r["grad_fn"] else "-"),
-                        str(r["shape"]),
-                        str(r["dtype"]),
-                        str(r["device"]),
-                        human(r["bytes"]),
-                    ]
-                )
-            out.append(_grid(rows, right=(5,)))
+        out.extend(render_census(census))
         out.append("")
     out.append(render_phases(view.get("phases") or []))
     mods = view.get("modules") or []
@@ -99,6 +79,53 @@ def render_view(view: dict[str, Any], run: str | None = None) -> str:
         out.append("")
         out.append("no out-of-memory error in this run")
     return "\n".join(line for line in out).strip() + "\n"
+
+
+def shard_note(held: int, total: int | None, world: int | None) -> str:
+    """ "local shard of 2.64 KiB total (world 4)" where a rank holds part of a sharded whole."""
+    if not world or total is None or total == held:
+        return ""
+    return f"local shard of {human(total)} total (world {world})"
+
+
+def render_census(census: dict[str, Any]) -> list[str]:
+    """The census by kind (a sharded model: each rank's part of the whole), the largest
+    tensors, and what the largest FSDP2 unit's all-gather materialises."""
+    world = census.get("world")
+    where = f" on this rank (world {world})" if world else ""
+    out = [f"tensors now ({human(census['total'])} in all{where}; shared storage counted once)"]
+    rows = [["kind", "tensors", "bytes", ""]]
+    for e in census["by_kind"]:
+        note = shard_note(e["bytes"], e.get("total"), e.get("world"))
+        rows.append([_KIND_LABELS[e["kind"]], str(e["tensors"]), human(e["bytes"]), note])
+    out.append(_grid(rows, right=(1, 2)))
+    units = census.get("units") or []
+    if units:
+        unit = units[0]
+        others = f" (the largest of {len(units)} units)" if len(units) > 1 else ""
+        now = f"; held whole now: {human(unit['gathered'])}" if unit["gathered"] else ""
+        out.append(
+            f"  FSDP2 all-gather: unit {unit['unit']} materialises {human(unit['unsharded'])} "
+            f"of parameters whole in its forward and backward{others}{now}"
+        )
+    if census["largest"]:
+        out.append("")
+        out.append("largest tensors")
+        rows = [["kind", "name", "shape", "dtype", "device", "bytes", ""]]
+        for r in census["largest"]:
+            rows.append(
+                [
+                    r["kind"],
+                    r["name"] or (f"({r['grad_fn']})" if r["grad_fn"] else "-"),
+                    str(r["shape"]),
+                    str(r["dtype"]),
+                    str(r["device"]),
+                    human(r["bytes"]),
+                    shard_note(r["bytes"], r.get("total_bytes"), r.get("world")),
+                ]
+            )
+        out.append(_grid(rows, right=(5,)))
+    return out
 
 
 def render_phases(phases: list[dict[str, Any]]) -> str:
@@ -170,12 +197,22 @@ def render_oom(evidence: dict[str, Any], fixes: Sequence[str] = (), phases: bool
 
     breakdown = evidence.get("breakdown") or {}
     counts = evidence.get("counts") or {}
+    sharding = evidence.get("sharding") or {}
+    world, whole = sharding.get("world"), sharding.get("total") or {}
     out.append("")
-    out.append(f"held when it failed ({device})")
+    on_rank = f", this rank of {world}" if world and world > 1 else ""
+    out.append(f"held when it failed ({device}{on_rank})")
     rows = [["", "bytes", "tensors", ""]]
     for key, kind in _BREAKDOWN:
         count = str(counts.get(kind, 0))
-        rows.append([_KIND_LABELS[kind], human(breakdown.get(key) or 0), count, ""])
+        held = breakdown.get(key) or 0
+        note = shard_note(held, whole.get(kind), world) if world and world > 1 else ""
+        rows.append([_KIND_LABELS[kind], human(held), count, note])
+    units = sharding.get("units") or []
+    if units:
+        unit = units[0]
+        note = f"unit {unit['name']} whole, in its forward and backward (FSDP2)"
+        rows.append(["all-gather peak", human(unit["unsharded"]), "", note])
     if breakdown.get("cached_unused") is not None:
         note = "reserved by PyTorch, not allocated (fragmentation)"
         rows.append(["cached but unused", human(breakdown["cached_unused"]), "", note])

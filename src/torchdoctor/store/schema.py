@@ -267,6 +267,16 @@ TENSORS = TableSpec(
         _c("bytes", INT, "bytes of storage owned (0 when another row owns the storage)"),
         _c("requires_grad", BOOL),
         _c("grad_fn", STR, nullable=True),
+        _c(
+            "total_bytes",
+            INT,
+            "a sharded tensor (DTensor) whole, over all ranks; an FSDP2 unit's parameter held "
+            "whole: its bytes (NULL: not sharded)",
+            nullable=True,
+        ),
+        _c("world", INT, "ranks a DTensor's device mesh spans (NULL: not sharded)", True),
+        _c("placements", STR, "a DTensor's placements: Shard(dim=0), Replicate()", True),
+        _c("unit", STR, "the FSDP2 unit (fully_shard module) that all-gathers it", True),
     ),
     live=True,
 )

@@ -12,18 +12,13 @@ publish, never by a collective (docs/distributed.md).
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import torch
 
+from torchdoctor.sharding import dtensor_class as _dtensor_class
+
 PLAIN = (torch.Tensor, torch.nn.Parameter)  # the classes that need no look at all
-
-
-def _dtensor_class() -> Any:
-    # Nothing can be a DTensor until torch.distributed.tensor is imported: import nothing.
-    module = sys.modules.get("torch.distributed.tensor")
-    return getattr(module, "DTensor", None) if module is not None else None
 
 
 def is_dtensor(t: Any) -> bool:

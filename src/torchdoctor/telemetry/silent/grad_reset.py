@@ -113,15 +113,13 @@ class GradientResets:
         on_cpu = now.device.type == "cpu"  # numpy's small-array arithmetic costs less there
         xp: Any = np if on_cpu else torch
         g, before = (now.numpy(), probe.before.numpy()) if on_cpu else (now, probe.before)
-        # local(): a sharded parameter's numel() is the whole tensor's, its slices are local
-        sizes = [min(SLICE, local(g).numel()) for g in grads]
+        sizes = [min(SLICE, local(p).numel()) for p in probe.params]  # a DTensor: its shard
         starts = [sum(sizes[:i]) for i in range(len(sizes))]
         total, last = xp.zeros_like(g), xp.zeros_like(g)
         final = probe.incoming[-1][0]
         for call, i, part in probe.incoming:
             if part.shape[0] != sizes[i]:
-                return  # a gradient that came in laid out otherwise than .grad (a DTensor's
-                # partial sum): nothing to compare it with here
+                return  # a gradient sharded otherwise than its parameter: nothing to compare
             part = part.numpy() if on_cpu else part
             total[starts[i] : starts[i] + sizes[i]] += part
             if call == final:
