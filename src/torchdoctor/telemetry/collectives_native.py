@@ -106,6 +106,10 @@ class NativeCollectives:
         if failure:
             self.switch.fail(RuntimeError(failure))
 
+    def held_works(self) -> int:
+        """How many works the kernel holds for polling, after a poll (tests: none for ever)."""
+        return int(self.kernels.poll(False))
+
     def settle(self) -> None:
         try:
             self.poll()
