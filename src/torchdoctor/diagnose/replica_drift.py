@@ -14,9 +14,11 @@ rank directories afterwards.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
+from torchdoctor.diagnose.evidence import Evidence, kind
 from torchdoctor.diagnose.inputs import Inputs, JobInputs
 from torchdoctor.diagnose.record import Diagnosis
 from torchdoctor.identity import ranks_text
@@ -26,6 +28,19 @@ JOB = True  # compares ranks: runs on a job's tables
 EVENT = "replica_checksums"  # python.events kind: {"step", "model", "names", "sums"}
 RECENT = 4  # checks per rank a live answer carries
 SHOWN = 5  # parameters named in the summary
+
+
+@kind("replica_drift")
+@dataclasses.dataclass(kw_only=True)
+class ReplicaDriftEvidence(Evidence):
+    model: str
+    step: int
+    agreed_at: int | None = None
+    ranks: list[int]
+    reference_ranks: list[int]
+    parameters: dict[str, Any]
+    differ: int
+    checked: int
 
 
 def due(steps_done: int) -> bool:
@@ -129,16 +144,16 @@ def _compare(
         step=step,
         location=worst[0] if worst else None,  # the parameter's name in the model
         summary=summary,
-        evidence={
-            "model": model,
-            "step": step,
-            "agreed_at": agreed,
-            "ranks": odd,
-            "reference_ranks": same,
-            "parameters": {n: params[n] for n in worst[:20]},
-            "differ": len(params),
-            "checked": len(reference),
-        },
+        evidence=ReplicaDriftEvidence(
+            model=model,
+            step=step,
+            agreed_at=agreed,
+            ranks=odd,
+            reference_ranks=same,
+            parameters={n: params[n] for n in worst[:20]},
+            differ=len(params),
+            checked=len(reference),
+        ),
         fix=[
             f"look for code that changes parameters on {ranks_text(odd)} only: an in-place "
             "edit under `if rank == ...`, a state_dict loaded on one rank after "
