@@ -74,7 +74,7 @@ def test_catalog_fixes_are_shown_whole(code: str, explanation: object) -> None:
         explanation=e.summary,  # type: ignore[attr-defined]
         fixes=list(fixes),
     )
-    assert not _shown(render_crash(evidence.to_json()), _code_lines(fixes[0]))
+    assert not _shown(render_crash(evidence), _code_lines(fixes[0]))
     diagnosis = from_evidence(evidence)
     alert = render_alert(diagnosis, fixes=len(diagnosis.fix))
     for fix in fixes:

@@ -18,7 +18,6 @@ by torchdoctor.start() in a kernel).
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import shlex
 from pathlib import Path
@@ -29,7 +28,7 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.display import HTML, display
 
 from torchdoctor import session as sessions
-from torchdoctor._json import clean
+from torchdoctor._json import clean, dumps
 from torchdoctor.config import ConfigError, add_arguments, from_args
 from torchdoctor.diagnose.record import Finding
 from torchdoctor.integrations.report import REPORT_FILE, write_report
@@ -153,7 +152,7 @@ class TorchdoctorMagics(Magics):
         args = parser.parse_args(shlex.split(rest))
         status = clean(_live().status())
         if args.format == "json":
-            print(json.dumps(status, indent=2))
+            print(dumps(status, indent=2))
             return
         lines = [f"torchdoctor: pid {status['pid']}, run directory {status['run_dir']}"]
         if status.get("step") is not None:
