@@ -23,7 +23,7 @@ from torchdoctor.frames import short_site
 @dataclasses.dataclass(kw_only=True)
 class AccumulationEvidence(Evidence):
     problem: str
-    divisor: Any = None
+    divisor: float | None = None  # what each loss was divided by (None: not divided)
     micro_batches: int
     fetches: int
     step: int

@@ -78,7 +78,7 @@ class GraphBreakEvidence(Evidence):
     reasons: dict[str, Any]
     details: dict[str, Any]
     function: str | None = None
-    code: Any = None
+    code: str | None = None  # the source line of the function's break
     count: int
     places_with_breaks: int
     compile_ids: list[Any]

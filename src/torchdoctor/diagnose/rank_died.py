@@ -43,7 +43,7 @@ class RankDiedEvidence(Evidence):
     known_by: str | None = optional()
     exit_code: int | None = optional()
     signal: str | None = optional()
-    reason: Any = optional()
+    reason: str | None = optional()
     steps: int | None = optional()
     last_site: str | None = optional()
     dead: list[int] | None = optional()

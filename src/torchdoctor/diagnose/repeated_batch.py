@@ -23,7 +23,7 @@ from torchdoctor.diagnose.record import Diagnosis
 @dataclasses.dataclass(kw_only=True)
 class RepeatedBatchEvidence(Evidence):
     windows: list[Any] | None = optional()  # the windows that repeat (a whole batch)
-    same: Any = optional()  # what the workers share (their random draws)
+    same: list[list[int]] | None = optional()  # pairs of steps whose batches were equal
     num_workers: int | None = optional()
     shapes: list[Any] | None = None
 
