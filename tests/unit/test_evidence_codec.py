@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from torchdoctor._json import dumps
 from torchdoctor.config import Config
 from torchdoctor.diagnose import MODULES, load_modules
 from torchdoctor.diagnose.evidence import Evidence, decode, encode, kinds
@@ -84,3 +85,11 @@ def test_the_renderers_print_findings_read_back() -> None:
     assert rows[0]["evidence"] == found[0].evidence.to_json()
     assert renderer.of("markdown").render(found).count("```") == 2 * len(found)
     assert renderer.of("text").render([]) == "no problems found"
+
+
+def test_the_one_encoder_takes_what_json_has_no_form_for() -> None:
+    # The C encoder's answer where it has one; the careful pass for non-finite floats and keys.
+    assert dumps({"a": [1, 2.5, None, True]}) == json.dumps({"a": [1, 2.5, None, True]})
+    assert dumps({"loss": float("nan"), "norm": float("-inf")}) == '{"loss": "nan", "norm": "-inf"}'
+    assert dumps({(1, 2): Path("/x")}) == '{"(1, 2)": "/x"}'
+    assert dumps([Path("/x")], indent=1) == '[\n "/x"\n]'
