@@ -26,5 +26,11 @@ def clean(value: Any) -> Any:
 
 
 def dumps(value: Any, **options: Any) -> str:
-    """json.dumps of the cleaned value (options: indent, separators, ...)."""
-    return json.dumps(clean(value), allow_nan=False, **options)
+    """The package's one JSON encoder: json.dumps of the cleaned value (options: indent,
+    separators, ...). The C encoder goes first (what is not a JSON value becomes its str(), as
+    clean does); the careful pass runs only when it meets a non-finite float or a key JSON has
+    no form for."""
+    try:
+        return json.dumps(value, allow_nan=False, default=str, **options)
+    except (ValueError, TypeError):  # a non-finite float; a key that is not a JSON key
+        return json.dumps(clean(value), allow_nan=False, **options)

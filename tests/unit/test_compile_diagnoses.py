@@ -55,11 +55,11 @@ def test_recompilation_thresholds() -> None:
     (d,) = recompilation.diagnose(_inputs(_recompiles(5, guard)))
     assert d.severity == "warning" and "fwd() 5 times" in d.summary
     assert "the batch size (dimension 0 of x)" in d.summary
-    assert d.evidence["values"][:3] == ["31", "32", "33"] and d.evidence["compile_seconds"] == 2.5
+    assert d.evidence.values[:3] == ["31", "32", "33"] and d.evidence.compile_seconds == 2.5
     assert d.fix[0].startswith("torch._dynamo.mark_dynamic(x, 0)")
     limit = {"kind": "recompile_limit", "compile_id": "0/8", "reason": "0/7: " + guard}
     (d,) = recompilation.diagnose(_inputs([*_recompiles(7, guard), limit]))
-    assert d.severity == "error" and d.evidence["limit_hit"] and "runs uncompiled" in d.summary
+    assert d.severity == "error" and d.evidence.limit_hit and "runs uncompiled" in d.summary
 
 
 def test_recompilations_are_counted_per_function() -> None:
@@ -117,7 +117,7 @@ def test_graph_breaks_by_place() -> None:
     found = graph_break.diagnose(_inputs(rows))
     assert [d.location for d in found] == ["train.py:12", "model.py:7", "model.py:9"]
     first = found[0]
-    assert first.severity == "warning" and first.evidence["count"] == 4
+    assert first.severity == "warning" and first.evidence.count == 4
     assert ".item()" in first.summary and "print or logging" in first.summary
     assert "use logging" in first.fix
     assert "torch.where" in found[1].fix[0]

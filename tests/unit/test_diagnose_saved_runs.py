@@ -180,7 +180,7 @@ def test_hang_names_the_category_and_the_user_line(target: Any, category: str) -
         found = {d.kind: d for d in diagnose(inputs)}
         hang = found["hang"]
         assert hang.severity == "error" and hang.step == 17
-        assert hang.evidence["category"] == category, hang.summary
+        assert hang.evidence.category == category, hang.summary
         file, line = (hang.location or ":").rsplit(":", 1)
         assert Path(file).name == Path(__file__).name, hang.location
         source = Path(__file__).read_text().splitlines()[int(line) - 1]
@@ -207,15 +207,15 @@ def test_hang_in_a_pending_collective_names_it_and_the_other_ranks() -> None:
         capture = HangCapture(seconds=8.0, timeout=3.0, steps=5, threads=threads, pending=pending)
         run = open_run(RUNS / "healthy_frozen")
         hang = _hang(Inputs.of(run.block, Config(), now=now, hang=capture))
-        assert hang.evidence["category"] == "collective", hang.summary
-        assert hang.evidence["collective"]["seq"] == 10
+        assert hang.evidence.category == "collective", hang.summary
+        assert hang.evidence.collective["seq"] == 10
         assert hang.location is not None and hang.location.endswith(f":{user['lineno']}")
         assert "waits in collective all_reduce #10, issued at" in hang.summary
         assert "at step 5, for 7 s" in hang.summary and "cluster diagnoses" in hang.summary
         assert "your own code" not in hang.summary
         elsewhere = dict(capture.__dict__, pending=pending[:1])
         hang = _hang(Inputs.of(run.block, Config(), now=now, hang=HangCapture(**elsewhere)))
-        assert hang.evidence["category"] == "lock" and "collective" not in hang.evidence
+        assert hang.evidence.category == "lock" and hang.evidence.collective is None
 
 
 def _hang(inputs: Inputs) -> Diagnosis:

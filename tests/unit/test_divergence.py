@@ -34,10 +34,10 @@ def test_tenfold_per_step_is_caught_by_step_5_not_31() -> None:
     found = _found(loss)
     first = found[0]
     assert first.step <= 5
-    assert first.evidence["rule"] == "geometric"
-    assert first.evidence["onset_step"] == 0
-    assert first.evidence["growth_per_step"] == pytest.approx(10.0)
-    assert first.evidence["non_finite_step"] == inf_at > first.step
+    assert first.evidence.rule == "geometric"
+    assert first.evidence.onset_step == 0
+    assert first.evidence.growth_per_step == pytest.approx(10.0)
+    assert first.evidence.non_finite_step == inf_at > first.step
     assert first.severity == "error"
     assert "10x per step" in first.summary and f"non-finite at step {inf_at}" in first.summary
 
@@ -57,7 +57,7 @@ def test_geometric_growth_after_healthy_training_is_caught_within_steps(rate, wi
     assert 300 <= first.step <= 299 + within, (rate, first.step)
     assert first.step < next(i for i, v in enumerate(loss) if not math.isfinite(v))
     # The baseline is the level before the climb, not the climb itself.
-    assert first.evidence["onset_loss"] < 2 * healthy[-10:].max()
+    assert first.evidence.onset_loss < 2 * healthy[-10:].max()
     if first.severity == "warning":  # escalated once it stood 10^4x above its baseline
         assert [d.severity for d in found] == ["warning", "error"]
         assert found[1].step > first.step
@@ -68,7 +68,7 @@ def test_a_jump_that_keeps_climbing_is_caught() -> None:
     before = 0.4 * np.exp(rng.normal(0, 0.4, 200))
     after = 3e3 * 1.3 ** np.arange(30) * np.exp(rng.normal(0, 0.6, 30))  # up and down
     found = _found(np.concatenate([before, after]))
-    assert found and found[0].evidence["rule"] == "sustained"
+    assert found and found[0].evidence.rule == "sustained"
     assert 200 <= found[0].step <= 204
 
 

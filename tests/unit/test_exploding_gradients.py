@@ -19,8 +19,8 @@ def test_a_norm_growing_from_the_first_step_is_judged_against_that_step() -> Non
     found = _found(norms)
     first = found[0]
     assert first.step <= 7
-    assert first.evidence["typical_grad_norm"] == pytest.approx(0.8)  # not learned from the climb
-    assert first.evidence["typical_over_steps"] == 1
+    assert first.evidence.typical_grad_norm == pytest.approx(0.8)  # not learned from the climb
+    assert first.evidence.typical_over_steps == 1
 
 
 @pytest.mark.parametrize(("rate", "within"), [(1.1, 30), (1.3, 12), (2.0, 6), (3.16, 5)])
@@ -33,7 +33,7 @@ def test_a_climb_is_compared_with_where_it_started(rate, within) -> None:  # typ
     first = found[0]
     assert 200 <= first.step <= 199 + within, (rate, first.step)
     # The usual level is that of the 200 steps before, whatever the climb's length.
-    assert 0.7 < first.evidence["typical_grad_norm"] < 1.4
+    assert 0.7 < first.evidence.typical_grad_norm < 1.4
     if first.severity == "warning":
         assert found[-1].severity == "error" and found[-1].step > first.step
 

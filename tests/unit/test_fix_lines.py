@@ -5,7 +5,7 @@ outputs never end a code block at its header."""
 from __future__ import annotations
 
 from torchdoctor.diagnose.crash import CrashEvidence, from_evidence
-from torchdoctor.diagnose.record import Diagnosis
+from torchdoctor.diagnose.record import Diagnosis, Finding
 from torchdoctor.errors.catalog import entries
 from torchdoctor.report.diagnoses import render_full
 from torchdoctor.report.explanation import code_lines
@@ -39,9 +39,7 @@ def test_a_crash_fix_is_not_cut_after_its_block_header() -> None:
         "Update by hand under no_grad:\nwith torch.no_grad():\n    for p in ps:\n"
         "        p -= lr * p.grad"
     )
-    record = {"kind": "crash", "severity": "error", "summary": d.summary, "fix": d.row()[8]}
-    record.update(evidence=d.evidence, step=None, location=None)
-    text = render_full([record])
+    text = render_full([Finding.of(d)])
     assert "  2. Update by hand under no_grad:\n       with torch.no_grad():\n" in text
     assert "           p -= lr * p.grad" in text
 

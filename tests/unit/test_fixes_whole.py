@@ -14,7 +14,7 @@ from torchdoctor.config import Config
 from torchdoctor.diagnose import load_modules
 from torchdoctor.diagnose.crash import CrashEvidence, from_evidence
 from torchdoctor.diagnose.inputs import Inputs
-from torchdoctor.diagnose.record import Diagnosis
+from torchdoctor.diagnose.record import Diagnosis, Finding
 from torchdoctor.errors.api import explain_text
 from torchdoctor.errors.catalog import entries
 from torchdoctor.report.alerts import render_alert
@@ -74,7 +74,7 @@ def test_catalog_fixes_are_shown_whole(code: str, explanation: object) -> None:
         explanation=e.summary,  # type: ignore[attr-defined]
         fixes=list(fixes),
     )
-    assert not _shown(render_crash(evidence.to_json()), _code_lines(fixes[0]))
+    assert not _shown(render_crash(evidence), _code_lines(fixes[0]))
     diagnosis = from_evidence(evidence)
     alert = render_alert(diagnosis, fixes=len(diagnosis.fix))
     for fix in fixes:
@@ -98,7 +98,7 @@ def test_diagnosis_fixes_are_shown_whole() -> None:
     for d in found:
         assert d.fix, d
         alert = render_alert(d, fixes=len(d.fix))
-        rows = render_full([dict(zip(_COLUMNS, d.row(), strict=True))])
+        rows = render_full([Finding.of(d)])
         for fix in d.fix:
             lines = [line.strip() for line in fix.splitlines()]
             assert not _shown(alert, lines), (fix, alert)

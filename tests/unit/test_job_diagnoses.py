@@ -26,8 +26,9 @@ from torchdoctor.diagnose import (
     straggler,
     uneven_batches,
 )
+from torchdoctor.diagnose.evidence import decode
 from torchdoctor.diagnose.inputs import HangCapture, Inputs, JobInputs, RankView
-from torchdoctor.diagnose.record import Diagnosis
+from torchdoctor.diagnose.record import Diagnosis, Finding
 from torchdoctor.identity import rank_ranges, ranks_text
 from torchdoctor.report.cluster import (
     group_own,
@@ -146,9 +147,9 @@ def test_missing_rank_names_the_rank_its_line_and_the_collective() -> None:
     assert d.kind == "missing_rank" and d.severity == "error" and d.job
     assert d.rank == 1 and d.step == 5
     assert d.location is not None and d.location.endswith("train.py:22")
-    assert d.evidence["seq"] == 5 and d.evidence["op"] == "all_reduce"
-    assert d.evidence["waiting"] == [0, 2, 3]
-    assert d.evidence["missing"]["1"]["last_seq"] == 4
+    assert d.evidence.seq == 5 and d.evidence.op == "all_reduce"
+    assert d.evidence.waiting == [0, 2, 3]
+    assert d.evidence.missing["1"]["last_seq"] == 4
     assert "Ranks 0,2,3 wait in all_reduce #5" in d.summary
     assert "rank 1 is stuck in your own code in load_batch()" in d.summary
     # Not a shorter loop: rank 1 is still inside it.
@@ -174,8 +175,8 @@ def test_a_last_call_still_shown_pending_does_not_hide_the_holdup() -> None:
     stale = call(2, 4, 4, NOW - 11, state="issued")
     ranks[2] = view(2, [*[tuple(c.values()) for c in calls], stale], 5, stack=ranks[2].stack)
     found = missing_rank.diagnose(inputs(ranks))
-    assert [(d.rank, d.evidence["seq"]) for d in found] == [(1, 5)]
-    assert found[0].evidence["waiting"] == [0, 2, 3]
+    assert [(d.rank, d.evidence.seq) for d in found] == [(1, 5)]
+    assert found[0].evidence.waiting == [0, 2, 3]
 
 
 def test_uneven_batches_when_the_missing_rank_left_its_loop() -> None:
@@ -183,7 +184,7 @@ def test_uneven_batches_when_the_missing_rank_left_its_loop() -> None:
     assert len(found) == 1
     d = found[0]
     assert d.kind == "uneven_batches" and d.rank == 1 and d.step == 5
-    assert d.evidence["left"]["1"]["steps"] == 5
+    assert d.evidence.left["1"]["steps"] == 5
     assert "Rank 1 left its training loop after 5 steps" in d.summary
     assert "save_checkpoint()" in d.summary
     assert any("DistributedSampler" in f for f in d.fix)
@@ -205,16 +206,14 @@ def test_collective_mismatch_at_the_first_sequence_number_that_differs() -> None
     found = collective_mismatch.diagnose(inputs(ranks))
     assert len(found) == 1
     d = found[0]
-    assert d.evidence["seq"] == 7
-    assert d.evidence["ranks"]["0"]["shapes"] == [[1]]
-    assert d.evidence["ranks"]["1"]["shapes"] == [[8, 1]]
+    assert d.evidence.seq == 7
+    assert d.evidence.ranks["0"]["shapes"] == [[1]]
+    assert d.evidence.ranks["1"]["shapes"] == [[8, 1]]
     assert "rank 0 calls all_reduce [[1]] float32 at" in d.summary
     assert d.location is not None and d.location.endswith("train.py:45")
     # Another op at the same seq is a mismatch too; the same calls on every rank are not.
     ranks[0] = view(0, [*_history(0, 7), call(0, 7, 7, NOW, op="broadcast")], 7)
-    assert collective_mismatch.diagnose(inputs(ranks))[0].evidence["ranks"]["0"]["op"] == (
-        "broadcast"
-    )
+    assert collective_mismatch.diagnose(inputs(ranks))[0].evidence.ranks["0"]["op"] == ("broadcast")
     same = {r: view(r, _history(r, 8), 8) for r in (0, 1)}
     assert collective_mismatch.diagnose(inputs(same)) == []
     # A scatter's non-root rank passes no tensor list: no dtype to compare (tensor parallel's
@@ -256,9 +255,9 @@ def test_straggler_names_the_rank_its_phase_and_the_time_to_gain() -> None:
     assert len(found) == 1
     d = found[0]
     assert d.kind == "straggler" and d.rank == 2 and d.severity == "warning"
-    assert d.evidence["phase"] == "data_wait"
-    assert 0.025 < d.evidence["wait_per_step"] < 0.031
-    assert 0.45 < d.evidence["faster"] < 0.65
+    assert d.evidence.phase == "data_wait"
+    assert 0.025 < d.evidence.wait_per_step < 0.031
+    assert 0.45 < d.evidence.faster < 0.65
     assert "Rank 2 is a straggler" in d.summary and "waiting for data" in d.summary
     assert straggler.diagnose(inputs(_straggler_job(slow=None))) == []
 
@@ -267,7 +266,7 @@ def test_a_rank_late_with_no_longer_phase_is_information_only() -> None:
     """Last every step, yet none of its phases longer (here: one node's clock ahead; a node
     starved of CPU looks alike), so the finding names it without claiming a cause."""
     [d] = straggler.diagnose(inputs(_straggler_job(slow=2, explained=False)))
-    assert d.rank == 2 and d.severity == "info" and d.evidence["phase"] is None
+    assert d.rank == 2 and d.severity == "info" and d.evidence.phase is None
     assert "Rank 2 arrives last" in d.summary and "none of its phases" in d.summary
     assert "straggler:" not in d.summary and "goes to" not in d.summary
 
@@ -287,7 +286,7 @@ def test_rank_died_names_the_first_to_die_and_what_the_others_were_doing() -> No
     found = rank_died.diagnose(inputs(ranks, live=False))
     assert len(found) == 1
     d = found[0]
-    assert d.rank == 1 and d.evidence["how"] == "killed by SIGKILL"
+    assert d.rank == 1 and d.evidence.how == "killed by SIGKILL"
     assert "Rank 1 went first: killed by SIGKILL, last seen in step 4" in d.summary
     assert "rank 0: waiting in all_reduce #5" in d.summary
     assert "then terminated by SIGTERM" in d.summary
@@ -369,7 +368,7 @@ def test_a_job_directory_gives_the_same_findings(tmp_path: Path) -> None:
     assert set(found) == {"rank_died"}
     d = found["rank_died"]
     # Killed without a time, the one own failure: rank 0 exited because its collective failed.
-    assert d.rank == 1 and d.evidence["known_by"] == "only"
+    assert d.rank == 1 and d.evidence.known_by == "only"
     assert "rank 0: failed in all_reduce #5" in d.summary
     rows = JobRun(job).block("collectives")
     assert rows.rows == 11 and json.loads(rows.column("shapes")[0]) == [[8, 1]]
@@ -416,7 +415,7 @@ def test_a_rank_killed_mid_training_went_first_and_its_peer_only_lost_it() -> No
         1: view(1, _history(1, 5), 5, status="killed"),  # no time: SIGKILL leaves none
     }  # fmt: skip
     [d] = rank_died.diagnose(inputs(ranks, live=False))
-    assert d.rank == 1 and d.evidence["kind"] == "killed" and d.evidence["known_by"] == "only"
+    assert d.rank == 1 and d.evidence.kind == "killed" and d.evidence.known_by == "only"
     assert d.summary.startswith("Rank 1 went first: killed by SIGKILL, last seen in step 4")
     assert "rank 0: lost a peer in all_reduce #5" in d.summary
     assert "Connection closed by peer" in d.summary and "pair.cc" not in d.summary
@@ -439,7 +438,7 @@ def test_died_first_only_from_real_times() -> None:
                 raised=raised("ValueError: bad shard", NOW - 30, line=22)),
     }  # fmt: skip
     [d] = rank_died.diagnose(inputs(ranks, live=False))
-    assert d.rank == 1 and d.evidence["known_by"] == "time"
+    assert d.rank == 1 and d.evidence.known_by == "time"
     assert "Rank 1 failed first: raised ValueError: bad shard at" in d.summary
     assert "train.py:22 at step 5, 25.0 s before the next rank ended" in d.summary
 
@@ -454,7 +453,7 @@ def test_a_job_stopped_as_a_whole_says_so_and_names_the_stuck_rank() -> None:
     found = {d.kind: d for d in _all(ranks, live=False)}
     assert set(found) == {"rank_died", "missing_rank"}, found
     whole = found["rank_died"]
-    assert whole.severity == "info" and whole.evidence["whole"]
+    assert whole.severity == "info" and whole.evidence.whole
     assert whole.summary.startswith("The job was stopped as a whole: ranks 0-3 ended by SIGTERM")
     assert "first" not in whole.summary
     assert found["missing_rank"].rank == 1
@@ -462,7 +461,7 @@ def test_a_job_stopped_as_a_whole_says_so_and_names_the_stuck_rank() -> None:
     for v in ranks.values():
         v.status, v.signal, v.ended = "killed", None, None
     found = {d.kind: d for d in _all(ranks, live=False)}
-    assert found["rank_died"].evidence.get("whole") and found["missing_rank"].rank == 1
+    assert found["rank_died"].evidence.whole and found["missing_rank"].rank == 1
 
 
 def test_the_directory_of_one_node_holds_no_cause() -> None:
@@ -477,7 +476,7 @@ def test_the_directory_of_one_node_holds_no_cause() -> None:
     assert job.job is not None
     job.job.world_size = 4
     [d] = rank_died.diagnose(job)
-    assert d.evidence["elsewhere"] and d.evidence["absent"] == "2,3"
+    assert d.evidence.elsewhere and d.evidence.absent == "2,3"
     assert d.summary.startswith("No rank here failed on its own: ranks 0,1: lost a peer")
     assert "Ranks 2,3 of the 4 are not in this record" in d.summary
 
@@ -518,7 +517,7 @@ def test_a_hang_at_exit_names_the_thread_that_holds_the_process() -> None:
     ]  # fmt: skip
     capture = HangCapture(seconds=70, timeout=60, steps=5, threads=threads)
     [d] = hang.diagnose(Inputs(Block.empty(STEPS), Block.empty(STEPS), [], None, NOW, hang=capture))
-    assert d.evidence["category"] == "exiting"
+    assert d.evidence.category == "exiting"
     assert "waits at exit for thread 'uploader' (" in d.summary and "logger" not in d.summary
     assert d.location is not None and d.location.endswith("train.py:12")
 
@@ -561,7 +560,7 @@ def test_uneven_data_ending_in_any_collective(op: str, shapes: str | None) -> No
     job = inputs(ranks)
     assert collective_mismatch.diagnose(job) == []
     [d] = uneven_batches.diagnose(job)
-    assert d.rank == 1 and d.evidence["left"]["1"]["op"] == op
+    assert d.rank == 1 and d.evidence.left["1"]["op"] == op
     assert f"Rank 1 left its training loop after 5 steps and called {op} #5 at" in d.summary
     assert "while rank 0 calls all_reduce #5 of step 5" in d.summary
     # The same line on both ranks with other shapes stays a mismatch (a short last batch).
@@ -582,8 +581,8 @@ def test_replicated_parameters_that_drift_apart() -> None:
     ranks[2] = view(2, _history(2, 5), 5, checksums=_checks(drifted))
     [d] = replica_drift.diagnose(inputs(ranks))
     assert d.kind == "replica_drift" and d.rank == 2 and d.step == 4 and d.location == "0.bias"
-    assert d.evidence["ranks"] == [2] and d.evidence["reference_ranks"] == [0, 1, 3]
-    assert d.evidence["agreed_at"] == 2
+    assert d.evidence.ranks == [2] and d.evidence.reference_ranks == [0, 1, 3]
+    assert d.evidence.agreed_at == 2
     assert "after 4 steps rank 2 holds another copy than ranks 0,1,3" in d.summary
     assert ranks_text([2]) in d.fix[0]
     # Identical copies everywhere: nothing; the checks in events read back as they were sent.
@@ -607,9 +606,9 @@ def test_each_model_drifts_on_its_own_and_a_bypassed_wrapper_is_named() -> None:
     ranks = {0: view(0, _history(0, 3), 3, checksums=same)}
     ranks[1] = view(1, _history(1, 3), 3, checksums=odd)
     b, a = replica_drift.diagnose(inputs(ranks))
-    assert (b.evidence["model"], b.step, b.evidence["agreed_at"]) == ("b", 1, None)
-    assert (a.evidence["model"], a.step, a.evidence["agreed_at"]) == ("a", 2, 1)
-    assert b.evidence["unwrapped"] and not a.evidence["unwrapped"]
+    assert (b.evidence.model, b.step, b.evidence.agreed_at) == ("b", 1, None)
+    assert (a.evidence.model, a.step, a.evidence.agreed_at) == ("a", 2, 1)
+    assert b.evidence.unwrapped and not a.evidence.unwrapped
     assert "calls the module that DistributedDataParallel wraps (`b`)" in b.summary
     assert b.fix[0].startswith("call the DistributedDataParallel wrapper")
     assert a.fix[0].startswith("look for code that changes parameters on rank 1 only")
@@ -622,10 +621,8 @@ def _all(ranks: dict[int, RankView], live: bool = True) -> list[Diagnosis]:
     return [d for m in job_modules() for d in m.diagnose(job)]
 
 
-def _record(d: Diagnosis, **kw: Any) -> dict[str, Any]:
-    record = dict(zip(BY_NAME["diagnoses"].column_names, d.row(), strict=True))
-    record["evidence"] = json.loads(record["evidence"])
-    return record | kw
+def _record(d: Diagnosis) -> Finding:
+    return Finding.of(d)  # as its row reads back
 
 
 def test_job_findings_once_and_own_findings_grouped() -> None:
@@ -633,19 +630,20 @@ def test_job_findings_once_and_own_findings_grouped() -> None:
         return Diagnosis("straggler", "warning", "Rank 1 is a straggler", step=step, rank=1,
                          job=True, key="straggler:1")  # fmt: skip
 
-    def hang_of(rank: int, line: int, seconds: int) -> dict[str, Any]:
+    def hang_of(rank: int, line: int, seconds: int) -> Finding:
+        collective = decode("hang", {"category": "collective"})
         d = Diagnosis("hang", "error", f"No training step for {seconds} s", step=57, rank=rank,
-                      location=f"train.py:{line}", evidence={"category": "collective"})  # fmt: skip
+                      location=f"train.py:{line}", evidence=collective)  # fmt: skip
         return _record(d)
 
     # Three reports of one straggler at other steps (two ranks, then the CLI's own): once.
     reported = [(0, _record(straggler(40))), (1, _record(straggler(45)))]
     reported += [(r, hang_of(r, 30 if r == 7 else 52, 60 + r)) for r in range(16)]
     records = merge_findings(reported, [_record(straggler(60))], job_kinds())
-    assert [(r["kind"], r.get("found_by")) for r in records][:1] == [("straggler", [0, 1])]
-    assert [r["kind"] for r in records].count("straggler") == 1
-    groups = group_own([r for r in records if not r.get("job")])
-    assert [(rank_ranges(rs), r["location"]) for rs, r in groups] == [
+    assert [(r.kind, r.found_by) for r in records][:1] == [("straggler", [0, 1])]
+    assert [r.kind for r in records].count("straggler") == 1
+    groups = group_own([r for r in records if not r.job])
+    assert [(rank_ranges(rs), r.location) for rs, r in groups] == [
         ("0-6,8-15", "train.py:52"),
         ("7", "train.py:30"),
     ]

@@ -132,7 +132,7 @@ def test_an_oom_in_a_units_forward_counts_its_all_gather(mesh: object) -> None:
     said = rf"local shards: {size} of {size} total \(world {WORLD}\)"
     assert re.search(said, diagnosis.summary), diagnosis.summary
     assert f"the largest, up, {human(UP)}" in diagnosis.summary
-    text = render_oom(evidence.to_json())
+    text = render_oom(diagnosis.evidence)
     assert f"this rank of {WORLD}" in text
     assert re.search(rf"local shard of {size} total \(world {WORLD}\)", text), text
     assert "all-gather peak" in text and human(UP) in text

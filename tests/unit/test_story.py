@@ -13,9 +13,10 @@ import numpy as np
 
 from torchdoctor.config import Config
 from torchdoctor.diagnose import load_modules, story
+from torchdoctor.diagnose.evidence import decode
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.nan import NanOrigin, from_origin
-from torchdoctor.diagnose.record import Diagnosis
+from torchdoctor.diagnose.record import Diagnosis, Finding
 from torchdoctor.doctor import Doctor
 from torchdoctor.report.diagnoses import render_full
 from torchdoctor.report.summary import story_lines
@@ -47,9 +48,16 @@ def test_a_saved_run_that_explodes_diverges_and_goes_nan_is_one_chain() -> None:
 def test_what_does_not_chain() -> None:
     far = story.tell([_d("divergence", 10), _d("nan", 10 + story.GAP + 1)])
     assert far[1].follows is None  # too far apart to be one story
-    named = story.tell([_d("divergence", 10, evidence={"non_finite_step": 500}), _d("nan", 500)])
+    named = story.tell(
+        [
+            _d("divergence", 10, evidence=decode("divergence", {"non_finite_step": 500})),
+            _d("nan", 500),
+        ]
+    )
     assert named[1].follows == "divergence"  # ... unless the divergence named its step
-    data = story.tell([_d("divergence", 10), _d("nan", 12, evidence={"stage": "data"})])
+    data = story.tell(
+        [_d("divergence", 10), _d("nan", 12, evidence=decode("nan", {"stage": "data"}))]
+    )
     assert data[1].follows is None  # a bad batch follows nothing
     other_rank = story.tell([_d("divergence", 10), _d("nan", 12, rank=1)])
     assert other_rank[1].follows is None
@@ -157,7 +165,7 @@ def test_a_plateau_that_ends_is_resolved_at_its_step() -> None:
     rows = _rows(host)
     assert [r["resolved"] for r in rows] == [None, 249]  # the latest row is its state
     assert host.alerts[-1].resolved == 249  # said on stderr too (unless quiet)
-    text = render_full(rows)
+    text = render_full([Finding.from_row(r) for r in rows])
     assert text.count("not_learning") == 1  # one finding, in its latest state
     assert "(resolved: no longer holds from step 249)" in text
     lines = story_lines(doctor.found())

@@ -10,11 +10,24 @@ show whether only the last micro-batch's gradient reached the update.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
+from torchdoctor.diagnose.evidence import Evidence, kind
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
 from torchdoctor.frames import short_site
+
+
+@kind("accumulation")
+@dataclasses.dataclass(kw_only=True)
+class AccumulationEvidence(Evidence):
+    problem: str
+    divisor: float | None = None  # what each loss was divided by (None: not divided)
+    micro_batches: int
+    fetches: int
+    step: int
+    site: str
 
 
 def diagnose(inputs: Inputs) -> list[Diagnosis]:
@@ -32,7 +45,7 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
                 step=d.get("step"),
                 location=where,
                 summary=summary,
-                evidence=d,
+                evidence=AccumulationEvidence.from_json(d),
                 fix=fix,
                 key=f"accumulation:{problem}",
             )

@@ -9,9 +9,23 @@ model's device; the dtypes the graph's matmul and convolution nodes saved.
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
+from torchdoctor.diagnose.evidence import Evidence, kind
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
 from torchdoctor.frames import short_site
+
+
+@kind("autocast_unused")
+@dataclasses.dataclass(kw_only=True)
+class AutocastUnusedEvidence(Evidence):
+    problem: str
+    ops: int
+    autocast: list[Any]
+    step: int
+    site: str
 
 
 def diagnose(inputs: Inputs) -> list[Diagnosis]:
@@ -49,7 +63,7 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
                 step=d.get("step"),
                 location=where,
                 summary=summary,
-                evidence=d,
+                evidence=AutocastUnusedEvidence.from_json(d),
                 fix=fix,
                 key=key,
             )

@@ -8,10 +8,22 @@ tensors, against the batch_size of the DataLoaders seen.
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
+from torchdoctor.diagnose.evidence import Evidence, kind
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
 
 MIN_STEPS = 3
+
+
+@kind("batch_collapsed")
+@dataclasses.dataclass(kw_only=True)
+class BatchCollapsedEvidence(Evidence):
+    batch_sizes: list[int]
+    shapes: list[Any]
+    steps: list[int]
 
 
 def diagnose(inputs: Inputs) -> list[Diagnosis]:
@@ -38,7 +50,9 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
                 f"on every sampled step ({len(leads)}): the batch is lost on the way (a "
                 "collate function or processor merged it into one sample)."
             ),
-            evidence={"batch_sizes": sizes, "shapes": last.get("shapes"), "steps": steps},
+            evidence=BatchCollapsedEvidence(
+                batch_sizes=sizes, shapes=last.get("shapes"), steps=steps
+            ),
             fix=[
                 "check the collate_fn / processor output: it must stack the samples along "
                 "dimension 0 (pass lists of samples, not a list holding the batch)",

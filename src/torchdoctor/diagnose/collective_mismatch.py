@@ -4,15 +4,25 @@ rank's op, shape and line. Live, or from a job directory after the job died of i
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from torchdoctor.diagnose import collective_order as co
+from torchdoctor.diagnose.evidence import Evidence, kind
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
 from torchdoctor.frames import short_site
 from torchdoctor.identity import ranks_text
 
 JOB = True  # compares ranks: runs on a job's tables
+
+
+@kind("collective_mismatch")
+@dataclasses.dataclass(kw_only=True)
+class CollectiveMismatchEvidence(Evidence):
+    group: str
+    seq: int
+    ranks: dict[str, Any]
 
 
 def diagnose(inputs: Inputs) -> list[Diagnosis]:
@@ -80,11 +90,11 @@ def _diagnosis(group: str, seq: int, calls: dict[int, co.Call]) -> Diagnosis:
         summary=(
             f"Collective #{seq}{name} does not line up across ranks: " + "; ".join(parts) + "."
         ),
-        evidence={
-            "group": group,
-            "seq": seq,
-            "ranks": {str(r): c.describe() for r, c in sorted(calls.items())},
-        },
+        evidence=CollectiveMismatchEvidence(
+            group=group,
+            seq=seq,
+            ranks={str(r): c.describe() for r, c in sorted(calls.items())},
+        ),
         fix=[
             "every rank must issue the same collectives in the same order, with the same "
             "shapes and dtypes: move collectives out of `if rank == 0:` blocks (compute on "

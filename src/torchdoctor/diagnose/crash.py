@@ -12,14 +12,16 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from torchdoctor.diagnose.evidence import Evidence, kind
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis, fix_with_code
 
 FLOW_CALLS = 8  # module calls shown before the one that raised
 
 
-@dataclasses.dataclass
-class CrashEvidence:
+@kind("crash")
+@dataclasses.dataclass(kw_only=True)
+class CrashEvidence(Evidence):
     exception: str  # class name
     message: str  # the exception's message, first lines
     category: str | None  # the explain catalog's code (shape.matmul), None if not recognised
@@ -40,9 +42,6 @@ class CrashEvidence:
     causes: list[str] = dataclasses.field(default_factory=list)
     fixes: list[dict[str, str]] = dataclasses.field(default_factory=list)
     fields: dict[str, Any] = dataclasses.field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 def diagnose(inputs: Inputs) -> list[Diagnosis]:
@@ -72,7 +71,7 @@ def from_evidence(evidence: CrashEvidence) -> Diagnosis:
         summary=summary,
         location=location,
         step=e.step,
-        evidence=e.to_json(),
+        evidence=e,
         fix=fixes,
     )
 

@@ -9,10 +9,12 @@ that calls it, names it, and its fixes are for a loop that feeds itself."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
 
+from torchdoctor.diagnose.evidence import Evidence, kind, optional
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
 
@@ -26,6 +28,17 @@ MIN_STEPS = 10
 MIN_WAIT = 0.001  # seconds per step: below this, waiting cannot matter however large a share
 INFO_SHARE = 0.3
 WARNING_SHARE = 0.5
+
+
+@kind("dataloader_bound")
+@dataclasses.dataclass(kw_only=True)
+class DataloaderBoundEvidence(Evidence):
+    data_wait_share: float
+    data_wait_per_step: float
+    step_time: float
+    steps: int
+    loader: dict[str, Any]
+    input_function: dict[str, Any] | None = optional()  # the loop's own batch fetching
 
 
 def diagnose(inputs: Inputs) -> list[Diagnosis]:
@@ -47,13 +60,13 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
         f"{share:.0%} of step time is spent waiting for data "
         f"({float(wait.mean()) * 1e3:.1f} ms per step): the model is starved."
     )
-    evidence = {
-        "data_wait_share": share,
-        "data_wait_per_step": float(wait.mean()),
-        "step_time": float(np.median(duration)),
-        "steps": int(wait.size),
-        "loader": loader,
-    }
+    evidence = DataloaderBoundEvidence(
+        data_wait_share=share,
+        data_wait_per_step=float(wait.mean()),
+        step_time=float(np.median(duration)),
+        steps=int(wait.size),
+        loader=loader,
+    )
     location = None
     if found is not None:
         line = f" (`{found['code']}`)" if found.get("code") else ""
@@ -63,7 +76,7 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
             f"at {found['site']}{line}: the loop fetches its own batches, not through a "
             "DataLoader, and the model waits while it does."
         )
-        evidence["input_function"] = found
+        evidence.input_function = found
         location = found["site"]
     return [
         Diagnosis(

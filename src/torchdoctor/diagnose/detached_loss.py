@@ -8,9 +8,23 @@ leads to no parameter that an optimizer holds.
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
+from torchdoctor.diagnose.evidence import Evidence, kind
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
 from torchdoctor.frames import short_site
+
+
+@kind("detached_loss")
+@dataclasses.dataclass(kw_only=True)
+class DetachedLossEvidence(Evidence):
+    step: int
+    site: str
+    leaf: bool
+    leaves: list[Any]
+    shape: list[Any]
 
 
 def diagnose(inputs: Inputs) -> list[Diagnosis]:
@@ -42,7 +56,7 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
                     f"The loss backward() runs on{at} reaches none of the optimizers' "
                     f"parameters: {how}. The model gets no gradient and does not learn."
                 ),
-                evidence=d,
+                evidence=DetachedLossEvidence.from_json(d),
                 fix=[
                     "compute the loss from the model's output tensor itself: no .item(), "
                     ".detach(), .data, .numpy() or torch.tensor(...) on the way",

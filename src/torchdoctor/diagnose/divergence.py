@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from torchdoctor.diagnose.evidence import Evidence, kind
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
 from torchdoctor.diagnose.series import (
@@ -62,6 +63,30 @@ class Detection:
     baseline: float  # the loss there
     loss: float  # the loss (smoothed for `sustained`) at detection
     rises: int = 0
+
+
+@kind("divergence")
+@dataclasses.dataclass(kw_only=True)
+class DivergenceEvidence(Evidence):
+    rule: str
+    detected_step: int
+    onset_step: int
+    onset_loss: float
+    loss: float
+    factor: float
+    growth_per_step: float
+    steps_to_float32_overflow: float | None = None
+    non_finite_step: int | None = None
+    best_loss: float
+    best_step: int
+    steps_since_onset: int
+    lr: float | None = None
+    warmup: bool
+    grad_norm_at_onset: float | None = None
+    grad_norm_now: float | None = None
+
+    def names_step(self) -> int | None:
+        return self.non_finite_step
 
 
 def diagnose(inputs: Inputs) -> list[Diagnosis]:
@@ -180,24 +205,24 @@ def _diagnosis(
     lr_now, warmup = context["lr"], context["warmup"]
     norm_steps, norms = context["norms"]
     best = int(np.argmin(loss[: d.index + 1]))
-    evidence: dict[str, Any] = {
-        "rule": d.rule,
-        "detected_step": detected,
-        "onset_step": onset_step,
-        "onset_loss": d.baseline,
-        "loss": now,
-        "factor": factor,
-        "growth_per_step": rate,
-        "steps_to_float32_overflow": round(overflow, 1) if overflow is not None else None,
-        "non_finite_step": non_finite,
-        "best_loss": float(loss[best]) if d.rule == "geometric" else d.baseline,
-        "best_step": int(steps[best]) if d.rule == "geometric" else onset_step,
-        "steps_since_onset": step - onset_step,
-        "lr": lr_now,
-        "warmup": warmup,
-        "grad_norm_at_onset": _at(norm_steps, norms, onset_step),
-        "grad_norm_now": _at(norm_steps, norms, step),
-    }
+    evidence = DivergenceEvidence(
+        rule=d.rule,
+        detected_step=detected,
+        onset_step=onset_step,
+        onset_loss=d.baseline,
+        loss=now,
+        factor=factor,
+        growth_per_step=rate,
+        steps_to_float32_overflow=round(overflow, 1) if overflow is not None else None,
+        non_finite_step=non_finite,
+        best_loss=float(loss[best]) if d.rule == "geometric" else d.baseline,
+        best_step=int(steps[best]) if d.rule == "geometric" else onset_step,
+        steps_since_onset=step - onset_step,
+        lr=lr_now,
+        warmup=warmup,
+        grad_norm_at_onset=_at(norm_steps, norms, onset_step),
+        grad_norm_now=_at(norm_steps, norms, step),
+    )
     if d.rule == "geometric":
         summary = (
             f"The loss is diverging: it grew {rate:.3g}x per step for {d.rises} steps, from "

@@ -9,9 +9,22 @@ TorchFunctionMode that looks at the dropout arguments of every functional call.
 
 from __future__ import annotations
 
+import dataclasses
+
+from torchdoctor.diagnose.evidence import Evidence, kind
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
 from torchdoctor.frames import short_site
+
+
+@kind("dropout_in_eval")
+@dataclasses.dataclass(kw_only=True)
+class DropoutInEvalEvidence(Evidence):
+    model: str
+    op: str
+    p: float
+    site: str
+    step: int
 
 
 def diagnose(inputs: Inputs) -> list[Diagnosis]:
@@ -33,7 +46,7 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
                     f"{' at ' + where if where else ''}: dropout stays on in evaluation, so "
                     "outputs vary from call to call and evaluation is worse than the model."
                 ),
-                evidence=d,
+                evidence=DropoutInEvalEvidence.from_json(d),
                 fix=[
                     f"pass the module's mode: {op}(..., {arg}="
                     + (

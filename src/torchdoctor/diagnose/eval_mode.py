@@ -8,8 +8,10 @@ parameters an optimizer holds has `training == False`.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
+from torchdoctor.diagnose.evidence import Evidence, kind
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
 from torchdoctor.frames import short_site
@@ -20,6 +22,16 @@ _WORDS = {
     "spectral_norm": "spectral norm's power iteration not run",
     "rrelu": "RReLU's random slopes fixed",
 }
+
+
+@kind("eval_mode")
+@dataclasses.dataclass(kw_only=True)
+class EvalModeEvidence(Evidence):
+    model: str
+    step: int
+    modules: dict[str, Any]
+    eval_site: str
+    site: str
 
 
 def diagnose(inputs: Inputs) -> list[Diagnosis]:
@@ -53,7 +65,7 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
                 step=d.get("step"),
                 location=eval_site or model,
                 summary=summary,
-                evidence=d,
+                evidence=EvalModeEvidence.from_json(d),
                 fix=[
                     f"call {model}.train() before the training steps (at the start of each "
                     "epoch, and after every validation pass that called .eval())",

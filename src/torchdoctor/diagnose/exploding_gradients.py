@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
 
 import numpy as np
 
+from torchdoctor.diagnose.evidence import Evidence, kind, optional
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
 from torchdoctor.diagnose.series import finite, median5, median5_summary
@@ -48,6 +48,17 @@ class Detection:
     base: float  # the usual norm
     history: int  # steps it was taken over
     factor: float  # how far above it: the judged steps' minimum, or the spike
+
+
+@kind("exploding_gradients")
+@dataclasses.dataclass(kw_only=True)
+class ExplodingGradientsEvidence(Evidence):
+    grad_norm: float
+    typical_grad_norm: float
+    typical_over_steps: int
+    factor: float
+    steps: list[int]
+    module_growth: float | None = optional()
 
 
 def diagnose(inputs: Inputs) -> list[Diagnosis]:
@@ -129,15 +140,15 @@ def _diagnosis(
     d: Detection, steps: np.ndarray, norms: np.ndarray, module: str | None, growth: float
 ) -> Diagnosis:
     step = int(steps[d.index])
-    evidence: dict[str, Any] = {
-        "grad_norm": float(norms[d.index]),
-        "typical_grad_norm": d.base,
-        "typical_over_steps": d.history,
-        "factor": d.factor,
-        "steps": [int(s) for s in steps[max(0, d.index - SUSTAINED + 1) : d.index + 1]],
-    }
+    evidence = ExplodingGradientsEvidence(
+        grad_norm=float(norms[d.index]),
+        typical_grad_norm=d.base,
+        typical_over_steps=d.history,
+        factor=d.factor,
+        steps=[int(s) for s in steps[max(0, d.index - SUSTAINED + 1) : d.index + 1]],
+    )
     if module is not None:
-        evidence["module_growth"] = growth
+        evidence.module_growth = growth
     where = f"; the largest growth is in {module} ({growth:.3g}x)" if module else ""
     return Diagnosis(
         kind="exploding_gradients",

@@ -7,8 +7,23 @@ Seen live (telemetry/silent/coverage.py), once, at the first sampled update.
 
 from __future__ import annotations
 
+import dataclasses
+
+from torchdoctor.diagnose.evidence import Evidence, kind
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
+
+
+@kind("frozen_model")
+@dataclasses.dataclass(kw_only=True)
+class FrozenModelEvidence(Evidence):
+    model: str
+    trainable: int
+    total: int
+    trainable_modules: list[str]
+    output_layer: str
+    output_frozen: bool
+    step: int
 
 
 def diagnose(inputs: Inputs) -> list[Diagnosis]:
@@ -31,7 +46,7 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
                     f"train, all in {kinds}: every weight matrix and kernel is frozen{head}. "
                     "The model can barely learn."
                 ),
-                evidence=d,
+                evidence=FrozenModelEvidence.from_json(d),
                 fix=[
                     f"unfreeze at least the output layer ({layer}): "
                     f"{model}.{layer}.requires_grad_(True)"

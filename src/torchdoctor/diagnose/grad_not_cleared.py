@@ -9,9 +9,27 @@ each update, so its gradients are what came in since, alone.
 
 from __future__ import annotations
 
+import dataclasses
+
+from torchdoctor.diagnose.evidence import Evidence, kind
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
 from torchdoctor.frames import short_site
+
+
+@kind("grad_not_cleared")
+@dataclasses.dataclass(kw_only=True)
+class GradNotClearedEvidence(Evidence):
+    optimizer: str
+    step: int
+    previous_step: int
+    site: str
+    micro_batches: int
+    fetches: int
+    residual_kept: float
+    residual_cleared: float
+    residual_last: float
+    previous_share: float
 
 
 def diagnose(inputs: Inputs) -> list[Diagnosis]:
@@ -34,7 +52,7 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
                     f"{d.get('residual_kept', 0):.0e}), so every update applies all earlier "
                     "gradients again. optimizer.zero_grad() is missing."
                 ),
-                evidence=d,
+                evidence=GradNotClearedEvidence.from_json(d),
                 fix=[
                     "call optimizer.zero_grad() once per update: before the forward pass, or "
                     "right after optimizer.step()",

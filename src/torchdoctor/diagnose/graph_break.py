@@ -12,8 +12,10 @@ Dynamo gives and the fix for that kind of break. Warning; info for an explicit
 from __future__ import annotations
 
 import collections
+import dataclasses
 from typing import Any
 
+from torchdoctor.diagnose.evidence import Evidence, kind
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.recompilation import records
 from torchdoctor.diagnose.record import Diagnosis
@@ -68,6 +70,18 @@ _KINDS: tuple[tuple[tuple[str, ...], str, tuple[str, ...]], ...] = (
         ("remove the graph_break() call if it is no longer needed",),
     ),
 )
+
+
+@kind("graph_break")
+@dataclasses.dataclass(kw_only=True)
+class GraphBreakEvidence(Evidence):
+    reasons: dict[str, Any]
+    details: dict[str, Any]
+    function: str | None = None
+    code: str | None = None  # the source line of the function's break
+    count: int
+    places_with_breaks: int
+    compile_ids: list[Any]
 
 
 def classify(reason: str) -> tuple[str, list[str]]:
@@ -143,15 +157,15 @@ def _diagnosis(place: str, group: list[dict[str, Any]], total_places: int) -> Di
         summary=summary,
         location=place,
         step=steps[-1] if steps else None,
-        evidence={
-            "reasons": dict(reasons.most_common()),
-            "details": details,
-            "function": function,
-            "code": group[0]["code"],
-            "count": len(group),
-            "places_with_breaks": total_places,
-            "compile_ids": sorted({r["compile_id"] for r in group if r["compile_id"]})[:10],
-        },
+        evidence=GraphBreakEvidence(
+            reasons=dict(reasons.most_common()),
+            details=details,
+            function=function,
+            code=group[0]["code"],
+            count=len(group),
+            places_with_breaks=total_places,
+            compile_ids=sorted({r["compile_id"] for r in group if r["compile_id"]})[:10],
+        ),
         fix=[*fixes, *hints[:2], EXPLAIN],
         key=f"graph_break:{place}",
     )

@@ -7,14 +7,29 @@ rank waits for another one, which `cluster diagnoses` names."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
+from torchdoctor.diagnose.evidence import Evidence, kind, optional
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
 from torchdoctor.frames import is_stdlib, is_user_file, short_path, short_site
 
 # (category, test on a frame, what it means, fixes)
 _SYNC_CALLS = (".item()", ".cpu()", ".tolist()", ".numpy()", "synchronize(")
+
+
+@kind("hang")
+@dataclasses.dataclass(kw_only=True)
+class HangEvidence(Evidence):
+    category: str
+    seconds: float
+    timeout: float
+    blocking_frame: dict[str, Any]
+    user_frame: dict[str, Any] | None = None
+    keeping_alive: list[Any] | None = optional()
+    collective: dict[str, Any] | None = optional()
+    threads: list[Any]
 
 
 def diagnose(inputs: Inputs) -> list[Diagnosis]:
@@ -32,7 +47,8 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
     head = f"No training step for {seconds:.0f} s (timeout {capture.timeout:.0f} s): the main"
     head += " thread"
     call = waited_call(capture.pending, category, user)
-    evidence: dict[str, Any] = {}
+    collective: dict[str, Any] | None = None
+    alive: list[dict[str, Any]] | None = None
     if call is not None:
         category = "collective"
         location = short_site(call.get("site")) or location
@@ -43,13 +59,12 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
             "it. Look at them: `torchdoctor cluster diagnoses` names the rank that holds the "
             "job up, `torchdoctor cluster backtrace` shows where each rank is."
         )
-        evidence["collective"] = {
+        collective = {
             k: call.get(k) for k in ("group", "seq", "op", "shapes", "dtype", "site", "step")
         }
-        evidence["collective"]["waited"] = waited
+        collective["waited"] = waited
     elif category == "exiting":
         alive = keeping_alive(threads) or []
-        evidence["keeping_alive"] = alive
         names = thread_names(alive) if alive else "a non-daemon thread"
         summary = (
             f"{head} has ended the script's code and waits at exit for {names}: the process "
@@ -72,15 +87,16 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
             step=int(capture.steps),
             location=location,
             summary=summary,
-            evidence={
-                "category": category,
-                "seconds": seconds,
-                "timeout": capture.timeout,
-                "blocking_frame": blocking,
-                "user_frame": user,
-                **evidence,
-                "threads": _trim(threads),
-            },
+            evidence=HangEvidence(
+                category=category,
+                seconds=seconds,
+                timeout=capture.timeout,
+                blocking_frame=blocking,
+                user_frame=user,
+                keeping_alive=alive,
+                collective=collective,
+                threads=_trim(threads),
+            ),
             fix=_FIXES[category],
             key=f"hang:{capture.steps}",
         )

@@ -9,9 +9,23 @@ whose expected change exceeds its precision is bit-for-bit the same after step()
 
 from __future__ import annotations
 
+import dataclasses
+
+from torchdoctor.diagnose.evidence import Evidence, kind
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
 from torchdoctor.frames import short_site
+
+
+@kind("ineffective_update")
+@dataclasses.dataclass(kw_only=True)
+class IneffectiveUpdateEvidence(Evidence):
+    optimizer: str
+    step: int
+    site: str
+    elements: int
+    lr: float
+    optimizer_type: str
 
 
 def diagnose(inputs: Inputs) -> list[Diagnosis]:
@@ -33,7 +47,7 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
                     f"after the update, on two sampled steps. {d.get('optimizer_type')}'s "
                     "update does not reach the parameters."
                 ),
-                evidence=d,
+                evidence=IneffectiveUpdateEvidence.from_json(d),
                 fix=[
                     "a custom optimizer must update in place (p.add_(...), p.data.copy_(...) "
                     "under no_grad); `p = p - lr * p.grad` only rebinds a local name",

@@ -15,11 +15,23 @@ from the loss's autograd graph (telemetry/silent/loss_graph.py):
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
+from torchdoctor.diagnose.evidence import Evidence, kind
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
 from torchdoctor.frames import short_site
+
+
+@kind("loss_inputs")
+@dataclasses.dataclass(kw_only=True)
+class LossInputsEvidence(Evidence):
+    logits: list[int]
+    targets: list[int]
+    problem: str
+    step: int
+    site: str
 
 
 def diagnose(inputs: Inputs) -> list[Diagnosis]:
@@ -36,7 +48,7 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
                 step=d.get("step"),
                 location=where,
                 summary=summary + (f" (the loss backward() runs on at {where})" if where else ""),
-                evidence=d,
+                evidence=LossInputsEvidence.from_json(d),
                 fix=fix,
                 key=f"loss_inputs:{problem}:{where}",
             )

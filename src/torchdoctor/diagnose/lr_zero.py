@@ -6,14 +6,24 @@ group kept at 0 on purpose while others train (said as info).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
 
+from torchdoctor.diagnose.evidence import Evidence, kind
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
 
 MIN_STEPS = 20
+
+
+@kind("lr_zero")
+@dataclasses.dataclass(kw_only=True)
+class LrZeroEvidence(Evidence):
+    first_zero_step: int
+    steps: int
+    optimizer: dict[str, Any] | None = None
 
 
 def diagnose(inputs: Inputs) -> list[Diagnosis]:
@@ -48,7 +58,7 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
                     f"The first parameter group's learning rate is 0 {since}; other groups "
                     f"train (learning rates {lrs}): that group is frozen."
                 ),
-                evidence={"first_zero_step": first, "steps": run, "optimizer": primary},
+                evidence=LrZeroEvidence(first_zero_step=first, steps=run, optimizer=primary),
                 fix=["nothing, if that group is frozen on purpose"],
                 key="lr_zero",
             )
@@ -64,7 +74,7 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
                 f"{' (' + primary['type'] + ')' if primary.get('type') else ''} is 0 {since} "
                 f"({run} steps): updates change nothing, the model does not learn."
             ),
-            evidence={"first_zero_step": first, "steps": run, "optimizer": primary or None},
+            evidence=LrZeroEvidence(first_zero_step=first, steps=run, optimizer=primary or None),
             fix=[
                 "check the scheduler's factor: integer division (step // warmup) gives 0 "
                 "until the warm-up ends; use a float: min(1.0, (step + 1) / warmup)",

@@ -3,8 +3,10 @@ where it can be found, what holds it (a list keeping loss tensors and their grap
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
+from torchdoctor.diagnose.evidence import Evidence, kind, optional
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
 from torchdoctor.diagnose.series import slope
@@ -20,6 +22,19 @@ WINDOW = 400
 MIN_GROWTH = 16 * 2**20  # bytes over the window: below this RSS noise dominates
 MIN_FRACTION = 0.03  # and at least this fraction of the memory in use
 MIN_R2 = 0.9
+
+
+@kind("memory_leak")
+@dataclasses.dataclass(kw_only=True)
+class MemoryLeakEvidence(Evidence):
+    bytes_per_step: float
+    growth: float
+    from_step: int
+    to_step: int
+    start_bytes: float
+    end_bytes: float
+    r2: float
+    holders: list[dict[str, Any]] | None = optional()  # what holds it (found live)
 
 
 def detect(inputs: Inputs) -> dict[str, Any] | None:
@@ -62,7 +77,7 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
                 f"({human(found['growth'])} from step {found['from_step']} to "
                 f"{found['to_step']}, steadily): something keeps each step's tensors alive."
             ),
-            evidence=found,
+            evidence=MemoryLeakEvidence.from_json(found),
             fix=_FIXES,
             key="memory_leak",
         )
@@ -81,7 +96,8 @@ def with_holders(diagnosis: Diagnosis, holders: list[dict[str, Any]]) -> Diagnos
         detail += f", {graphs} of them with a grad_fn (each keeps its step's graph alive)"
     diagnosis.location = name
     diagnosis.summary += f" {detail}."
-    diagnosis.evidence = dict(diagnosis.evidence, holders=holders)
+    if isinstance(diagnosis.evidence, MemoryLeakEvidence):
+        diagnosis.evidence = dataclasses.replace(diagnosis.evidence, holders=holders)
     fix = f"store plain numbers in {name}: loss.item() (or tensor.detach()) instead of the tensor"
     if not graphs:
         fix = f"bound or clear {name}: it grows every step"

@@ -5,9 +5,11 @@ training loop early is `uneven_batches`'."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from torchdoctor.diagnose import collective_order as co
+from torchdoctor.diagnose.evidence import Evidence, kind
 from torchdoctor.diagnose.hang import what
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
@@ -15,6 +17,20 @@ from torchdoctor.frames import short_site
 from torchdoctor.identity import ranks_text
 
 JOB = True  # compares ranks: runs on a job's tables
+
+
+@kind("missing_rank")
+@dataclasses.dataclass(kw_only=True)
+class MissingRankEvidence(Evidence):
+    group: str
+    seq: int
+    op: str
+    collective: dict[str, Any]
+    waiting: list[int]
+    waited: float
+    missing: dict[str, Any]
+    unknown: list[Any]
+    ranks: list[int]
 
 
 def diagnose(inputs: Inputs) -> list[Diagnosis]:
@@ -78,19 +94,19 @@ def _diagnosis(job: co.JobInputs, holdup: co.Holdup, culprits: list[int]) -> Dia
         step=call.step,
         location=location,
         summary=summary,
-        evidence={
-            "group": holdup.group,
-            "seq": holdup.seq,
-            "op": call.op,
-            "collective": call.describe(),
+        evidence=MissingRankEvidence(
+            group=holdup.group,
+            seq=holdup.seq,
+            op=call.op,
+            collective=call.describe(),
             # the ranks only: their calls are the collective above (a list of ints stays small
             # at a thousand ranks, and every rank stores this finding)
-            "waiting": sorted(holdup.waiting),
-            "waited": holdup.waited,
-            "missing": missing,
-            "unknown": holdup.unknown,
-            "ranks": culprits,
-        },
+            waiting=sorted(holdup.waiting),
+            waited=holdup.waited,
+            missing=missing,
+            unknown=holdup.unknown,
+            ranks=culprits,
+        ),
         fix=[
             f"look at rank {culprits[0]}'s line above: it must reach {call.op} #{holdup.seq} "
             "like the others (a blocking read, a rank-dependent branch, a lock)",

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from torchdoctor.diagnose.evidence import Evidence, kind, optional
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
 from torchdoctor.diagnose.story import LOWER_LR, lr_now
@@ -66,6 +67,44 @@ class NanOrigin:
         return cls(**{k: v for k, v in data.items() if k in known})
 
 
+@kind("nan")
+@dataclasses.dataclass(kw_only=True)
+class NanEvidence(Evidence):
+    """A NanOrigin's fields (those it found), the steps' history and the ranked causes; without
+    a replay, the first bad step's loss and gradient norm and the history."""
+
+    stage: str | None = optional()
+    step: int | None = optional()
+    location: str | None = optional()
+    loss: float | str | None = optional()  # a non-finite loss is its text ("nan")
+    grad_norm: float | str | None = optional()
+    lr: float | None = optional()
+    guard: bool | None = optional()
+    backward_site: str | None = optional()
+    autocast: dict[str, str] | None = optional()
+    bad_gradients: list[dict[str, Any]] | None = optional()
+    module: str | None = optional()
+    op: str | None = optional()
+    site: str | None = optional()
+    node: str | None = optional()
+    shape: list[int] | None = optional()
+    dtype: str | None = optional()
+    nan: int | None = optional()
+    inf: int | None = optional()
+    numel: int | None = optional()
+    inputs: list[dict[str, Any]] | None = optional()
+    input: dict[str, Any] | None = optional()
+    bad_weights: list[dict[str, Any]] | None = optional()
+    loss_graph: list[str] | None = optional()
+    note: str | None = optional()
+    replay_seconds: float | None = optional()
+    history: dict[str, Any] | None = optional()
+    causes: list[dict[str, Any]] | None = optional()
+
+    def has_no_cause(self) -> bool:
+        return self.stage == "data"  # a bad batch: nothing before it led there
+
+
 def diagnose(inputs: Inputs) -> list[Diagnosis]:
     origins = inputs.events_of("nan_origin")
     if origins:
@@ -81,7 +120,7 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
             step=step,
             summary=f"Step {step} went non-finite (loss {loss}, gradient norm {norm}); "
             "it could not be replayed to find the origin.",
-            evidence={"loss": loss, "grad_norm": norm, "history": _history(inputs, step)},
+            evidence=NanEvidence(loss=loss, grad_norm=norm, history=_history(inputs, step)),
             fix=_generic_fixes(),
         )
     ]
@@ -89,12 +128,12 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
 
 def from_origin(origin: NanOrigin, inputs: Inputs | None = None) -> Diagnosis:
     step = origin.step
-    evidence = origin.to_json()
+    evidence = NanEvidence.from_json(origin.to_json())
     history = _history(inputs, step) if inputs is not None and step is not None else {}
     if history:
-        evidence["history"] = history
+        evidence.history = history
     causes = rank_causes(origin, history)
-    evidence["causes"] = causes
+    evidence.causes = causes
     summary = _summary(origin)
     fixes = [c["fix"] for c in causes]
     if origin.guard:

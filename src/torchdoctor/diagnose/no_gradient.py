@@ -3,8 +3,10 @@ block around part of the forward, a branch never used), named by module."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 
+from torchdoctor.diagnose.evidence import Evidence, kind
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
 
@@ -13,6 +15,14 @@ from torchdoctor.diagnose.record import Diagnosis
 RESOLVES = True
 
 MIN_TRACED = 2
+
+
+@kind("no_gradient")
+@dataclasses.dataclass(kw_only=True)
+class NoGradientEvidence(Evidence):
+    modules: list[str]
+    parameters: int
+    traced_steps: list[int]
 
 
 def diagnose(inputs: Inputs) -> list[Diagnosis]:
@@ -52,7 +62,9 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
                 f"{count} trainable parameter tensor(s) never receive a gradient, in {shown} "
                 f"(checked on {len(traced)} steps): their weights never change."
             ),
-            evidence={"modules": never, "parameters": count, "traced_steps": sorted(traced)},
+            evidence=NoGradientEvidence(
+                modules=never, parameters=count, traced_steps=sorted(traced)
+            ),
             fix=[
                 "look for .detach(), torch.no_grad() or .data in the forward path of these modules",
                 "check that their output is used in the loss (a branch computed but never used)",

@@ -4,8 +4,11 @@ run as it stands: once the loss falls, it is resolved (`RESOLVES`)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
+from torchdoctor.diagnose.evidence import Evidence, kind
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
 from torchdoctor.diagnose.series import finite
@@ -15,6 +18,17 @@ RESOLVES = True  # a finding it no longer returns has stopped being true (the do
 MIN_STEPS = 100
 WINDOW = 20
 IMPROVEMENT = 0.02  # less than 2% better than at the start counts as flat
+
+
+@kind("not_learning")
+@dataclasses.dataclass(kw_only=True)
+class NotLearningEvidence(Evidence):
+    start_loss: float
+    loss: float
+    best_loss: float
+    steps: int
+    lr: float | None = None
+    grad_norm: float | None = None
 
 
 def diagnose(inputs: Inputs) -> list[Diagnosis]:
@@ -58,14 +72,14 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
                 f"{first:.4g} at the start (best {best:.4g}), although gradients flow "
                 f"(norm {float(np.median(norms[-WINDOW:])):.3g})."
             ),
-            evidence={
-                "start_loss": first,
-                "loss": last,
-                "best_loss": best,
-                "steps": int(loss.size),
-                "lr": lr,
-                "grad_norm": float(np.median(norms[-WINDOW:])),
-            },
+            evidence=NotLearningEvidence(
+                start_loss=first,
+                loss=last,
+                best_loss=best,
+                steps=int(loss.size),
+                lr=lr,
+                grad_norm=float(np.median(norms[-WINDOW:])),
+            ),
             fix=fixes,
             key="not_learning",
         )

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from torchdoctor.diagnose.evidence import Evidence, kind, optional
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
 from torchdoctor.memory.estimate import Breakdown, rank_fixes, shortfall
@@ -28,6 +29,49 @@ BREAKDOWN_LABELS = (
     ("other", "other tensors"),
     ("cached_unused", "cached but unused"),
 )
+
+
+@kind("oom")
+@dataclasses.dataclass(kw_only=True)
+class OomDiagnosisEvidence(Evidence):
+    """The capture's numbers (memory.evidence.OomEvidence in its JSON form, the breakdown and
+    situation as mappings) and what the diagnosis adds: the ranked fixes, the shortfall, the
+    breakdown in words."""
+
+    exception: str = ""
+    message: str = ""
+    device: str | None = None
+    breakdown: dict[str, Any] = dataclasses.field(default_factory=dict)
+    situation: dict[str, Any] = dataclasses.field(default_factory=dict)
+    asked: int | None = None
+    step: int | None = None
+    phase: str | None = None
+    module: str | None = None
+    module_type: str | None = None
+    location_source: str | None = None
+    location_note: str | None = None
+    file: str | None = None
+    line: int | None = None
+    function: str | None = optional()
+    candidates: list[str] | None = optional()
+    message_fields: dict[str, Any] = dataclasses.field(default_factory=dict)
+    memory: dict[str, Any] = dataclasses.field(default_factory=dict)
+    counts: dict[str, int] = dataclasses.field(default_factory=dict)
+    tensor_bytes: int = 0
+    not_in_tensors: int | None = None
+    top_tensors: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    optimizers: list[str] = dataclasses.field(default_factory=list)
+    models: list[list[Any]] = dataclasses.field(default_factory=list)
+    holders: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    phases: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    modules: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    traced_step: int | None = None
+    snapshot: str | None = None
+    run_dir: str | None = None
+    fixes: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    shortfall: int | None = None
+    breakdown_human: dict[str, str] = dataclasses.field(default_factory=dict)
+    sharding: dict[str, Any] | None = optional()  # a sharded model's local and whole figures
 
 
 def diagnose(inputs: Inputs) -> list[Diagnosis]:
@@ -120,7 +164,7 @@ def from_evidence(evidence: OomEvidence) -> Diagnosis:
         summary=summary,
         location=location,
         step=int(step) if step is not None else None,
-        evidence=out,
+        evidence=OomDiagnosisEvidence.from_json(out),
         fix=fix_lines,
     )
 

@@ -12,10 +12,12 @@ held it up, from the journals."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from torchdoctor.diagnose import collective_order as co
 from torchdoctor.diagnose import job_end
+from torchdoctor.diagnose.evidence import Evidence, kind, optional
 from torchdoctor.diagnose.inputs import Inputs, JobInputs, RankView
 from torchdoctor.diagnose.record import Diagnosis
 from torchdoctor.frames import short_site
@@ -24,6 +26,32 @@ from torchdoctor.identity import rank_ranges, ranks_text
 JOB = True  # compares ranks: runs on a job's tables
 
 MEMORY_KINDS = ("memory_leak", "oom")  # a rank's own findings that make an OOM kill likely
+
+
+@kind("rank_died")
+@dataclasses.dataclass(kw_only=True)
+class RankDiedEvidence(Evidence):
+    rank: int | None = optional()
+    elsewhere: bool | None = optional()
+    absent: str | None = optional()
+    world_size: int | None = optional()
+    whole: bool | None = optional()
+    ranks: list[int]
+    status: str | None = optional()
+    kind: str | None = optional()
+    how: str | None = optional()
+    known_by: str | None = optional()
+    exit_code: int | None = optional()
+    signal: str | None = optional()
+    reason: str | None = optional()
+    steps: int | None = optional()
+    last_site: str | None = optional()
+    dead: list[int] | None = optional()
+    signals: list[str] | None = optional()
+    spread: float | None = optional()
+    others: dict[str, Any]
+    memory: str | None = optional()
+    next_after: float | None = optional()
 
 
 def diagnose(inputs: Inputs) -> list[Diagnosis]:
@@ -106,27 +134,25 @@ def _first(
     if groups:
         summary += "; then " + "; ".join(f"{ranks_text(rs)}: {text}" for text, rs in groups)
     summary += "."
-    evidence: dict[str, Any] = {
-        "rank": lead.rank,
-        "ranks": [e.rank for e in first],
-        "status": view.status,
-        "kind": lead.kind,
-        "how": lead.how,
-        "known_by": known,
-        "exit_code": view.exit_code,
-        "signal": lead.signal or view.signal,
-        "reason": view.reason,
-        "steps": step,
-        "last_site": where,
-        "dead": sorted(ends),
-        "others": {
-            str(r): _doing(job, v, table.get(r, {}), ends.get(r)) for r, v in _rest(job, skip)
-        },
-    }
+    evidence = RankDiedEvidence(
+        rank=lead.rank,
+        ranks=[e.rank for e in first],
+        status=view.status,
+        kind=lead.kind,
+        how=lead.how,
+        known_by=known,
+        exit_code=view.exit_code,
+        signal=lead.signal or view.signal,
+        reason=view.reason,
+        steps=step,
+        last_site=where,
+        dead=sorted(ends),
+        others={str(r): _doing(job, v, table.get(r, {}), ends.get(r)) for r, v in _rest(job, skip)},
+    )
     if later:
-        evidence["next_after"] = min(later)
+        evidence.next_after = min(later)
     if memory:
-        evidence["memory"] = memory
+        evidence.memory = memory
     return Diagnosis(
         kind="rank_died",
         severity="error",
@@ -170,15 +196,15 @@ def _whole(job: JobInputs, ends: dict[int, job_end.Ending]) -> Diagnosis:
         severity="info",  # nothing failed inside the job: a finding above says why, if any
         step=step,
         summary=summary,
-        evidence={
-            "whole": True,
-            "ranks": stopped,
-            "signals": signals,
-            "spread": (max(times) - min(times)) if len(times) > 1 else None,
-            "others": {
+        evidence=RankDiedEvidence(
+            whole=True,
+            ranks=stopped,
+            signals=signals,
+            spread=(max(times) - min(times)) if len(times) > 1 else None,
+            others={
                 str(r): _doing(job, v, table.get(r, {}), ends.get(r)) for r, v in _rest(job, set())
             },
-        },
+        ),
         fix=[
             "nothing failed inside the job: it was stopped from outside (torchrun's agent got a "
             "signal, the scheduler's time limit or preemption, a user's Ctrl-C or kill)",
@@ -210,15 +236,15 @@ def _elsewhere(job: JobInputs, ends: dict[int, job_end.Ending]) -> Diagnosis:
         severity="error",
         step=max((v.steps_done for v in job.ranks.values()), default=0),
         summary=summary,
-        evidence={
-            "elsewhere": True,
-            "absent": rank_ranges(absent),
-            "world_size": job.world_size,
-            "ranks": sorted(ends),
-            "others": {
+        evidence=RankDiedEvidence(
+            elsewhere=True,
+            absent=rank_ranges(absent),
+            world_size=job.world_size,
+            ranks=sorted(ends),
+            others={
                 str(r): _doing(job, v, table.get(r, {}), ends.get(r)) for r, v in _rest(job, set())
             },
-        },
+        ),
         fix=[
             f"read the record of {ranks_text(absent)}: torchdoctor diagnoses on the other "
             "node's job directory, or give every node one TORCHDOCTOR_RUN_DIR on a shared "

@@ -6,8 +6,12 @@ what the other ranks wait in. Once the rank is gone, `rank_died` tells the same 
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 from torchdoctor.diagnose import collective_order as co
 from torchdoctor.diagnose import job_end
+from torchdoctor.diagnose.evidence import Evidence, kind
 from torchdoctor.diagnose.hang import thread_names
 from torchdoctor.diagnose.inputs import Inputs, JobInputs
 from torchdoctor.diagnose.record import Diagnosis
@@ -15,6 +19,16 @@ from torchdoctor.frames import short_site
 from torchdoctor.identity import ranks_text
 
 JOB = True  # compares ranks: runs on a job's tables
+
+
+@kind("rank_raised")
+@dataclasses.dataclass(kw_only=True)
+class RankRaisedEvidence(Evidence):
+    rank: int
+    error: str
+    line: str | None = None
+    threads: list[Any]
+    waiting: list[Any]
 
 
 def diagnose(inputs: Inputs) -> list[Diagnosis]:
@@ -58,13 +72,13 @@ def _diagnosis(job: JobInputs, ending: job_end.Ending) -> Diagnosis:
         step=ending.step,
         location=short_site(ending.line),
         summary=summary,
-        evidence={
-            "rank": ending.rank,
-            "error": ending.how.removeprefix("raised "),
-            "line": ending.line,
-            "threads": threads,
-            "waiting": [{"ranks": rs, "doing": text} for text, rs in waiting],
-        },
+        evidence=RankRaisedEvidence(
+            rank=ending.rank,
+            error=ending.how.removeprefix("raised "),
+            line=ending.line,
+            threads=threads,
+            waiting=[{"ranks": rs, "doing": text} for text, rs in waiting],
+        ),
         fix=[
             f"fix rank {ending.rank}'s error first: it is the cause, the others only wait",
             "make the thread a daemon (threading.Thread(..., daemon=True)), or stop and join it "

@@ -11,9 +11,11 @@ function; info from NOTE (two graphs, for train/eval or a last partial batch, ar
 from __future__ import annotations
 
 import collections
+import dataclasses
 import re
 from typing import Any
 
+from torchdoctor.diagnose.evidence import Evidence, kind
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
 from torchdoctor.frames import is_user_file
@@ -25,6 +27,22 @@ MAX_VALUES = 20
 _SIZE = re.compile(r"tensor '(?P<name>.+?)' size mismatch at index (?P<dim>\d+)")
 _VALUES = re.compile(r"expected (?P<expected>[^,\s]+),? actual (?P<actual>\S+)")
 _EQUALS = re.compile(r"(?P<name>L\[[^\]]+\](?:\.\w+)*|[\w.]+) == (?P<value>[^\s#]+)")
+
+
+@kind("recompilation")
+@dataclasses.dataclass(kw_only=True)
+class RecompilationEvidence(Evidence):
+    function: str | None = None
+    code: str | None = None
+    recompilations: int
+    limit_hit: bool
+    guard: str
+    guards: dict[str, Any]
+    values: list[Any]
+    compile_seconds: float
+    first_step: int | None = None
+    last_step: int | None = None
+    call_sites: dict[str, Any]
 
 
 def normalise(reason: str | None) -> str:
@@ -207,19 +225,19 @@ def _diagnosis(
         summary=summary,
         location=location,
         step=steps[-1] if steps else None,
-        evidence={
-            "function": function,
-            "code": code,
-            "recompilations": n,
-            "limit_hit": bool(limit),
-            "guard": guard,
-            "guards": dict(guards.most_common(5)),
-            "values": values,
-            "compile_seconds": seconds,
-            "first_step": steps[0] if steps else None,
-            "last_step": steps[-1] if steps else None,
-            "call_sites": dict(locations.most_common(3)),
-        },
+        evidence=RecompilationEvidence(
+            function=function,
+            code=code,
+            recompilations=n,
+            limit_hit=bool(limit),
+            guard=guard,
+            guards=dict(guards.most_common(5)),
+            values=values,
+            compile_seconds=seconds,
+            first_step=steps[0] if steps else None,
+            last_step=steps[-1] if steps else None,
+            call_sites=dict(locations.most_common(3)),
+        ),
         fix=fixes,
         key=f"recompilation:{group_key}",
     )

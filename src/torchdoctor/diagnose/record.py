@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Mapping
 from typing import Any
 
-from torchdoctor._json import dumps
-from torchdoctor.store.schema import join_fixes
+from torchdoctor.diagnose.evidence import Evidence, decode, encode
+from torchdoctor.store.schema import DIAGNOSES, join_fixes, split_fixes
 
 SEVERITIES = ("info", "warning", "error")
 
@@ -19,7 +20,7 @@ class Diagnosis:
     summary: str  # one sentence a person reads first
     location: str | None = None  # module qualified name or file:line
     step: int | None = None
-    evidence: dict[str, Any] = dataclasses.field(default_factory=dict)
+    evidence: Evidence = dataclasses.field(default_factory=Evidence)  # the kind's class
     fix: list[str] = dataclasses.field(default_factory=list)  # ranked remedies
     rank: int = 0
     time: float = dataclasses.field(default_factory=time.time)
@@ -40,7 +41,9 @@ class Diagnosis:
         """The python.diagnoses row. A job-level finding carries its identity in its evidence
         (`job_key`), so that the same finding reported by many ranks, or again later, is shown
         once."""
-        evidence = dict(self.evidence, job_key=self.identity) if self.job else self.evidence
+        evidence = self.evidence
+        if self.job:
+            evidence = dataclasses.replace(evidence, job_key=self.identity)
         return (
             self.time,
             self.step,
@@ -49,7 +52,7 @@ class Diagnosis:
             self.severity,
             self.location,
             self.summary,
-            dumps(evidence),
+            encode(evidence),
             join_fixes(self.fix),
             self.resolved,
             self.follows,
@@ -68,3 +71,72 @@ def fix_with_code(title: str, code: str) -> str:
     if len(statements) == 1:
         return f"{title}: {statements[0].strip()}"
     return f"{title}:\n" + "\n".join(lines)
+
+
+@dataclasses.dataclass
+class Finding:
+    """A python.diagnoses row read back (a saved run, a live endpoint, a rank of a job): the
+    diagnosis's columns with its evidence decoded by the one codec (diagnose.evidence) and its
+    fixes whole; merged over a job's ranks, whether it compares ranks and who reported it."""
+
+    kind: str
+    severity: str
+    summary: str
+    evidence: Evidence
+    fix: list[str]
+    time: float | None = None
+    step: int | None = None
+    rank: int | None = None
+    location: str | None = None
+    resolved: int | None = None
+    follows: str | None = None
+    job: bool = False  # a job-level finding, shown once for the job (report/cluster.py)
+    found_by: list[int] | None = None  # the ranks that reported it (a job's merged finding)
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Finding:
+        """From a row as a mapping of its columns (evidence as stored, or already parsed)."""
+        kind = str(row.get("kind") or "")
+        fix = row.get("fix")
+        return cls(
+            kind=kind,
+            severity=str(row.get("severity") or "info"),
+            summary=str(row.get("summary") or ""),
+            evidence=decode(kind, row.get("evidence")),
+            fix=list(fix) if isinstance(fix, (list, tuple)) else split_fixes(fix),
+            time=row.get("time"),
+            step=row.get("step"),
+            rank=row.get("rank"),
+            location=row.get("location"),
+            resolved=row.get("resolved"),
+            follows=row.get("follows"),
+        )
+
+    @classmethod
+    def of(cls, diagnosis: Diagnosis) -> Finding:
+        """A diagnosis as its stored row would read back."""
+        return cls.from_row(dict(zip(DIAGNOSES.column_names, diagnosis.row(), strict=True)))
+
+    @property
+    def job_key(self) -> str | None:
+        return self.evidence.job_key
+
+    def to_json(self) -> dict[str, Any]:
+        """The row as JSON output shows it: the columns in order, the evidence an object."""
+        out: dict[str, Any] = {
+            "time": self.time,
+            "step": self.step,
+            "rank": self.rank,
+            "kind": self.kind,
+            "severity": self.severity,
+            "location": self.location,
+            "summary": self.summary,
+            "evidence": self.evidence.to_json(),
+            "fix": join_fixes(self.fix),
+            "resolved": self.resolved,
+            "follows": self.follows,
+        }
+        if self.job:
+            out["job"] = True
+            out["found_by"] = list(self.found_by or [])
+        return out

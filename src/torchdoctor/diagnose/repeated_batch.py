@@ -11,10 +11,21 @@ time, on purpose.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
+from torchdoctor.diagnose.evidence import Evidence, kind, optional
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
+
+
+@kind("repeated_batch")
+@dataclasses.dataclass(kw_only=True)
+class RepeatedBatchEvidence(Evidence):
+    windows: list[Any] | None = optional()  # the windows that repeat (a whole batch)
+    same: list[list[int]] | None = optional()  # pairs of steps whose batches were equal
+    num_workers: int | None = optional()
+    shapes: list[Any] | None = None
 
 
 def diagnose(inputs: Inputs) -> list[Diagnosis]:
@@ -64,7 +75,7 @@ def _every(
             f"{model} gets the same batch every step (identical on all {pairs} pairs of "
             f"consecutive sampled steps): {cause}."
         ),
-        evidence={"windows": windows, "shapes": last.get("shapes")},
+        evidence=RepeatedBatchEvidence(windows=windows, shapes=last.get("shapes")),
         fix=fixes,
         key="repeated_batch",
     )
@@ -92,7 +103,7 @@ def _workers(model: str, same: list[list[int]], workers: int, last: dict[str, An
             "workers: each worker holds a copy of the same random generator, so their random "
             "samples or augmentations repeat, worker after worker."
         ),
-        evidence={"same": same, "num_workers": workers, "shapes": last.get("shapes")},
+        evidence=RepeatedBatchEvidence(same=same, num_workers=workers, shapes=last.get("shapes")),
         fix=[
             "seed each worker: DataLoader(..., worker_init_fn=lambda i: "
             "np.random.seed(torch.initial_seed() % 2**32)), or draw random numbers with "

@@ -16,9 +16,11 @@ differ; where the training called the module DDP wraps instead of the wrapper (t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
+from torchdoctor.diagnose.evidence import Evidence, kind
 from torchdoctor.diagnose.inputs import Inputs, JobInputs
 from torchdoctor.diagnose.record import Diagnosis
 from torchdoctor.identity import ranks_text
@@ -28,6 +30,20 @@ JOB = True  # compares ranks: runs on a job's tables
 EVENT = "replica_checksums"  # python.events kind: {"step", "model", "names", "sums"[, "unwrapped"]}
 RECENT = 4  # checked steps per rank a live answer carries (every model's)
 SHOWN = 5  # parameters named in the summary
+
+
+@kind("replica_drift")
+@dataclasses.dataclass(kw_only=True)
+class ReplicaDriftEvidence(Evidence):
+    model: str
+    step: int
+    agreed_at: int | None = None
+    ranks: list[int]
+    reference_ranks: list[int]
+    parameters: dict[str, Any]
+    differ: int
+    checked: int
+    unwrapped: bool = False  # the model trained is a DDP wrapper's module, not the wrapper
 
 
 def due(steps_done: int) -> bool:
@@ -163,17 +179,17 @@ def _compare(
         step=step,
         location=worst[0] if worst else None,  # the parameter's name in the model
         summary=summary,
-        evidence={
-            "model": model,
-            "step": step,
-            "agreed_at": agreed,
-            "ranks": odd,
-            "reference_ranks": same,
-            "parameters": {n: params[n] for n in worst[:20]},
-            "differ": len(params),
-            "checked": len(reference),
-            "unwrapped": unwrapped,
-        },
+        evidence=ReplicaDriftEvidence(
+            model=model,
+            step=step,
+            agreed_at=agreed,
+            ranks=odd,
+            reference_ranks=same,
+            parameters={n: params[n] for n in worst[:20]},
+            differ=len(params),
+            checked=len(reference),
+            unwrapped=unwrapped,
+        ),
         fix=fixes,
         rank=odd[0],
         job=True,

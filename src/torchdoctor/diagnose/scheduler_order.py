@@ -8,9 +8,22 @@ construction comes while its optimizer has not stepped, and no GradScaler skip e
 
 from __future__ import annotations
 
+import dataclasses
+
+from torchdoctor.diagnose.evidence import Evidence, kind
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
 from torchdoctor.frames import short_site
+
+
+@kind("scheduler_order")
+@dataclasses.dataclass(kw_only=True)
+class SchedulerOrderEvidence(Evidence):
+    scheduler: str
+    site: str
+    created: str
+    step: int
+    updates: int
 
 
 def diagnose(inputs: Inputs) -> list[Diagnosis]:
@@ -31,7 +44,7 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
                     "schedule's first learning rate is skipped, and every later one comes "
                     "one call early."
                 ),
-                evidence=d,
+                evidence=SchedulerOrderEvidence.from_json(d),
                 fix=[
                     "call scheduler.step() after optimizer.step(): at the end of the step "
                     "(per-step schedules) or at the end of the epoch (per-epoch ones)",

@@ -11,14 +11,24 @@ ReduceLROnPlateau without a plateau) is doing its job and not this.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
+from torchdoctor.diagnose.evidence import Evidence, kind, optional
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
 from torchdoctor.frames import short_site
 
 EPOCHS = 2
 NO_LENGTH = 2000
+
+
+@kind("scheduler_unused")
+@dataclasses.dataclass(kw_only=True)
+class SchedulerUnusedEvidence(Evidence):
+    scheduler: dict[str, Any]
+    updates: int
+    judged_after: int | None = optional()
 
 
 def diagnose(inputs: Inputs) -> list[Diagnosis]:
@@ -57,7 +67,7 @@ def _orphan(
             f"steps, while {updates} updates were made by another: the learning rate of the "
             "optimizer that trains never follows the schedule."
         ),
-        evidence={"scheduler": s, "updates": updates},
+        evidence=SchedulerUnusedEvidence(scheduler=s, updates=updates),
         fix=[
             "build the scheduler from the optimizer that steps (after the optimizer is "
             "re-created, e.g. on resuming or after changing the model, re-create the "
@@ -85,7 +95,7 @@ def _never(
             f"{kind}{at} was never stepped in {updates} updates (over {after} would cover two "
             "epochs): the learning rate stays at its initial value."
         ),
-        evidence={"scheduler": s, "updates": updates, "judged_after": after},
+        evidence=SchedulerUnusedEvidence(scheduler=s, updates=updates, judged_after=after),
         fix=[
             "call scheduler.step() once per update (per-step schedules) or once per epoch, "
             "after optimizer.step()",

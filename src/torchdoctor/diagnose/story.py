@@ -49,7 +49,7 @@ def tell(found: Sequence[Diagnosis]) -> list[Diagnosis]:
 def _linked(d: Diagnosis, found: Sequence[Diagnosis]) -> Diagnosis:
     if d.kind not in CHAIN or d.step is None:
         return d
-    if d.kind == "nan" and (d.evidence or {}).get("stage") == "data":
+    if d.evidence.has_no_cause():
         return d  # a bad batch: nothing before it led there
     cause: Diagnosis | None = None
     for earlier in found:
@@ -57,7 +57,7 @@ def _linked(d: Diagnosis, found: Sequence[Diagnosis]) -> Diagnosis:
             continue
         if earlier.step is None or earlier.rank != d.rank or not _before(earlier, d):
             continue
-        named = (earlier.evidence or {}).get("non_finite_step") == d.step
+        named = earlier.evidence.names_step() == d.step
         if d.step - earlier.step > GAP and not named:
             continue
         if cause is None or _before(cause, earlier):

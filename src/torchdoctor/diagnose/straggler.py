@@ -12,11 +12,14 @@ others wait for the last one, and the time they would save is its lead over the 
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
+from typing import Any
 
 import numpy as np
 
 from torchdoctor.diagnose import collective_order as co
+from torchdoctor.diagnose.evidence import Evidence, kind
 from torchdoctor.diagnose.inputs import Inputs, JobInputs
 from torchdoctor.diagnose.record import Diagnosis
 
@@ -40,6 +43,20 @@ _PHASE_WORDS = {
     "optimizer": "the optimizer step",
     "other": "code outside the phases (logging, your own code)",
 }
+
+
+@kind("straggler")
+@dataclasses.dataclass(kw_only=True)
+class StragglerEvidence(Evidence):
+    rank: int
+    last_in: int
+    steps: int
+    wait_per_step: float
+    step_time: float
+    faster: float
+    phase: str | None = None
+    phases: dict[str, Any]
+    lateness: dict[str, Any]
 
 
 def diagnose(inputs: Inputs) -> list[Diagnosis]:
@@ -125,20 +142,20 @@ def find(job: JobInputs) -> Diagnosis | None:
         step=steps[-1],
         location=None,
         summary=summary,
-        evidence={
-            "rank": rank,
-            "last_in": count,
-            "steps": len(steps),
-            "wait_per_step": per_step,
-            "step_time": float(np.median(duration)),
-            "faster": faster,
-            "phase": phase,
-            "phases": phases,
-            "lateness": {
+        evidence=StragglerEvidence(
+            rank=rank,
+            last_in=count,
+            steps=len(steps),
+            wait_per_step=per_step,
+            step_time=float(np.median(duration)),
+            faster=faster,
+            phase=phase,
+            phases=phases,
+            lateness={
                 str(r): float(np.median([late[s].get(r, 0.0) for s in steps]))
                 for r in sorted(job.ranks)
             },
-        },
+        ),
         fix=_fixes(phase),
         rank=rank,
         job=True,

@@ -8,9 +8,22 @@ a module whose class overrides train() has not been reached by any train() or ev
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
+from torchdoctor.diagnose.evidence import Evidence, kind
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
 from torchdoctor.frames import short_site
+
+
+@kind("train_not_called")
+@dataclasses.dataclass(kw_only=True)
+class TrainNotCalledEvidence(Evidence):
+    model: str
+    step: int
+    modules: list[Any]
+    count: int
 
 
 def diagnose(inputs: Inputs) -> list[Diagnosis]:
@@ -36,7 +49,7 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
                     "keeping normalisation layers in eval mode) never happened, and the "
                     "model trains as constructed."
                 ),
-                evidence=d,
+                evidence=TrainNotCalledEvidence.from_json(d),
                 fix=[
                     f"call {model}.train() before the training loop (and after each "
                     "validation pass)",

@@ -4,13 +4,31 @@ batches (a shard per rank without DistributedSampler, no drop_last)."""
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 from torchdoctor.diagnose import collective_order as co
+from torchdoctor.diagnose.evidence import Evidence, kind, optional
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
 from torchdoctor.frames import short_site
 from torchdoctor.identity import ranks_text
 
 JOB = True  # compares ranks: runs on a job's tables
+
+
+@kind("uneven_batches")
+@dataclasses.dataclass(kw_only=True)
+class UnevenBatchesEvidence(Evidence):
+    group: str
+    seq: int
+    op: str
+    collective: dict[str, Any]
+    steps: dict[str, Any]
+    left: dict[str, Any]
+    waiting: list[int]
+    waited: float | None = optional()
+    ranks: list[int]
 
 
 def diagnose(inputs: Inputs) -> list[Diagnosis]:
@@ -69,16 +87,16 @@ def _after_loop(job: co.JobInputs, odd: co.LeftLoop) -> Diagnosis:
         step=call.step,
         location=short_site(call.site),
         summary=summary,
-        evidence={
-            "group": odd.group,
-            "seq": odd.seq,
-            "op": call.op,
-            "collective": call.describe(),
-            "steps": {str(r): v.steps_done for r, v in sorted(job.ranks.items())},
-            "left": left,
-            "waiting": looping,
-            "ranks": sorted(odd.left),
-        },
+        evidence=UnevenBatchesEvidence(
+            group=odd.group,
+            seq=odd.seq,
+            op=call.op,
+            collective=call.describe(),
+            steps={str(r): v.steps_done for r, v in sorted(job.ranks.items())},
+            left=left,
+            waiting=looping,
+            ranks=sorted(odd.left),
+        ),
         fix=_FIXES,
         rank=min(odd.left),
         job=True,
@@ -123,17 +141,17 @@ def _diagnosis(job: co.JobInputs, holdup: co.Holdup, left: list[int]) -> Diagnos
         step=call.step,
         location=short_site(call.site),
         summary=summary,
-        evidence={
-            "group": holdup.group,
-            "seq": holdup.seq,
-            "op": call.op,
-            "collective": call.describe(),
-            "steps": steps,
-            "left": ranks,
-            "waiting": waiting,
-            "waited": holdup.waited,
-            "ranks": left,
-        },
+        evidence=UnevenBatchesEvidence(
+            group=holdup.group,
+            seq=holdup.seq,
+            op=call.op,
+            collective=call.describe(),
+            steps=steps,
+            left=ranks,
+            waiting=waiting,
+            waited=holdup.waited,
+            ranks=left,
+        ),
         fix=_FIXES,
         rank=left[0],
         job=True,

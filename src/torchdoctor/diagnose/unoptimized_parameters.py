@@ -9,8 +9,24 @@ purpose (`requires_grad=False`) have no gradient and are not this.
 
 from __future__ import annotations
 
+import dataclasses
+
+from torchdoctor.diagnose.evidence import Evidence, kind
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
+
+
+@kind("unoptimized_parameters")
+@dataclasses.dataclass(kw_only=True)
+class UnoptimizedParametersEvidence(Evidence):
+    model: str
+    step: int
+    parameters: list[str]
+    count: int
+    elements: int
+    trainable: int
+    modules: list[str]
+    site: str
 
 
 def diagnose(inputs: Inputs) -> list[Diagnosis]:
@@ -39,7 +55,7 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
                         else " (An optimizer built before these layers were replaced?)"
                     )
                 ),
-                evidence=d,
+                evidence=UnoptimizedParametersEvidence.from_json(d),
                 fix=[
                     "build the optimizer after the model is final (after replacing its head, "
                     "moving or wrapping it), from model.parameters()",

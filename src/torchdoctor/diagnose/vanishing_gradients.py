@@ -3,11 +3,13 @@ the rest of the model still gets them."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from typing import Any
 
 import numpy as np
 
+from torchdoctor.diagnose.evidence import Evidence, kind, optional
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
 from torchdoctor.diagnose.series import finite
@@ -19,6 +21,18 @@ RESOLVES = True
 COLLAPSE = 1e-4  # total norm below this fraction of its early level
 RELATIVE = 1e-5  # a module's grad/weight ratio below this fraction of the model's median
 MIN_TRACED = 2
+
+
+@kind("vanishing_gradients")
+@dataclasses.dataclass(kw_only=True)
+class VanishingGradientsEvidence(Evidence):
+    # the total gradient norm shrank (early against now) ...
+    early_grad_norm: float | None = optional()
+    grad_norm: float | None = optional()
+    # ... or the first modules' gradients are a vanishing share of the last ones'
+    modules: list[str] | None = optional()
+    relative_grad: dict[str, Any] | None = optional()
+    traced_steps: list[int] | None = optional()
 
 
 def diagnose(inputs: Inputs) -> list[Diagnosis]:
@@ -42,7 +56,7 @@ def _total(inputs: Inputs) -> list[Diagnosis]:
                 f"Gradients have vanished: total norm {late:.3g} against {early:.3g} early on "
                 f"({early / max(late, 1e-30):.0f}x smaller); the weights have stopped moving."
             ),
-            evidence={"early_grad_norm": early, "grad_norm": late},
+            evidence=VanishingGradientsEvidence(early_grad_norm=early, grad_norm=late),
             fix=_FIXES,
             key="vanishing_gradients",
         )
@@ -76,11 +90,11 @@ def _modules(inputs: Inputs) -> list[Diagnosis]:
     stuck = [m for m, hits in starving.items() if len(hits) == len(per_step)]
     if not stuck:
         return []
-    evidence: dict[str, Any] = {
-        "modules": stuck,
-        "relative_grad": {m: max(starving[m]) for m in stuck},
-        "traced_steps": sorted(per_step),
-    }
+    evidence = VanishingGradientsEvidence(
+        modules=stuck,
+        relative_grad={m: max(starving[m]) for m in stuck},
+        traced_steps=sorted(per_step),
+    )
     return [
         Diagnosis(
             kind="vanishing_gradients",

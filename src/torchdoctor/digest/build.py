@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from torchdoctor._json import float_text
+from torchdoctor._json import dumps, float_text
 from torchdoctor.digest import time_split
 from torchdoctor.digest.downsample import downsample
 from torchdoctor.store.columns import Block
@@ -549,6 +549,8 @@ def _finite_or_text(value: float) -> float | str:
 
 
 def _evidence(text: Any) -> dict[str, Any]:
+    """A finding's evidence for the page, long values cut. (The digest sits below diagnose/,
+    so it reads the stored JSON itself, not through diagnose.evidence.decode.)"""
     try:
         obj = json.loads(text or "{}") if isinstance(text, str) else (text or {})
     except ValueError:
@@ -557,7 +559,7 @@ def _evidence(text: Any) -> dict[str, Any]:
         return {"value": obj}
     out: dict[str, Any] = {}
     for key, value in obj.items():
-        raw = json.dumps(value, default=str)
+        raw = dumps(value)
         out[str(key)] = (
             value if len(raw) <= MAX_EVIDENCE_CHARS else raw[:MAX_EVIDENCE_CHARS] + "..."
         )

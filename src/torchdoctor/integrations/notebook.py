@@ -18,7 +18,6 @@ by torchdoctor.start() in a kernel).
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import shlex
 from pathlib import Path
@@ -29,17 +28,16 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.display import HTML, display
 
 from torchdoctor import session as sessions
-from torchdoctor._json import clean
+from torchdoctor._json import clean, dumps
 from torchdoctor.config import ConfigError, add_arguments, from_args
+from torchdoctor.diagnose.record import Finding
 from torchdoctor.integrations.report import REPORT_FILE, write_report
 from torchdoctor.integrations.saved_run import open_recorded
-from torchdoctor.report import formats
-from torchdoctor.report.diagnoses import render_full
+from torchdoctor.report import formats, renderer
 from torchdoctor.report.notebook import QueryTable, inline_page
 from torchdoctor.report.tabular import FORMATS, render
 from torchdoctor.sql.engine import SqlEngine, SqlError
 from torchdoctor.store.saved import RunNotFound
-from torchdoctor.store.tables import diagnosis_to_json
 
 USAGE = "usage: %torchdoctor status|diagnoses|query|report|start|stop [ARGS]"
 _watched: set[int] = set()  # shells whose cells are watched (id of the shell)
@@ -154,7 +152,7 @@ class TorchdoctorMagics(Magics):
         args = parser.parse_args(shlex.split(rest))
         status = clean(_live().status())
         if args.format == "json":
-            print(json.dumps(status, indent=2))
+            print(dumps(status, indent=2))
             return
         lines = [f"torchdoctor: pid {status['pid']}, run directory {status['run_dir']}"]
         if status.get("step") is not None:
@@ -179,11 +177,7 @@ class TorchdoctorMagics(Magics):
         else:
             result = _live().sql.execute("SELECT * FROM python.diagnoses ORDER BY time")
             rows = [dict(zip(result.columns, row, strict=True)) for row in result.rows]
-        records = [diagnosis_to_json(r) for r in rows]
-        if args.format == "json":
-            print(json.dumps(clean(records), indent=2))
-        else:
-            print(render_full(records))
+        print(renderer.of(args.format).render([Finding.from_row(r) for r in rows]))
 
     def _query(self, rest: str, cell: str | None = None) -> None:
         fmt, run_dir, sql = _split_query(rest)

@@ -73,10 +73,7 @@ def encode(payload: dict[str, Any]) -> bytes:
 
 
 def _dumps(value: Any) -> str:
-    try:  # the C encoder first; the careful pass only when it meets a non-finite float
-        return json.dumps(value, allow_nan=False, default=str)
-    except ValueError:
-        return _json.dumps(value)
+    return _json.dumps(value)
 
 
 class _DeadlineReader(io.RawIOBase):

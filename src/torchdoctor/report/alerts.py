@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any
+from torchdoctor.diagnose.record import Diagnosis
 
 _MARK = {"info": "info", "warning": "WARNING", "error": "ERROR"}
 
 
-def headline(diagnosis: Any) -> str:
+def headline(diagnosis: Diagnosis) -> str:
     """`ERROR [oom] at step 2 in encoder.1`: what and where, in one line."""
     where = f" in {diagnosis.location}" if diagnosis.location else ""
     when = f" at step {diagnosis.step}" if diagnosis.step is not None else ""
     return f"{_MARK[diagnosis.severity]} [{diagnosis.kind}]{when}{where}"
 
 
-def render_alert(diagnosis: Any, fixes: int = 2) -> str:
-    resolved = getattr(diagnosis, "resolved", None)
+def render_alert(diagnosis: Diagnosis, fixes: int = 2) -> str:
+    resolved = diagnosis.resolved
     if resolved is not None:  # it no longer holds: said in one line, without fixes
         where = f" in {diagnosis.location}" if diagnosis.location else ""
         when = f" at step {diagnosis.step}" if diagnosis.step is not None else ""
@@ -24,7 +24,7 @@ def render_alert(diagnosis: Any, fixes: int = 2) -> str:
             f"{resolved} (found{when}: {diagnosis.summary})"
         )
     lines = [f"torchdoctor {headline(diagnosis)}"]
-    follows = getattr(diagnosis, "follows", None)
+    follows = diagnosis.follows
     if follows:
         lines.append(f"  (it follows {follows}: one cause, see that finding first)")
     lines.append(f"  {diagnosis.summary}")

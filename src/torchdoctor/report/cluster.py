@@ -5,9 +5,13 @@ often), and each rank's own findings grouped by what they say, ranks written as 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from torchdoctor.diagnose.crash import CrashEvidence
+from torchdoctor.diagnose.hang import HangEvidence
+from torchdoctor.diagnose.record import Finding
 from torchdoctor.frames import is_user_file, short_path
 from torchdoctor.identity import ranks_text
 from torchdoctor.report.diagnoses import render_full
@@ -97,97 +101,94 @@ def _library(path: str) -> str:
 
 
 # -- findings --------------------------------------------------------------------------------
-def job_key(record: dict[str, Any], job_kinds: Iterable[str]) -> str | None:
+def job_key(finding: Finding, job_kinds: Iterable[str]) -> str | None:
     """What makes two reports of a job-level finding the same one (its `job_key`; for records
     written before it existed, the kind and the rank it is about); None for a rank's own."""
-    evidence = record.get("evidence")
-    if isinstance(evidence, dict) and evidence.get("job_key"):
-        return str(evidence["job_key"])
-    if record.get("kind") in set(job_kinds):
-        return f"{record['kind']}:{record.get('rank')}:{record.get('location')}"
+    if finding.job_key:
+        return finding.job_key
+    if finding.kind in set(job_kinds):
+        return f"{finding.kind}:{finding.rank}:{finding.location}"
     return None
 
 
 def merge_findings(
-    reported: Iterable[tuple[int | None, dict[str, Any]]],
-    fresh: Iterable[dict[str, Any]],
+    reported: Iterable[tuple[int | None, Finding]],
+    fresh: Iterable[Finding],
     job_kinds: Iterable[str],
     fresh_first: bool = True,
-) -> list[dict[str, Any]]:
+) -> list[Finding]:
     """Every finding once: the job-level ones first, each reported by several ranks (or again
     later) merged into one (`found_by`: the ranks that reported it), then the ranks' own
-    findings as they are. `reported`: (the rank that reported it, record); `fresh`: the
+    findings as they are. `reported`: (the rank that reported it, finding); `fresh`: the
     job-level findings computed now, in front of the reported ones (`fresh_first`: live, they
     are the job as it is now) or behind them (a job directory: the first report is the one the
     ranks printed)."""
     kinds = set(job_kinds)
-    merged: dict[str, dict[str, Any]] = {}
-    job: list[dict[str, Any]] = []
-    own: list[dict[str, Any]] = []
+    merged: dict[str, Finding] = {}
+    job: list[Finding] = []
+    own: list[Finding] = []
 
-    def add(reporter: int | None, record: dict[str, Any], key: str) -> None:
+    def add(reporter: int | None, finding: Finding, key: str) -> None:
         seen = merged.get(key)
         if seen is None:
-            seen = merged[key] = dict(record, job=True, found_by=[])
+            seen = merged[key] = dataclasses.replace(finding, job=True, found_by=[])
             job.append(seen)
-        if reporter is not None and reporter not in seen["found_by"]:
-            seen["found_by"].append(reporter)
+        found_by = seen.found_by if seen.found_by is not None else []
+        if reporter is not None and reporter not in found_by:
+            found_by.append(reporter)
+        seen.found_by = found_by
 
     def add_fresh() -> None:
-        for record in fresh:
-            add(None, record, job_key(record, kinds) or f"{record['kind']}:{record.get('rank')}")
+        for finding in fresh:
+            add(None, finding, job_key(finding, kinds) or f"{finding.kind}:{finding.rank}")
 
     if fresh_first:
         add_fresh()
-    for reporter, record in reported:
-        key = job_key(record, kinds)
+    for reporter, finding in reported:
+        key = job_key(finding, kinds)
         if key is None:
-            own.append(record)
+            own.append(finding)
         else:
-            add(reporter, record, key)
+            add(reporter, finding, key)
     if not fresh_first:
         add_fresh()
-    for record in job:
-        record["found_by"].sort()
+    for finding in job:
+        finding.found_by = sorted(finding.found_by or [])
     return job + own
 
 
-def group_own(records: list[dict[str, Any]]) -> list[tuple[list[int], dict[str, Any]]]:
+def group_own(findings: list[Finding]) -> list[tuple[list[int], Finding]]:
     """The ranks' own findings grouped by what they say (kind, severity, step, place, and the
-    category of a hang): (ranks, the lowest rank's record), in the order first seen."""
+    category of a hang): (ranks, the lowest rank's finding), in the order first seen."""
     groups: dict[tuple[Any, ...], list[int]] = {}
-    first: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for record in records:
-        evidence = record.get("evidence")
-        category = evidence.get("category") if isinstance(evidence, dict) else None
-        key = (
-            record.get("kind"),
-            record.get("severity"),
-            record.get("step"),
-            record.get("location"),
-            category,
+    first: dict[tuple[Any, ...], Finding] = {}
+    for finding in findings:
+        evidence = finding.evidence
+        category = (
+            evidence.category if isinstance(evidence, (HangEvidence, CrashEvidence)) else None
         )
-        rank = int(record.get("rank") or 0)
+        key = (finding.kind, finding.severity, finding.step, finding.location, category)
+        rank = int(finding.rank or 0)
         groups.setdefault(key, [])
         if rank not in groups[key]:
             groups[key].append(rank)
-        if key not in first or rank < int(first[key].get("rank") or 0):
-            first[key] = record
+        if key not in first or rank < int(first[key].rank or 0):
+            first[key] = finding
     return [(sorted(groups[k]), first[k]) for k in groups]
 
 
-def render_diagnoses(records: list[dict[str, Any]], unreachable: dict[int, str]) -> str:
+def render_diagnoses(findings: list[Finding], unreachable: dict[int, str]) -> str:
     """Job-level findings once ("job:"), then each rank's own findings grouped by what they
     say ("ranks 0-6,8-15:", in the words of the lowest of them), then the ranks that could not
     be asked, grouped by the reason."""
     blocks = []
-    for r in records:
-        if r.get("job"):
-            by = r.get("found_by") or []
+    for f in findings:
+        if f.job:
+            by = f.found_by or []
             who = f"job (found by {ranks_label(by)})" if by else "job"
-            blocks.append(f"{who}: {render_full([r])}")
-    for ranks, r in group_own([r for r in records if not r.get("job")]):
-        blocks.append(f"{ranks_label(ranks)}: {render_full([r])}")
+            blocks.append(f"{who}: {render_full([f])}")
+    for ranks, f in group_own([f for f in findings if not f.job]):
+        blocks.append(f"{ranks_label(ranks)}: {render_full([f])}")
     if not blocks:
         blocks.append("no problems found")
     blocks += [f"{ranks_label(rs)}: unreachable: {reason}" for reason, rs in _by_text(unreachable)]

@@ -5,8 +5,8 @@ raised, the shapes that flowed into it, the likely cause and the fix with the re
 from __future__ import annotations
 
 import textwrap
-from typing import Any
 
+from torchdoctor.diagnose.crash import CrashEvidence
 from torchdoctor.report.explanation import code_lines
 
 WIDTH = 100
@@ -23,22 +23,19 @@ def _wrap(text: str, first: str, indent: str) -> str:
     )
 
 
-def render_crash(evidence: dict[str, Any]) -> str:
-    e = evidence
-    if not e.get("category"):
+def render_crash(e: CrashEvidence) -> str:
+    if not e.category:
         return (
             "torchdoctor: this error is not in the catalog; `torchdoctor explain` has generic steps"
         )
-    out = [f"torchdoctor: {e['category']}: {e['title']}", _wrap(e["explanation"], "  ", "  ")]
-    if e.get("module") and e["module"] not in e["explanation"]:
-        out.append(f"  raised in {e['module']} ({e.get('module_type')})")
+    out = [f"torchdoctor: {e.category}: {e.title}", _wrap(e.explanation, "  ", "  ")]
+    if e.module and e.module not in e.explanation:
+        out.append(f"  raised in {e.module} ({e.module_type})")
     out += flow_lines(e)
-    causes = e.get("causes") or []
-    if causes:
-        out.append(_wrap(causes[0], "  likely: ", "    "))
-    fixes = e.get("fixes") or []
-    if fixes:
-        fix = fixes[0]
+    if e.causes:
+        out.append(_wrap(e.causes[0], "  likely: ", "    "))
+    if e.fixes:
+        fix = e.fixes[0]
         out.append(_wrap(fix["title"], "  fix: ", "    "))
         out += code_lines(fix["code"], "    ")
     out.append(
@@ -48,22 +45,22 @@ def render_crash(evidence: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def flow_lines(e: dict[str, Any]) -> list[str]:
+def flow_lines(e: CrashEvidence) -> list[str]:
     """The module calls before the one that raised, with their shapes."""
-    flow = e.get("flow") or []
-    module = e.get("module")
+    flow = e.flow or []
+    module = e.module
     if not flow:
-        inputs = e.get("inputs") or []
+        inputs = e.inputs or []
         if module and inputs:
             shapes = ", ".join(f"{t['name']} {t['shape']}" for t in inputs)
             return [f"  {module} received: {shapes}"]
         return []
-    if e.get("flow_live"):
-        head = f"  what flowed into {module or 'it'} in step {e.get('flow_step')}:"
+    if e.flow_live:
+        head = f"  what flowed into {module or 'it'} in step {e.flow_step}:"
     else:
         head = (
-            f"  the module calls of step {e.get('flow_step')} (the last step with shapes "
-            f"recorded; the crash came at step {e.get('step')}):"
+            f"  the module calls of step {e.flow_step} (the last step with shapes "
+            f"recorded; the crash came at step {e.step}):"
         )
     rows = []
     for call in flow:
@@ -71,8 +68,8 @@ def flow_lines(e: dict[str, Any]) -> list[str]:
         into = call.get("input_shapes") or "-"
         result = "raised" if call.get("raised") else call.get("output_shapes") or "-"
         rows.append((name, into, result))
-    if not e.get("flow_live"):
-        for t in e.get("inputs") or []:
+    if not e.flow_live:
+        for t in e.inputs or []:
             rows.append((f"{module} now", str(t["shape"]), "raised"))
     w1 = max(len(r[0]) for r in rows)
     w2 = max(len(r[1]) for r in rows)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import json
+from collections.abc import Sequence
 from typing import Any
 
+from torchdoctor._json import dumps
+from torchdoctor.diagnose.record import Finding
 from torchdoctor.diagnose.story import chains
 from torchdoctor.report.alerts import fix_lines
-from torchdoctor.store.schema import split_fixes
 
 _SKIP = {
     "threads",
@@ -22,56 +23,50 @@ _SKIP = {
 }
 
 
-def render_full(records: list[dict[str, Any]]) -> str:
+def render_full(findings: Sequence[Finding]) -> str:
     """The findings as the story they tell: the latest row of each finding (a later row is its
     state: a rise in severity, a link to its cause, resolved), a chain of one cause in order,
     the findings that no longer hold last."""
-    if not records:
+    if not findings:
         return "no problems found"
-    found = latest(records)
-    holding = [r for r in found if r.get("resolved") is None]
-    resolved = [r for r in found if r.get("resolved") is not None]
-    ordered = [r for chain in chains(holding, _kind, _follows) for r in chain] + resolved
-    return "\n\n".join(_block(r) for r in ordered)
+    found = latest(findings)
+    holding = [f for f in found if f.resolved is None]
+    resolved = [f for f in found if f.resolved is not None]
+    ordered = [f for chain in chains(holding, _kind, _follows) for f in chain] + resolved
+    return "\n\n".join(block(f) for f in ordered)
 
 
-def latest(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def latest(findings: Sequence[Finding]) -> list[Finding]:
     """The latest row of each finding (rank, kind, location), in the order found."""
-    out: dict[tuple[Any, ...], dict[str, Any]] = {}  # in the order first found
-    for r in sorted(records, key=lambda r: r.get("time") or 0.0):
-        out[_key(r)] = r
+    out: dict[tuple[Any, ...], Finding] = {}  # in the order first found
+    for f in sorted(findings, key=lambda f: f.time or 0.0):
+        out[(f.rank, f.kind, f.location)] = f
     return list(out.values())
 
 
-def _key(r: dict[str, Any]) -> tuple[Any, ...]:
-    return (r.get("rank"), r.get("kind"), r.get("location"))
+def _kind(f: Finding) -> str:
+    return f.kind
 
 
-def _kind(r: dict[str, Any]) -> Any:
-    return r.get("kind")
+def _follows(f: Finding) -> str | None:
+    return f.follows
 
 
-def _follows(r: dict[str, Any]) -> Any:
-    return r.get("follows")
-
-
-def _block(r: dict[str, Any]) -> str:
-    where = f" in {r['location']}" if r.get("location") else ""
-    when = f" at step {r['step']}" if r.get("step") is not None else ""
-    lines = [f"[{r['severity']}] {r['kind']}{when}{where}"]
-    if r.get("resolved") is not None:
-        lines[0] += f"  (resolved: no longer holds from step {r['resolved']})"
-    if r.get("follows"):
-        lines.append(f"  follows {r['follows']} (one cause)")
-    lines.append(f"  {r['summary']}")
-    evidence = r.get("evidence") or {}
-    if isinstance(evidence, str):
-        evidence = json.loads(evidence or "{}")
+def block(f: Finding) -> str:
+    """One finding: its headline, summary, the short evidence, the fixes numbered."""
+    where = f" in {f.location}" if f.location else ""
+    when = f" at step {f.step}" if f.step is not None else ""
+    lines = [f"[{f.severity}] {f.kind}{when}{where}"]
+    if f.resolved is not None:
+        lines[0] += f"  (resolved: no longer holds from step {f.resolved})"
+    if f.follows:
+        lines.append(f"  follows {f.follows} (one cause)")
+    lines.append(f"  {f.summary}")
+    evidence = f.evidence.to_json()
     shown = {k: v for k, v in evidence.items() if k not in _SKIP and v not in (None, [], {})}
     if shown:
         lines.append("  evidence: " + ", ".join(f"{k}={_short(v)}" for k, v in shown.items()))
-    fixes = r.get("fix") or ""
-    for i, fix in enumerate(split_fixes(fixes) if isinstance(fixes, str) else fixes, 1):
+    for i, fix in enumerate(f.fix, 1):
         lines.extend(fix_lines(fix, f"  {i}. ", "       "))
     return "\n".join(lines)
 
@@ -79,5 +74,5 @@ def _block(r: dict[str, Any]) -> str:
 def _short(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
-    text = json.dumps(value) if isinstance(value, (dict, list)) else str(value)
+    text = dumps(value) if isinstance(value, (dict, list)) else str(value)
     return text if len(text) <= 80 else text[:77] + "..."

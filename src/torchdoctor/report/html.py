@@ -4,10 +4,10 @@ browser by the vendored Apache ECharts from the digest embedded as JSON. No netw
 from __future__ import annotations
 
 import html
-import json
 from importlib import resources
 from typing import Any
 
+from torchdoctor._json import dumps
 from torchdoctor.digest.time_split import LABELS, shown
 from torchdoctor.report.compare import baseline_script, baseline_section
 from torchdoctor.report.summary import seconds
@@ -99,7 +99,7 @@ def render(digest: dict[str, Any]) -> str:
 
 def embed_json(value: Any) -> str:
     """JSON that can sit inside a <script> element: no '</script>' or '<!--' can appear."""
-    text = json.dumps(value, separators=(",", ":"), allow_nan=False, default=str)
+    text = dumps(value, separators=(",", ":"))
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
@@ -345,7 +345,7 @@ def _value(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:.6g}"
     if isinstance(v, (dict, list)):
-        return json.dumps(v, default=str)
+        return dumps(v)
     return "-" if v is None else str(v)
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from torchdoctor.diagnose.evidence import decode
+from torchdoctor.diagnose.oom import OomDiagnosisEvidence
 from torchdoctor.units import human
 
 _KIND_LABELS = {
@@ -50,7 +52,9 @@ def _signed(n: Any) -> str:
 def render_view(view: dict[str, Any], run: str | None = None) -> str:
     out: list[str] = []
     for record in view.get("oom") or []:
-        out.append(render_oom(record.get("evidence") or {}, record.get("fix") or [], False))
+        evidence = decode("oom", record.get("evidence"))
+        if isinstance(evidence, OomDiagnosisEvidence):
+            out.append(render_oom(evidence, record.get("fix") or [], False))
         out.append("")
     census = view.get("census")
     if census is not None:
@@ -151,23 +155,25 @@ def render_phases(phases: list[dict[str, Any]]) -> str:
     return title + "\n" + _grid(rows, right=(1, 2, 3))
 
 
-def render_oom(evidence: dict[str, Any], fixes: Sequence[str] = (), phases: bool = True) -> str:
+def render_oom(
+    evidence: OomDiagnosisEvidence, fixes: Sequence[str] = (), phases: bool = True
+) -> str:
     """The full out-of-memory report of one `oom` diagnosis (`phases`: with the memory by
     phase of the last traced step before it)."""
-    device = str(evidence.get("device") or "?")
+    device = str(evidence.device or "?")
     head = "CUDA out of memory" if device.startswith("cuda") else f"Out of memory ({device})"
-    step = evidence.get("step")
+    step = evidence.step
     where = ""
-    if evidence.get("module"):
-        kind = evidence.get("module_type")
-        where = f", in the {evidence.get('phase')} of {evidence['module']}"
+    if evidence.module:
+        kind = evidence.module_type
+        where = f", in the {evidence.phase} of {evidence.module}"
         where += f" ({kind})" if kind else ""
-    elif evidence.get("phase"):
-        where = f", in the {evidence['phase']} phase"
+    elif evidence.phase:
+        where = f", in the {evidence.phase} phase"
     out = [f"{head}{' at step ' + str(step) if step is not None else ''}{where}"]
-    situation = evidence.get("situation") or {}
-    memory = evidence.get("memory") or {}
-    rows = [["asked for", human(evidence.get("asked"))]]
+    situation = evidence.situation or {}
+    memory = evidence.memory or {}
+    rows = [["asked for", human(evidence.asked)]]
     if situation.get("available") is not None:
         avail = human(situation["available"])
         if situation.get("capacity"):
@@ -186,18 +192,18 @@ def render_oom(evidence: dict[str, Any], fixes: Sequence[str] = (), phases: bool
             )
     elif memory.get("rss") is not None:
         rows.append(["process RSS", human(memory["rss"])])
-    if evidence.get("file"):
-        note = f" ({evidence['location_note']})" if evidence.get("location_note") else ""
-        rows.append(["where", f"{evidence['file']}:{evidence.get('line')}{note}"])
+    if evidence.file:
+        note = f" ({evidence.location_note})" if evidence.location_note else ""
+        rows.append(["where", f"{evidence.file}:{evidence.line}{note}"])
     if situation.get("batch_size"):
         rows.append(["batch size", str(situation["batch_size"])])
-    if evidence.get("message"):
-        rows.append(["message", str(evidence["message"])[:400]])
+    if evidence.message:
+        rows.append(["message", str(evidence.message)[:400]])
     out.append(_grid(rows))
 
-    breakdown = evidence.get("breakdown") or {}
-    counts = evidence.get("counts") or {}
-    sharding = evidence.get("sharding") or {}
+    breakdown = evidence.breakdown or {}
+    counts = evidence.counts or {}
+    sharding = evidence.sharding or {}
     world, whole = sharding.get("world"), sharding.get("total") or {}
     out.append("")
     on_rank = f", this rank of {world}" if world and world > 1 else ""
@@ -216,16 +222,16 @@ def render_oom(evidence: dict[str, Any], fixes: Sequence[str] = (), phases: bool
     if breakdown.get("cached_unused") is not None:
         note = "reserved by PyTorch, not allocated (fragmentation)"
         rows.append(["cached but unused", human(breakdown["cached_unused"]), "", note])
-    if evidence.get("not_in_tensors") is not None:
+    if evidence.not_in_tensors is not None:
         what = (
             "allocated, but no live tensor found for it"
             if device.startswith("cuda")
             else "the rest of the process: Python, libraries, caches"
         )
-        rows.append(["not in tensors", human(evidence["not_in_tensors"]), "", what])
+        rows.append(["not in tensors", human(evidence.not_in_tensors), "", what])
     out.append(_grid(rows, right=(1, 2)))
 
-    tops = evidence.get("top_tensors") or []
+    tops = evidence.top_tensors or []
     if tops:
         out.append("")
         out.append("largest tensors")
@@ -241,18 +247,18 @@ def render_oom(evidence: dict[str, Any], fixes: Sequence[str] = (), phases: bool
                 ]
             )
         out.append(_grid(rows, right=(4,)))
-    if phases and evidence.get("phases"):
+    if phases and evidence.phases:
         out.append("")
-        out.append(render_phases(evidence["phases"]))
-    listed = list(fixes) or [f["text"] for f in evidence.get("fixes") or []]
+        out.append(render_phases(evidence.phases))
+    listed = list(fixes) or [f["text"] for f in evidence.fixes or []]
     if listed:
         out.append("")
-        missing = evidence.get("shortfall")
+        missing = evidence.shortfall
         short = f" (short by {human(missing)})" if missing else ""
         out.append(f"fixes, the biggest estimated saving first{short}")
         for i, text in enumerate(listed, 1):
             out.append(f"  {i}. {text}")
-    if evidence.get("snapshot"):
+    if evidence.snapshot:
         out.append("")
-        out.append(f"allocator snapshot: {evidence['snapshot']} (open it at {VIEWER})")
+        out.append(f"allocator snapshot: {evidence.snapshot} (open it at {VIEWER})")
     return "\n".join(out)

@@ -3,15 +3,15 @@ itself, for scripts)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
+from torchdoctor._json import dumps
 from torchdoctor.report import html
 
 
 def to_json(digest: dict[str, Any]) -> str:
-    return json.dumps(digest, indent=1, allow_nan=False, default=str)
+    return dumps(digest, indent=1)
 
 
 RENDERERS: dict[str, Callable[[dict[str, Any]], str]] = {"html": html.render, "json": to_json}

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+from torchdoctor.diagnose.record import Diagnosis
 from torchdoctor.diagnose.story import chains
 from torchdoctor.digest.time_split import LABELS, shown
 from torchdoctor.report.alerts import headline, render_alert
@@ -51,7 +53,9 @@ def render_summary(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def story_lines(found: list[Any], printed: set[str] | frozenset[str] = frozenset()) -> list[str]:
+def story_lines(
+    found: Sequence[Diagnosis], printed: set[str] | frozenset[str] = frozenset()
+) -> list[str]:
     """The findings as one story: a chain of findings of one cause as its first finding and
     what followed; the findings that no longer hold last, one line each. A finding already
     printed in full (`printed`: their identities) is named, not said again."""

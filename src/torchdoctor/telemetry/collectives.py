@@ -120,8 +120,8 @@ class Collectives:
         self, spec: OpSpec, args: tuple[Any, ...]
     ) -> tuple[int, float, int, GroupInfo | None]:
         """Record the call (on disk before it goes on): its id, start, the bytes its work will
-        hold and its group (None for a point-to-point call, numbered per peer). Every c10d call pays for this, hence the caches and the journal line written
-        by hand."""
+        hold and its group (None for a point-to-point call, numbered per peer). Every c10d
+        call pays for this, hence the caches and the journal line written by hand."""
         process_group.poll()  # the rank and job directory first: this may be the first call
         if len(self.waiting) >= POLL_AT or self.held >= HELD_BYTES:
             self.poll(errors=False, wait=False)  # the works held stay few and small

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 from typing import Any
 
 from torchdoctor import _json, registry
@@ -233,7 +232,9 @@ def _diagnoses(job: Job, args: Any, ctx: Any) -> int:
     from torchdoctor.cluster import gather
     from torchdoctor.diagnose import job_kinds, job_modules
     from torchdoctor.diagnose.inputs import Inputs
+    from torchdoctor.diagnose.record import Finding
     from torchdoctor.report import cluster as report
+    from torchdoctor.report import renderer
     from torchdoctor.store.columns import Block
     from torchdoctor.store.schema import BY_NAME
 
@@ -245,7 +246,7 @@ def _diagnoses(job: Job, args: Any, ctx: Any) -> int:
     states = _fan_out(job, ctx, "POST", "/v1/cluster/state", body)
     _none_answered(states)
     lost = {r: str(a.reason) for r, a in states.items() if a.reason is not None}
-    reported: list[tuple[int | None, dict[str, Any]]] = []
+    reported: list[tuple[int | None, Finding]] = []
     kept: dict[int, gather.RankRecord] = {}
     for rank, answer in states.items():
         heard = kept[rank] = gather.RankRecord(rank)
@@ -256,9 +257,7 @@ def _diagnoses(job: Job, args: Any, ctx: Any) -> int:
         heard.update(answer.payload)
         found = answer.payload.get("diagnoses") or {"columns": [], "rows": []}
         for row in found["rows"]:
-            record = dict(zip(found["columns"], row, strict=True))
-            record["evidence"] = _evidence(record.get("evidence"))
-            reported.append((rank, record))
+            reported.append((rank, Finding.from_row(dict(zip(found["columns"], row, strict=True)))))
     timeouts = [float(a.payload["hang_timeout"]) for a in states.values() if a.ok]
     view = gather.job_inputs(kept, job.world_size, min(timeouts) if timeouts else 60.0)
     inputs = Inputs(
@@ -269,22 +268,8 @@ def _diagnoses(job: Job, args: Any, ctx: Any) -> int:
         now=view.now,
         job=view,
     )
-    fresh = []
-    for module in job_modules():
-        for d in module.diagnose(inputs):
-            record = dict(zip(BY_NAME["diagnoses"].column_names, d.row(), strict=True))
-            record["evidence"] = _evidence(record["evidence"])
-            fresh.append(record)
-    records = report.merge_findings(reported, fresh, job_kinds())
-    if args.format == "json":
-        ctx.print(_json.dumps(records, indent=2))
-    else:
-        ctx.print(report.render_diagnoses(records, lost))
-    return OK if records or not lost else USAGE
-
-
-def _evidence(text: Any) -> Any:
-    try:
-        return json.loads(text or "{}")
-    except (TypeError, ValueError):
-        return text
+    fresh = [Finding.of(d) for module in job_modules() for d in module.diagnose(inputs)]
+    findings = report.merge_findings(reported, fresh, job_kinds())
+    shown = renderer.JsonRenderer() if args.format == "json" else renderer.JobTextRenderer(lost)
+    ctx.print(shown.render(findings))
+    return OK if findings or not lost else USAGE

@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 from torchdoctor.cli.errors import OK, TARGET_ERROR, CliError
-from torchdoctor.report import formats
-from torchdoctor.report.diagnoses import render_full
+from torchdoctor.diagnose.record import Finding
+from torchdoctor.report import formats, renderer
 from torchdoctor.store.saved import JobRun
-from torchdoctor.store.schema import DIAGNOSES
-
-_COLUMNS = DIAGNOSES.column_names
 
 NAME = "diagnoses"
 SUMMARY = "the problems found in a run, with evidence and ranked fixes"
@@ -32,32 +28,26 @@ def main(args: Any, ctx: Any) -> int:
 
         run = open_saved(args.source, ctx)
         if isinstance(run, JobRun):
-            records = _job_findings(run)
+            findings = _job_findings(run)
             if args.format != "json":
-                from torchdoctor.report.cluster import render_diagnoses
+                from torchdoctor.report.renderer import JobTextRenderer
 
-                ctx.print(render_diagnoses(records, {}))
+                ctx.print(JobTextRenderer().render(findings))
                 return OK
         else:
-            records = run.block("diagnoses").to_records()
-            for r in records:
-                r["evidence"] = _evidence(r.get("evidence"))
+            findings = [Finding.from_row(r) for r in run.block("diagnoses").to_records()]
     else:
         status, payload = ctx.client().request("GET", "/v1/diagnoses")
         if status != 200:
             ctx.warn(f"torchdoctor: {payload.get('error')}")
             return TARGET_ERROR
-        records = [dict(zip(payload["columns"], row, strict=True)) for row in payload["rows"]]
-        for r in records:
-            r["evidence"] = _evidence(r.get("evidence"))
-    if args.format == "json":
-        ctx.print(json.dumps(records, indent=2))
-    else:
-        ctx.print(render_full(records))
+        rows = [dict(zip(payload["columns"], row, strict=True)) for row in payload["rows"]]
+        findings = [Finding.from_row(r) for r in rows]
+    ctx.print(renderer.of(args.format).render(findings))
     return OK
 
 
-def _job_findings(run: Any) -> list[dict[str, Any]]:
+def _job_findings(run: Any) -> list[Finding]:
     """The job-level diagnoses of a job directory computed now (the ranks that died could not
     report them) merged with those the ranks reported: each job-level finding once, then the
     ranks' own findings."""
@@ -65,23 +55,11 @@ def _job_findings(run: Any) -> list[dict[str, Any]]:
     from torchdoctor.diagnose import job_kinds
     from torchdoctor.report.cluster import merge_findings
 
-    fresh = []
-    for d in findings(run):
-        record = dict(zip(_COLUMNS, d.row(), strict=True))
-        record["evidence"] = _evidence(record["evidence"])
-        fresh.append(record)
+    fresh = [Finding.of(d) for d in findings(run)]
     # Who reported each row: the rank directory it is in (a job-level row's `rank` is the rank
     # it is about).
-    reported: list[tuple[int | None, dict[str, Any]]] = []
+    reported: list[tuple[int | None, Finding]] = []
     for rank in run.ranks:
         for record in run.rank_run(rank).block("diagnoses").to_records():
-            record["evidence"] = _evidence(record.get("evidence"))
-            reported.append((rank, record))
+            reported.append((rank, Finding.from_row(record)))
     return merge_findings(reported, fresh, job_kinds(), fresh_first=False)
-
-
-def _evidence(text: Any) -> Any:
-    try:
-        return json.loads(text or "{}")
-    except ValueError:
-        return text

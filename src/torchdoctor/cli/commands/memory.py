@@ -6,9 +6,9 @@ an out-of-memory error."""
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
+from torchdoctor._json import dumps
 from torchdoctor.cli.errors import OK, TARGET_ERROR, CliError
 from torchdoctor.report import formats
 
@@ -44,7 +44,7 @@ def main(args: Any, ctx: Any) -> int:
         ctx.warn(f"torchdoctor: memory: {exc}")
         return TARGET_ERROR
     if args.format == "json":
-        ctx.print(json.dumps(view, indent=2, default=str))
+        ctx.print(dumps(view, indent=2))
     else:
         ctx.print(render_view(view).rstrip("\n"))
     return OK

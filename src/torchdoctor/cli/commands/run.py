@@ -59,7 +59,7 @@ def _explain(exc: BaseException, probe: Any) -> None:
     if probe.crash_evidence is not None:
         from torchdoctor.report.crash import render_crash
 
-        probe.say(render_crash(probe.crash_evidence.to_json()), diagnosis)
+        probe.say(render_crash(probe.crash_evidence), diagnosis)
         return
     if diagnosis is not None:  # an out-of-memory, with its numbers
         from torchdoctor.report.alerts import render_alert

@@ -1,0 +1,95 @@
+"""Every diagnosis kind's evidence is a registered dataclass that goes through the one codec
+(diagnose/evidence.py) and comes back equal, on the findings of the saved runs; rows written
+by other versions (a key more, a key less, not an object) decode without raising; findings
+read back print the same through the Renderer interface as their rows say."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from torchdoctor._json import dumps
+from torchdoctor.config import Config
+from torchdoctor.diagnose import MODULES, load_modules
+from torchdoctor.diagnose.evidence import Evidence, decode, encode, kinds
+from torchdoctor.diagnose.hang import HangEvidence
+from torchdoctor.diagnose.inputs import Inputs
+from torchdoctor.diagnose.nan import NanEvidence
+from torchdoctor.diagnose.record import Diagnosis, Finding
+from torchdoctor.report import renderer
+from torchdoctor.store.saved import open_run
+
+RUNS = Path(__file__).resolve().parent.parent / "fixtures" / "runs"
+
+
+def _saved_findings() -> list[Diagnosis]:
+    found = []
+    for run_dir in sorted(p for p in RUNS.iterdir() if (p / "meta.json").exists()):
+        inputs = Inputs.of_saved(open_run(run_dir), Config())
+        found += [d for m in load_modules() for d in m.diagnose(inputs)]
+    return found
+
+
+def test_every_kind_has_its_evidence_class() -> None:
+    registered = kinds()
+    assert set(MODULES) <= set(registered), set(MODULES) - set(registered)
+    assert all(issubclass(cls, Evidence) and cls is not Evidence for cls in registered.values())
+
+
+def test_the_saved_runs_findings_round_trip_through_the_codec() -> None:
+    found = _saved_findings()
+    assert len({d.kind for d in found}) >= 15
+    for d in found:
+        assert type(d.evidence) is kinds()[d.kind], d.kind  # typed where it is made
+        text = encode(d.evidence)
+        back = decode(d.kind, text)
+        assert type(back) is type(d.evidence)
+        assert back.to_json() == json.loads(text), d.kind
+        assert encode(back) == text  # stored again, the same text
+        assert not back.extra, (d.kind, back.extra)  # every key is a field
+
+
+def test_a_row_of_another_version_decodes() -> None:
+    # A key this version does not know is kept (and written again after the known ones).
+    newer = decode("hang", {"category": "lock", "seconds": 61.0, "ranked_by": "time"})
+    assert isinstance(newer, HangEvidence)
+    assert newer.category == "lock" and newer.extra == {"ranked_by": "time"}
+    assert list(newer.to_json())[-1] == "ranked_by"
+    # A key an older row lacks takes its default (None for a field without one).
+    older = decode("hang", json.dumps({"category": "io"}))
+    assert isinstance(older, HangEvidence) and older.threads is None and older.timeout is None
+    # Text that is not a JSON object, nothing at all, a kind this version does not know.
+    assert decode("nan", "not json").extra == {"text": "not json"}
+    assert decode("nan", "[1, 2]").extra == {"value": [1, 2]}
+    assert isinstance(decode("nan", None), NanEvidence)
+    unknown = decode("a_kind_from_the_future", {"x": 1})
+    assert type(unknown) is Evidence and unknown.to_json() == {"x": 1}
+
+
+def test_a_job_findings_identity_travels_in_its_evidence() -> None:
+    d = Diagnosis("straggler", "warning", "Rank 1 is slow", rank=1, job=True, key="straggler:1")
+    stored = json.loads(d.row()[7])
+    assert stored["job_key"] == "straggler:1"
+    finding = Finding.of(d)
+    assert finding.job_key == "straggler:1"
+    assert finding.to_json()["evidence"]["job_key"] == "straggler:1"  # as JSON output shows it
+
+
+def test_the_renderers_print_findings_read_back() -> None:
+    found = [Finding.of(d) for d in _saved_findings()[:6]]
+    assert set(renderer.RENDERERS) == {"text", "json", "markdown"}
+    text = renderer.of("text").render(found)
+    rows = json.loads(renderer.of("json").render(found))
+    assert [r["kind"] for r in rows] == [f.kind for f in found]
+    assert all(f"[{r['severity']}] {r['kind']}" in text for r in rows)
+    assert rows[0]["evidence"] == found[0].evidence.to_json()
+    assert renderer.of("markdown").render(found).count("```") == 2 * len(found)
+    assert renderer.of("text").render([]) == "no problems found"
+
+
+def test_the_one_encoder_takes_what_json_has_no_form_for() -> None:
+    # The C encoder's answer where it has one; the careful pass for non-finite floats and keys.
+    assert dumps({"a": [1, 2.5, None, True]}) == json.dumps({"a": [1, 2.5, None, True]})
+    assert dumps({"loss": float("nan"), "norm": float("-inf")}) == '{"loss": "nan", "norm": "-inf"}'
+    assert dumps({(1, 2): Path("/x")}) == '{"(1, 2)": "/x"}'
+    assert dumps([Path("/x")], indent=1) == '[\n "/x"\n]'
