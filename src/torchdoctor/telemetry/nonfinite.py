@@ -52,6 +52,12 @@ class NonFinite:
                 warn_once("nan-callback", f"NaN localization failed: {type(exc).__name__}: {exc}")
 
 
+def late(rec: Any, step: int, grad_norm: float | None, loss: float | None) -> None:
+    """A step's values read back from the GPU after the step: non-finite ones seen late."""
+    info = {"step": step, "grad_norm": grad_norm, "losses": [loss], "late": True}
+    rec.nonfinite.seen(rec, rec.state, info, once_per_step=False)
+
+
 def all_finite(values: list[Any]) -> bool:
     """No float among `values` is NaN or Inf (tensors, read back later, are judged then)."""
     isfinite = math.isfinite

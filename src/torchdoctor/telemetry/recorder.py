@@ -1,15 +1,10 @@
 """Training telemetry with no code changes: one python.steps row per training step.
 
 The Recorder turns the events the hooks deliver (torch_hooks.py: thin adapters, one per place
-torch is entered) into rows. Where each phase of a step is measured:
-  data_wait  DataLoader iterators' __next__, and the share of the gaps between phases that
-             stack samples found in an input function of the loop's own (gap_sampler.py)
-  forward    inside the models' top-level calls (each model's forward pre-hook and forward
-             hook; see phases.py)
-  backward   torch.autograd.backward (which Tensor.backward calls)
-  optimizer  optimizer.step() (global optimizer step pre/post hooks)
-  other      the rest of the step (a loss computed outside the model, zero_grad, logging,
-             your own code)
+torch is entered) into rows. Each phase of a step is measured where torch is entered (see
+phases.py): data_wait at DataLoader iterators' __next__ (and the loop's own input function,
+gap_sampler.py), forward and evaluation inside the models' top-level calls, backward in
+torch.autograd.backward, optimizer in optimizer.step(); other is the rest.
 
 Where a step ends, decided by one of three modes, chosen as the run shows itself:
   optimizer  an update of the primary optimizer (optimizers.py: the first that steps, or
@@ -27,11 +22,12 @@ silent-error checks on sampled steps (silent/: called behind `if self.silent.act
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 import threading
 import time
-from typing import Any, Protocol
+from typing import Any
 
 from torchdoctor._failsafe import Switch, warn_once
 from torchdoctor._json import dumps
@@ -45,12 +41,12 @@ from torchdoctor.telemetry.local_shards import local
 from torchdoctor.telemetry.memory import MemoryReader
 from torchdoctor.telemetry.model_roots import ModelRoots
 from torchdoctor.telemetry.models import Models
-from torchdoctor.telemetry.nonfinite import NonFinite
+from torchdoctor.telemetry.nonfinite import NonFinite, late
 from torchdoctor.telemetry.optimizers import Optimizers, learning_rate
 from torchdoctor.telemetry.patches import Hooks
 from torchdoctor.telemetry.phases import PhaseTimer
 from torchdoctor.telemetry.readback import Readback
-from torchdoctor.telemetry.run_view import RunView
+from torchdoctor.telemetry.run_view import Host, RunView
 from torchdoctor.telemetry.safe_point import SafePoint
 from torchdoctor.telemetry.shapes import ShapeRecorder
 from torchdoctor.telemetry.silent import SilentChecks
@@ -60,16 +56,8 @@ from torchdoctor.telemetry.trace_plan import TracePlan
 from torchdoctor.telemetry.tracer import Tracer
 from torchdoctor.telemetry.updates import Updates
 
+_new_row = tuple.__new__
 OPTIMIZER, CYCLE, MANUAL = "optimizer", "cycle", "manual"
-
-
-class Host(Protocol):
-    """What the Recorder needs from the process it records."""
-
-    tables: Any  # store.tables.Tables
-    config: Any  # config.Config, read live (trace_every and guard change on a running probe)
-
-    def on_cuda_detected(self) -> None: ...
 
 
 class Recorder(RunView):
@@ -90,7 +78,7 @@ class Recorder(RunView):
         self.shapes = ShapeRecorder(self)
         self.clock: Any = CpuClock()
         self.readback = Readback(torch)
-        self.rows = StepRows(torch, self.tables, self.readback, self._late_nonfinite)
+        self.rows = StepRows(torch, self.tables, self.readback, functools.partial(late, self))
         self.gradients = GradientCheck(torch)
         self.timer = PhaseTimer()
         self.rank = rank
@@ -211,7 +199,7 @@ class Recorder(RunView):
     def merge_state(self, closing: StepState) -> None:
         self.state = closing.absorb(self.state)
 
-    def finish_state(self, state: StepState, end: float) -> None:
+    def finish_state(self, state: StepState, end: float) -> None:  # a step cycle mode ended
         self._finish(state, end, skipped=False)
 
     def read_now(self) -> bool:
@@ -316,8 +304,7 @@ class Recorder(RunView):
     def on_clip(self, norm: Any) -> None:
         self.state.clip_norm = norm  # the total norm before clipping: no need to recompute
 
-    # -- gradients and losses ----------------------------------------------------------------
-    def judge(self, check: Check, guard: bool) -> None:
+    def judge(self, check: Check, guard: bool) -> None:  # the gradients' check of an update
         self.nonfinite.judge(self, self.state, check, guard)
 
     def _note_loss(self, loss: Any) -> None:
@@ -326,10 +313,6 @@ class Recorder(RunView):
         # from the frame that called backward()'s wrapper: ours and torch's are not the place
         site = self.roots.loss_site(sys._getframe(3))
         self.state.note_loss(loss, site, self.rows.cuda, self.timer.inside("optimizer"))
-
-    def _late_nonfinite(self, step: int, grad_norm: float | None, loss: float | None) -> None:
-        info = {"step": step, "grad_norm": grad_norm, "losses": [loss], "late": True}
-        self.nonfinite.seen(self, self.state, info, once_per_step=False)
 
     # -- step boundary -----------------------------------------------------------------------
     def end_step(self, now: float, skipped: bool) -> None:
@@ -358,27 +341,30 @@ class Recorder(RunView):
         if losses is None:
             losses = state.step_losses()
         step = self.step
-        row = StepRow(
-            step,
-            time.time(),
-            duration,
-            phases["data_wait"],
-            phases["forward"],
-            phases["backward"],
-            phases["optimizer"],
-            max(0.0, duration - sum(phases.values())),  # other: what no phase claims
-            sum(losses) / len(losses) if losses and not self.rows.cuda else None,
-            state.grad_norm_value,
-            learning_rate(self.optimizers.primary),
-            allocated,
-            peak,
-            reserved,
-            rss,
-            self.rank,
-            state.micro,
-            skipped,
-            plan.tracing,
-            phases["evaluation"],
+        row = _new_row(  # a StepRow without the named tuple's __new__ (a frame a step)
+            StepRow,
+            (
+                step,
+                time.time(),
+                duration,
+                phases["data_wait"],
+                phases["forward"],
+                phases["backward"],
+                phases["optimizer"],
+                max(0.0, duration - sum(phases.values())),  # other: what no phase claims
+                sum(losses) / len(losses) if losses and not self.rows.cuda else None,
+                state.grad_norm_value,
+                learning_rate(self.optimizers.primary),
+                allocated,
+                peak,
+                reserved,
+                rss,
+                self.rank,
+                state.micro,
+                skipped,
+                plan.tracing,
+                phases["evaluation"],
+            ),
         )
         norm = state.grad_norm if state.grad_norm_value is None else None
         update = state.update  # (primary, seconds): its own row too when there are several
@@ -394,7 +380,7 @@ class Recorder(RunView):
         for listener in self.step_listeners:
             listener(state, step)
         if self.safe_point.pending:
-            self._run_safe_point(step)
+            self.safe_point.drain(step, self.switch)  # queued evals, the telemetry off
 
     def _after_discovery(self) -> None:
         """The first step is over: its outermost module calls were the models; hook them, and
@@ -407,15 +393,6 @@ class Recorder(RunView):
                 self.rows.cuda = True
                 self.memory.device = self.torch.cuda.current_device()
                 self.host.on_cuda_detected()
-
-    def _run_safe_point(self, after_step: int) -> None:
-        """Queued evals, with the telemetry off: what they call (a forward, a backward) is
-        theirs, not a step of the training."""
-        was_on, self.switch.on = self.switch.on, False
-        try:
-            self.safe_point.drain(after_step)
-        finally:
-            self.switch.on = was_on
 
     # -- helpers -----------------------------------------------------------------------------
     def memory_row(self, phase: str) -> None:

@@ -6,9 +6,18 @@ step old). Nothing here changes how steps are recorded.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 from torchdoctor.telemetry.optimizers import learning_rate
+
+
+class Host(Protocol):
+    """What the Recorder needs from the process it records."""
+
+    tables: Any  # store.tables.Tables
+    config: Any  # config.Config, read live (trace_every and guard change on a running probe)
+
+    def on_cuda_detected(self) -> None: ...
 
 
 class RunView:

@@ -45,8 +45,20 @@ class SafePoint:
             self.pending = [c for c in self.pending if c is not call]
             return True
 
-    def drain(self, after_step: int) -> None:
-        """On the training thread, at a step boundary: run every queued call, in order."""
+    def drain(self, after_step: int, switch: Any = None) -> None:
+        """On the training thread, at a step boundary: run every queued call, in order, with
+        `switch` (the telemetry's) off: what they call (a forward, a backward) is theirs, not
+        a step of the training."""
+        if switch is None:
+            self._drain(after_step)
+            return
+        was_on, switch.on = switch.on, False
+        try:
+            self._drain(after_step)
+        finally:
+            switch.on = was_on
+
+    def _drain(self, after_step: int) -> None:
         with self._lock:
             calls, self.pending = self.pending, []
             for call in calls:

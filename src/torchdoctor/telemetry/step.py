@@ -5,13 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchdoctor.store.schema import OPTIMIZER_STEPS, STEPS
 from torchdoctor.telemetry.phases import PHASES
 
 TAPE_LIMIT = 8  # root-module calls kept per step for a NaN replay
-
-StepRow = STEPS.row_type()
-OptimizerStepRow = OPTIMIZER_STEPS.row_type()
 
 
 class StepState:
