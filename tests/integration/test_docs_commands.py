@@ -46,6 +46,10 @@ CLUSTER = (
     "tests/integration/test_cluster.py, test_ranks.py and test_job_dirs.py run these verbs "
     "against real jobs"
 )
+SHARDED = (
+    "an FSDP2 job of several ranks: tests/integration/test_sharded.py runs dist_sharded.py under "
+    "torchrun and checks each rank's census, its memory text and the job's steps"
+)
 CRASH_LOG = """\
 Traceback (most recent call last):
   File "/home/me/project/train.py", line 100, in <module>
@@ -284,6 +288,12 @@ CASES: dict[str, Case] = {
     ),
     "TORCHDOCTOR=1 torchrun --nproc_per_node=4 train.py": Case(skip=CLUSTER),
     "torchdoctor cluster list": Case(skip=CLUSTER),
+    # docs/distributed.md's FSDP2 example: a job of 2 ranks, its census and the job's norm
+    "TORCHDOCTOR=1 TORCHDOCTOR_RUN_DIR=job torchrun --nproc_per_node=2 dist_sharded.py "
+    "--steps 4000": Case(skip=SHARDED),
+    "torchdoctor 15795 memory": Case(skip=SHARDED),
+    'torchdoctor query job "SELECT step, sqrt(sum(grad_norm * grad_norm)) AS job_norm FROM '
+    'python.steps GROUP BY step ORDER BY step LIMIT 3"': Case(skip=SHARDED),
     "torchdoctor PID cluster backtrace": Case(skip=CLUSTER),
     'torchdoctor PID cluster query "SELECT rank, max(step) FROM python.steps GROUP BY rank"': Case(
         skip=CLUSTER

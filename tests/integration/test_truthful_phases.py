@@ -20,11 +20,11 @@ from torchdoctor.store.saved import open_run
 
 
 def _recorded(
-    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], *args: str
 ) -> tuple[Any, dict[str, list[float]], list[dict[str, Any]]]:
-    recorded = record(name, run_dir=tmp_path / "run")
+    recorded = record(name, *args, run_dir=tmp_path / "run")
     assert recorded.code == 0, recorded.exception
-    said = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    said = json.loads(recorded.stdout.strip().splitlines()[-1])
     return open_run(recorded.run_dir), said, recorded.diagnoses()
 
 
@@ -70,7 +70,9 @@ def test_get_batch_between_forward_and_backward_is_data(
 def test_a_generator_of_the_loop_is_data(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    run, said, found = _recorded("input_generator.py", tmp_path, capsys)
+    # 800 steps of ~9 ms: the doctor's first look after its warm-up, a window of samples and
+    # a window of rows judged after it, with room for a busy machine
+    run, said, found = _recorded("input_generator.py", tmp_path, capsys, "--steps", "800")
     where = _samples(run)["input"]
     assert where["function"] == "batches"
     assert where["code"] == "x, y = next(stream)"

@@ -122,11 +122,12 @@ class Candidate:
         return out
 
 
-def judge(samples: list[Sample]) -> dict[str, Any]:
+def judge(samples: list[Sample], sites: tuple[tuple[str, int] | None, ...] = ()) -> dict[str, Any]:
     """What a window's samples say: per gap, the functions its time went to (the top three)
     and, when there is one, the input function (`input`: its description and the share of
-    each gap it runs in)."""
-    loop = _loop_codes(samples)
+    each gap it runs in). `sites`: lines the loop is known to run (where it called the model,
+    where it called backward()), for when no sample fell inside a phase."""
+    loop = _loop_codes(samples) or _codes_at(samples, sites)
     by_gap: dict[str, dict[Any, Candidate]] = defaultdict(dict)
     gap_total: Counter[str] = Counter()
     gap_steps: dict[str, set[int]] = defaultdict(set)
@@ -193,6 +194,25 @@ def _loop_codes(samples: list[Sample]) -> set[Any]:
             if is_library(code.co_filename):
                 break
             out.add(code)
+    return out
+
+
+def _codes_at(samples: list[Sample], sites: tuple[tuple[str, int] | None, ...]) -> set[Any]:
+    """The code objects of the samples' frames that hold one of `sites` (file, line): the
+    loop's, when the phases are too short for a sample to land in one (a sampler thread gets
+    the GIL where the training thread lets it go: in a slow Python fetch more than in a short
+    forward)."""
+    wanted = {site for site in sites if site is not None}
+    out: set[Any] = set()
+    seen: set[Any] = set()
+    for s in samples:
+        for code, _line in s.frames:
+            if code in seen:
+                continue
+            seen.add(code)
+            lines = {line for _start, _end, line in code.co_lines() if line is not None}
+            if any(path == code.co_filename and line in lines for path, line in wanted):
+                out.add(code)
     return out
 
 
@@ -264,7 +284,8 @@ class GapSampler:
             samples = self.sample()
             if len({s.step for s in samples}) < MIN_STEPS or self._stop.is_set():
                 return
-            verdict = judge(samples)
+            rec = self.rec
+            verdict = judge(samples, (rec.roots.call_site, rec.state.backward_site))
             found = verdict.get("input")
             if found is not None:
                 verdict["input"]["from_step"] = self.rec.step
