@@ -158,3 +158,15 @@ def test_without_samples_inside_a_phase_the_loop_is_unknown() -> None:
     samples = [_gap(s, "forward", (GET_BATCH, 5)) for s in range(20)]
     found = judge(samples)
     assert not found["loop_known"] and "input" not in found
+
+
+def test_the_loop_is_known_from_the_lines_it_runs() -> None:
+    """No sample inside a phase (a short forward, a fetch in Python that holds the GIL): the
+    loop is the code that holds the line that called the model or backward()."""
+    namespace: dict[str, Any] = {}
+    exec(compile("\n" * 39 + "def main():\n    a = 1\n    b = 2\n", TRAIN, "exec"), namespace)
+    loop = namespace["main"].__code__  # lines 40-42 of train.py
+    samples = [Sample(s, "forward", ((GET_BATCH, 5), (loop, 41))) for s in range(20)]
+    found = judge(samples, ((TRAIN, 42), None))  # main() called the model at line 42
+    assert found["loop_known"] and found["input"]["function"] == "get_batch"
+    assert "input" not in judge(samples, (("/elsewhere.py", 42), None))
