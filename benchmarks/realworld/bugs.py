@@ -145,7 +145,7 @@ BUGS: tuple[Bug, ...] = (
         name="vae_lr_too_high",
         program="vae",
         what="Adam lr=0.5 (500x the example's): the loss runs away, then the BCE input is NaN",
-        kinds=("divergence", "nan"),
+        kinds=("divergence", "nan", "crash"),  # it crashes at step 3: the crash names the lr
         lines=(Line("vae/main.py", "optimizer = optim.Adam("),),
         modules=("Adam", "optimizer"),
         fix=r"learning rate|\blr\b",

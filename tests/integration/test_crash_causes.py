@@ -26,3 +26,20 @@ def test_the_first_fix_is_the_cause_the_step_showed(how: str, tmp_path: Path) ->
     first = crash[-1]["fix"].splitlines()[0]
     assert CASES[how] in first, crash[-1]["fix"]
     assert "checkpoint" not in first.lower()
+
+
+@pytest.mark.parametrize(
+    ("args", "first"),
+    [
+        (("high", "probs"), "Lower the learning rate"),  # the run diverged: its NaN met BCE
+        (("fine", "logits"), "Give logits to BCEWithLogitsLoss"),  # raw outputs from step 0
+    ],
+)
+def test_bce_out_of_range_after_a_divergence_is_the_learning_rate(
+    args: tuple[str, str], first: str, tmp_path: Path
+) -> None:
+    recorded = record("crash_bce_diverged.py", *args, run_dir=tmp_path / "run")
+    assert recorded.code == 1
+    crash = [d for d in recorded.diagnoses() if d["kind"] == "crash"]
+    assert crash, recorded.diagnoses()
+    assert crash[-1]["fix"].splitlines()[0].startswith(first), crash[-1]["fix"]

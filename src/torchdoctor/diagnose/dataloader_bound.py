@@ -49,12 +49,14 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
     total = float(duration.sum())
     if total <= 0:
         return []
+    found = input_function(inputs)
+    if found is not None and found.get("from_step") is not None:
+        wait = _before_found(inputs, wait, found)
     share = float(wait.sum()) / total
     if share < INFO_SHARE or float(wait.mean()) < MIN_WAIT:
         return []
     loaders = inputs.events_of("dataloader")
     loader: dict[str, Any] = loaders[-1]["data"] if loaders else {}
-    found = input_function(inputs)
     severity = "warning" if share >= WARNING_SHARE else "info"
     summary = (
         f"{share:.0%} of step time is spent waiting for data "
@@ -90,6 +92,17 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
             key="dataloader_bound",
         )
     ]
+
+
+def _before_found(inputs: Inputs, wait: np.ndarray, found: dict[str, Any]) -> np.ndarray:
+    """The window's data wait with the steps before the input function was found counted as
+    they are after it: its share of the time no phase claimed (`other`), where the rows booked
+    its time (a short run: a few slow fetches before the samples, a few after)."""
+    steps = inputs.column("step")[WARMUP:][-WINDOW:]
+    other = inputs.column("other")[WARMUP:][-WINDOW:]
+    share = max((float(v) for v in (found.get("gaps") or {}).values()), default=0.0)
+    before = steps <= int(found["from_step"])
+    return np.where(before, wait + np.nan_to_num(other) * share, wait)
 
 
 def input_function(inputs: Inputs) -> dict[str, Any] | None:

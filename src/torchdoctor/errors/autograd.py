@@ -378,8 +378,9 @@ NO_GRAD_FN = Entry(
             ("no_grad",),
         ),
         Fix(
-            "Keep the prediction a tensor",
-            "loss = criterion(out, y)  # not criterion(torch.tensor(out.tolist()), y)",
+            "Keep the prediction a tensor of the graph",
+            "loss = criterion(out, y)  # not criterion(out.detach(), y),\n"
+            "# nor criterion(torch.tensor(out.tolist()), y)",
             ("detached",),
         ),
         Fix(

@@ -373,6 +373,12 @@ BCE_RANGE = Entry(
             "loss = criterion(logits, target.float())",
             ("logits",),
         ),
+        Fix(
+            "Lower the learning rate: the run diverged and its NaN reached the loss",
+            "optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)  # 10x lower or more\n"
+            "torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)  # before optimizer.step()",
+            ("nan",),
+        ),
     ),
 )
 

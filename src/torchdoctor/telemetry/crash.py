@@ -6,6 +6,7 @@ shapes that flowed into it in that step, and the line of the model's code that b
 
 from __future__ import annotations
 
+import math
 import sys
 from typing import Any
 
@@ -85,6 +86,21 @@ def _process_findings(training: TrainingView | None) -> list[Finding]:
     except Exception:
         return []
     out = []
+    diverged = _diverged(
+        facts.get("losses") or [],
+        facts.get("nonfinite_weights") or [],
+        float(facts.get("largest_weight") or 0.0),
+    )
+    if diverged is not None:
+        lr = facts.get("lr")
+        out.append(
+            Finding(
+                diverged,
+                rule_in=("nan",),
+                rule_out=("logits",),
+                fields={"lr": lr} if lr is not None else {},
+            )
+        )
     grad, trainable = facts.get("grad_enabled"), facts.get("trainable")
     if facts.get("models") and trainable == 0:
         out.append(Finding("every parameter of the model is frozen", rule_in=("frozen",)))
@@ -109,6 +125,30 @@ def _process_findings(training: TrainingView | None) -> list[Finding]:
             )
         )
     return out
+
+
+HUGE_WEIGHT = 1e4  # trained weights are of order 1: this one was blown up by its updates
+
+
+def _diverged(losses: list[float], weights: list[str], largest: float) -> str | None:
+    """What says the run diverged before the error: weights that are NaN or Inf or huge, a
+    non-finite loss, or one that rose to over ten times the first (a NaN the error then met,
+    such as BCELoss's input)."""
+    if weights:
+        return f"the weights are not finite ({', '.join(weights)}): the last update diverged"
+    if largest > HUGE_WEIGHT:
+        return f"a weight has grown to {largest:.3g}: the updates diverged"
+    if len(losses) < 2:
+        return None
+    if not all(math.isfinite(v) for v in losses):
+        return f"the loss was non-finite before the error ({len(losses)} steps recorded)"
+    first, top = abs(losses[0]), max(losses)
+    if first > 0 and top > 10 * first:
+        return (
+            f"the loss rose from {losses[0]:.4g} to {top:.4g} in {len(losses)} steps before "
+            "the error: the run diverged"
+        )
+    return None
 
 
 def _message(exc: BaseException) -> str:

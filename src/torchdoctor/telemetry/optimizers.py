@@ -123,7 +123,7 @@ def learning_rate(optimizer: Any) -> float | None:
 
 def _label(optimizer: Any, taken: set[str], frame: Any) -> str:
     """The name the training code gives `optimizer` (a local of the loop that steps it, as in
-    a `main()`, or a global of `__main__`), else its class and a number."""
+    a `main()`, or a global of `__main__`), else its class (and a number from the second)."""
     caller = user_frame(frame)
     spaces = [caller.f_locals, caller.f_globals] if caller is not None else []
     main = sys.modules.get("__main__")
@@ -133,7 +133,9 @@ def _label(optimizer: Any, taken: set[str], frame: Any) -> str:
         for key, value in list(space.items()):
             if value is optimizer and not key.startswith("_"):
                 return key
-    base, n = type(optimizer).__name__, 1
+    base, n = type(optimizer).__name__, 2
+    if base not in taken:
+        return base  # the class alone (Lightning's configure_optimizers gives no name)
     while f"{base}{n}" in taken:
         n += 1
     return f"{base}{n}"

@@ -37,6 +37,7 @@ class RunView:
     rank: int
     mode: str
     models: Any
+    tables: Any
 
     @property
     def phase(self) -> str:
@@ -100,13 +101,31 @@ class RunView:
     def forward_facts(self) -> dict[str, Any]:
         """What the step in progress did in its forward, for an error's causes: grad mode at
         its first model call (None: no model call seen), the parameters that train, and
-        whether a model checkpoints its activations (Hugging Face's flag)."""
+        whether a model checkpoints its activations (Hugging Face's flag); and the losses of
+        the steps so far, the learning rate and the weights that are not finite (a run that
+        diverged before the error; read on a crash only)."""
         models = [m for m, _label in self.models.models()]
         trainable = sum(1 for m in models for p in m.parameters() if p.requires_grad)
         checkpointing = any(getattr(m, "is_gradient_checkpointing", False) for m in models)
+        nonfinite, largest = [], 0.0
+        for m in models:
+            for p in m.parameters():
+                if not p.is_floating_point() or not p.numel():
+                    continue
+                top = float(p.detach().abs().max())
+                if top != top or top == float("inf"):
+                    nonfinite.append(self.models.param_name(p) or ("?", "?"))
+                else:
+                    largest = max(largest, top)
+        steps = self.tables["steps"].snapshot()
+        losses = [float(v) for v in steps.data["loss"][-200:]] if steps.rows else []
         return {
             "grad_enabled": self.state.grad_enabled if self.state.tape else None,
             "trainable": trainable,
             "models": len(models),
             "checkpointing": bool(checkpointing),
+            "losses": losses,
+            "lr": self.lr(),
+            "nonfinite_weights": [".".join(n) for n in nonfinite[:5]],
+            "largest_weight": largest,
         }

@@ -1,6 +1,8 @@
 """An optimizer.step() that leaves the weights unchanged although they have gradients and a
 learning rate that should move them (an update written to a copy, a step that skips every
-parameter, an optimizer holding tensors the model no longer uses).
+parameter, an optimizer holding tensors the model no longer uses); and one that stepped with no
+gradient on any of its trainable parameters (a generator whose loss was computed on a detached
+output: backward() never reaches it), read after step() so that a closure's backward counts.
 
 On a sampled step a slice of a few parameters with gradients is kept before the update and
 compared after it, element by element, where the update is large enough to be seen at the
@@ -28,6 +30,7 @@ class UpdateEffects:
         self.pending: dict[int, tuple[Any, ...]] = {}
         self.unchanged: dict[int, int] = {}  # id(optimizer) -> sampled steps seen unchanged
         self.done: set[int] = set()
+        self.gradless: dict[int, int] = {}  # id(optimizer) -> sampled steps without a gradient
 
     def before_update(self, optimizer: Any, step: int) -> None:
         if id(optimizer) in self.done:
@@ -71,6 +74,7 @@ class UpdateEffects:
         self.pending[id(optimizer)] = pending
 
     def after_update(self, optimizer: Any, step: int) -> None:
+        self._gradients(optimizer, step)
         pending = self.pending.pop(id(optimizer), None)
         if pending is None or pending[0] != step:
             return
@@ -112,6 +116,30 @@ class UpdateEffects:
             done([float(c) for c in counts])
         else:
             self.host.rec.readback.submit(torch.stack(counts).float(), done)
+
+    def _gradients(self, optimizer: Any, step: int) -> None:
+        """No trainable parameter of `optimizer` has a gradient after its step(), on CONFIRM
+        sampled steps in a row: the step changes nothing (weight decay aside)."""
+        key = id(optimizer)
+        if self.gradless.get(key, 0) >= CONFIRM:
+            return
+        trainable = [p for g in optimizer.param_groups for p in g["params"] if p.requires_grad]
+        if not trainable or any(p.grad is not None for p in trainable):
+            self.gradless.pop(key, None)
+            return
+        count = self.gradless[key] = self.gradless.get(key, 0) + 1
+        if count < CONFIRM:
+            return
+        models = self.host.rec.models
+        names = sorted({name[0] for p in trainable if (name := models.param_name(p))})
+        data = {
+            "optimizer": self.host.label(optimizer),
+            "step": step,
+            "site": self.host.user_site(),
+            "parameters": len(trainable),
+            "modules": names,
+        }
+        self.host.emit("no_gradient", data, key=data["optimizer"])
 
 
 def _slices(torch: Any, tensors: list[Any]) -> Any:
