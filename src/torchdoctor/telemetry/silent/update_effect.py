@@ -130,8 +130,12 @@ class UpdateEffects:
         count = self.gradless[key] = self.gradless.get(key, 0) + 1
         if count < CONFIRM:
             return
-        models = self.host.rec.models
-        names = sorted({name[0] for p in trainable if (name := models.param_name(p))})
+        ids = {id(p) for p in trainable}
+        names = [  # the models that hold them
+            label
+            for model, label in self.host.rec.models.roots()
+            if any(id(p) in ids for p in model.parameters())
+        ]
         data = {
             "optimizer": self.host.label(optimizer),
             "step": step,
