@@ -52,6 +52,8 @@ CASES = [
     case("silent_detached_loss.py", "detached_loss",
          at("silent_detached_loss.py", "loss.backward()"), 2, leaf=True),
     case("silent_same_batch.py", "repeated_batch", "model", 3),
+    case("silent_legit_gan.py --detached-generator", "no_gradient", "netG", 3,
+         optimizer="optimizerG", modules=["netG"]),
     case("silent_worker_seed.py", "repeated_batch", "model", 3, num_workers=2),
     *[
         case(f"{LOSS} --problem {flag}", "loss_inputs", at(LOSS, "loss.backward()"), 1,

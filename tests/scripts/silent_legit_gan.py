@@ -1,7 +1,11 @@
 """A DCGAN-style loop that is right, and that each silent-error check must leave alone: two
 optimizers (the discriminator's steps first), the discriminator trained on a detached fake
 batch, the generator's backward() running through the discriminator (whose gradients are
-cleared at the start of its next step), batch norm in both."""
+cleared at the start of its next step), batch norm in both. --detached-generator plants the bug:
+the generator's loss on fake.detach(), so optimizerG steps with no gradient at all (--fixed:
+its twin)."""
+
+import sys
 
 import torch
 from torch import nn
@@ -27,6 +31,8 @@ for (real,) in loader:
     optimizerD.step()
     # (2) the generator, through the discriminator
     netG.zero_grad()
-    errG = criterion(netD(fake), torch.ones(b, 1))
+    bug = "--detached-generator" in sys.argv and "--fixed" not in sys.argv
+    seen = fake.detach() if bug else fake
+    errG = criterion(netD(seen), torch.ones(b, 1))
     errG.backward()
     optimizerG.step()
