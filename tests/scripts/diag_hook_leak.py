@@ -32,7 +32,7 @@ class Block(nn.Module):
 model = nn.Sequential(nn.Embedding(100, 64), Block(), Block(), nn.Linear(64, 100))
 model[1].attn.register_forward_hook(keep)
 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-for _step in range(120):
+for _step in range(200):
     start = torch.randint(0, 100, (16, 1))
     tokens = (start + torch.arange(65)) % 100  # a learnable sequence: count upwards
     logits = model(tokens[:, :-1])
