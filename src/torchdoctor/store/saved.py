@@ -275,8 +275,11 @@ def _check_readable(path: Path) -> None:
     try:
         files = sorted(tables.glob(f"*{rundir.TABLE_SUFFIX}"))
         for f in files:
-            with open(f, "rb") as fh:
-                head = fh.read(len(MAGIC))
+            try:
+                with open(f, "rb") as fh:
+                    head = fh.read(len(MAGIC))
+            except FileNotFoundError:
+                continue  # a live run's file, replaced by its compaction since the glob
             if head and head != MAGIC[: len(head)]:
                 raise RunNotFound(f"{f} is not a torchdoctor table file")
     except OSError as exc:
