@@ -108,7 +108,9 @@ def test_census_diff_tells_what_grew() -> None:
         kept.append(model(torch.randn(16, 64)).mean())  # each keeps its graph
     after = take_census([(model, "model")], namespace={"kept": kept})
     grew = census_diff(before, after)
-    assert grew and grew[0]["kind"] == "activation" and grew[0]["grew"] > 0
+    # (other threads of this worker may make tensors meanwhile: the activation is among them)
+    grown = [g for g in grew if g["kind"] == "activation"]
+    assert grown and grown[0]["grew"] > 0
     assert grew_by_kind(before, after)["activation"] >= 3 * 16 * 512 * 4
     assert grew_by_kind(before, after).get("parameter", 0) == 0
 
