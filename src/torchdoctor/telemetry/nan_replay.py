@@ -72,25 +72,27 @@ class NanLocalizer:
             },
             bad_gradients=_bad_gradients(rec, info.get("params") or []),
         )
-        tape = [(_unwrapped(m), args, kwargs) for m, args, kwargs in state.tape]
-        if not tape:
-            origin.note = "no model call was seen in this step, so it could not be replayed"
-            return origin
-        if any(has_sharded_state(m) for m, _a, _k in tape):
-            origin.note = (
-                "not replayed: the model is sharded (FSDP or tensor parallel), and running its "
-                "forward again on this rank alone would issue collectives the other ranks never "
-                "join; the step and the gradients above are what is known"
-            )
-            return origin
+        # Weights and the batch first: read on this rank's shards, so a sharded model is
+        # judged as far as it can be without running it again.
         bad_weights = _bad_weights(rec)
         if bad_weights:
             origin.stage, origin.bad_weights = "optimizer", bad_weights
             origin.location = bad_weights[0]["module"]
             return origin
+        tape = [(_unwrapped(m), args, kwargs) for m, args, kwargs in state.tape]
+        if not tape:
+            origin.note = "no model call was seen in this step, so it could not be replayed"
+            return origin
         bad_input = _bad_inputs(torch, tape)
         if bad_input is not None:
             origin.stage, origin.location, origin.input = "data", "input batch", bad_input
+            return origin
+        if any(has_sharded_state(m) for m, _a, _k in tape):
+            origin.note = (
+                "not replayed: the model is sharded (FSDP or tensor parallel), and running its "
+                "forward again on this rank alone would issue collectives the other ranks never "
+                "join; its weights and the batch are finite on this rank"
+            )
             return origin
         was_on = rec.switch.on
         rec.switch.on = False  # our own hooks must not record the replay as training
