@@ -72,6 +72,12 @@ CASES = [
     case("silent_autocast.py", "autocast_unused", at("silent_autocast.py", "loss.backward()"), 1,
          problem="float32"),
     case("silent_batch_collapsed.py", "batch_collapsed", "model", 3, batch_sizes=[16]),
+    case("silent_init_repeated.py", "repeated_init",
+         at("silent_init_repeated.py", "nn.init.normal_(module.weight"), 1, times=3,
+         names=[f"model.encoder.layer.0.attention.{x}.weight" for x in "qkvo"]),
+    case("silent_max_new_tokens.py", "max_new_tokens",
+         at("silent_max_new_tokens.py", "answer = model.generate("), 0, max_new_tokens=8,
+         new_tokens=12, prompt=6),
 ]  # fmt: skip
 
 FIXED = sorted({c.values[0] for c in CASES})
@@ -81,6 +87,7 @@ LEGIT = [
     ("silent_legit_accumulation.py", "--tokens"),
     ("silent_legit_patterns.py",),
     ("silent_legit_rl.py",),
+    ("silent_legit_init.py",),
 ]
 
 
