@@ -12,10 +12,11 @@ the one in `_init_weights`). A tensor is told by its storage (a weak reference: 
 once freed), offset, shape and stride: `.data` gives a new tensor object over the same memory.
 
 A tensor initialised twice from the same site is the bug (the same code run again over the same
-weights). Twice from two sites is legitimate: nanoGPT re-initialises `c_proj.weight` with a
-scaled normal after `apply(_init_weights)`. Judged once, at the end of the first step with an
-optimizer update (or when the run ends without one): `silent.repeated_init`; nothing is noted
-after that, and the wrappers only pass calls through.
+weights), unless it is a weight tied between modules, which one pass over the modules reaches
+once per module that holds it. Twice from two sites is legitimate: nanoGPT re-initialises
+`c_proj.weight` with a scaled normal after `apply(_init_weights)`. Judged once, at the end of
+the first step with an optimizer update (or when the run ends without one):
+`silent.repeated_init`; nothing is noted after that, and the wrappers only pass calls through.
 
 `kaiming_uniform_` and `kaiming_normal_` warn on a zero-element tensor with `stacklevel=2`: the
 wrapper gives that warning itself (same text, same caller) instead of calling them, so that it
@@ -168,6 +169,9 @@ class Initialisations:
             return
         names = self._names()
         for key, line, calls, seconds, user in repeated:
+            name, holders = names.get(key, (None, 1))
+            if calls <= holders:
+                continue  # a tied weight: one pass over the modules reaches it once per holder
             entry = by_site.setdefault(
                 line, {"site": line, "caller": user, "tensors": 0, "names": [], "times": 0}
             )
@@ -175,7 +179,9 @@ class Initialisations:
             entry["times"] = max(entry["times"], calls)
             entry["seconds"] = entry.get("seconds", 0.0) + seconds
             if len(entry["names"]) < NAMES_SHOWN:
-                entry["names"].append(names.get(key) or f"a tensor of shape {list(key[2])}")
+                entry["names"].append(name or f"a tensor of shape {list(key[2])}")
+        if not by_site:
+            return
         sites = sorted(by_site.values(), key=lambda s: (-s["tensors"], s["site"]))
         for entry in sites:
             entry["seconds"] = round(entry["seconds"], 6)
@@ -190,12 +196,16 @@ class Initialisations:
         }
         self.host.emit("repeated_init", data, key="repeated_init")
 
-    def _names(self) -> dict[tuple[Any, ...], str]:
-        """The qualified names of the known models' parameters and buffers, by tensor key."""
+    def _names(self) -> dict[tuple[Any, ...], tuple[str, int]]:
+        """(qualified name, how many modules hold it) of the known models' parameters and
+        buffers, by tensor key: a tied weight is held by two modules."""
         rec = self.host.rec
-        out: dict[tuple[Any, ...], str] = {}
+        out: dict[tuple[Any, ...], tuple[str, int]] = {}
         for root, label in rec.models.models():
-            tensors = [*root.named_parameters(), *root.named_buffers()]
+            tensors = [
+                *root.named_parameters(remove_duplicate=False),
+                *root.named_buffers(remove_duplicate=False),
+            ]
             for name, tensor in tensors:
                 try:
                     storage = tensor.untyped_storage()
@@ -205,7 +215,8 @@ class Initialisations:
                     continue
                 known = rec.models.param_name(tensor)
                 qualified = ".".join(p for p in known if p) if known else name
-                out.setdefault(key, qualified or label)
+                known_as = out.get(key)
+                out[key] = (known_as[0], known_as[1] + 1) if known_as else (qualified or label, 1)
         return out
 
 
