@@ -1,7 +1,8 @@
 """Initialisations that are not repeated work, and the wrappers of torch.nn.init unseen:
 nanoGPT's pattern (apply(_init_weights), then every c_proj.weight initialised again with a
 normal scaled by depth, from another line), a layer's own reset_parameters() run by its
-constructor, `.data` initialised, two models built by the same code, and what torch.nn.init
+constructor, `.data` initialised, a weight tied between two modules (reached twice by one
+line in one pass), two models built by the same code, and what torch.nn.init
 itself says: the zero-element warning points at this file, and the values are those of the
 plain functions."""
 
@@ -31,18 +32,17 @@ class GPT(nn.Module):
         self.wte = nn.Embedding(50, N_EMBD)
         self.h = nn.ModuleList(Block() for _ in range(N_LAYER))
         self.head = nn.Linear(N_EMBD, 50, bias=False)
+        self.head.weight = self.wte.weight  # tied: apply() reaches it twice, by one line
         self.apply(self._init_weights)
         for name, p in self.named_parameters():
             if name.endswith("c_proj.weight"):
                 nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * N_LAYER))
 
     def _init_weights(self, module):
-        if isinstance(module, nn.Linear):
+        if isinstance(module, (nn.Linear, nn.Embedding)):
             nn.init.normal_(module.weight.data, mean=0.0, std=0.02)
-            if module.bias is not None:
-                nn.init.zeros_(module.bias)
-        elif isinstance(module, nn.Embedding):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
 
     def forward(self, ids):
         x = self.wte(ids)
