@@ -131,3 +131,26 @@ def test_fixed_twin_raises_nothing_above_info(tmp_path, args) -> None:  # type: 
 @pytest.mark.parametrize("args", LEGIT, ids=[" ".join(a) for a in LEGIT])
 def test_legitimate_pattern_raises_nothing_above_info(tmp_path, args) -> None:  # type: ignore[no-untyped-def]
     assert not _loud(_found(tmp_path, args))
+
+
+def test_generate_wrappers_are_put_back(tmp_path: Path) -> None:
+    """generate() is wrapped on the mixin and on subclasses defined while watched; all of it is
+    undone when the session ends."""
+    from transformers.generation.utils import GenerationMixin
+
+    import torchdoctor
+
+    original = GenerationMixin.__dict__["generate"]
+    with torchdoctor.Session(tmp_path / "run", quiet=True):
+        assert GenerationMixin.__dict__["generate"] is not original
+        assert GenerationMixin.generate.__wrapped__ is original  # type: ignore[attr-defined]
+
+        class Own(GenerationMixin):
+            def generate(self, *args: Any, **kwargs: Any) -> Any:
+                return super().generate(*args, **kwargs)
+
+        own = Own.__dict__["generate"]
+        assert own.__wrapped__.__qualname__.endswith("Own.generate")
+    assert GenerationMixin.__dict__["generate"] is original
+    assert "__init_subclass__" not in GenerationMixin.__dict__
+    assert Own.__dict__["generate"] is own.__wrapped__

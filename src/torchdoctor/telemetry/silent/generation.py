@@ -11,11 +11,11 @@ a model's own generate() may change it before it calls the mixin's. Only the out
 looked at (a subclass's generate calls super().generate()).
 
 The request: `max_new_tokens` from the call, else from the `generation_config` passed, else
-from the model's. The prompt: the `input_ids` passed (their length; none with `inputs_embeds`
-alone, whose output holds only the new tokens). Encoder-decoder models are left out: the tokens
-their own generate() puts before the decoder's output (Whisper's language and task tokens) are
-not told apart from generated ones. A call whose `sequences` are longer than prompt +
-max_new_tokens is written as `silent.max_new_tokens` (once per line that called it).
+(none passed) from the model's. The prompt: the `input_ids` passed (their length; none with
+`inputs_embeds` alone, whose output holds only the new tokens). Encoder-decoder models are left
+out: the tokens their own generate() puts before the decoder's output (Whisper's language and
+task tokens) are not told apart from generated ones. A call whose `sequences` are longer than
+prompt + max_new_tokens is written as `silent.max_new_tokens` (once per line that called it).
 """
 
 from __future__ import annotations
@@ -134,12 +134,12 @@ class Generations:
 def _max_new_tokens(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     if kwargs.get("max_new_tokens") is not None:
         return kwargs["max_new_tokens"]
+    # A generation config passed in is the one read (what transformers merges into it from
+    # the model's is left alone: a limit it may not use is no limit to hold it to).
     config = kwargs.get("generation_config", args[1] if len(args) > 1 else None)
-    for source in (config, getattr(model, "generation_config", None)):
-        value = getattr(source, "max_new_tokens", None)
-        if value is not None:
-            return value
-    return None
+    if config is None:
+        config = getattr(model, "generation_config", None)
+    return getattr(config, "max_new_tokens", None)
 
 
 def _subclasses(cls: type) -> list[type]:
