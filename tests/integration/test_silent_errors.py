@@ -73,7 +73,7 @@ CASES = [
          problem="float32"),
     case("silent_batch_collapsed.py", "batch_collapsed", "model", 3, batch_sizes=[16]),
     case("silent_init_repeated.py", "repeated_init",
-         at("silent_init_repeated.py", "nn.init.normal_(module.weight"), 1, times=3,
+         at("silent_init_repeated.py", "nn.init.normal_(module.weight"), 0, times=3,
          names=[f"model.encoder.layer.0.attention.{x}.weight" for x in "qkvo"]),
     case("silent_max_new_tokens.py", "max_new_tokens",
          at("silent_max_new_tokens.py", "answer = model.generate("), 0, max_new_tokens=8,

@@ -105,7 +105,7 @@ class SilentChecks:
         if self.switch.on:
             try:
                 self.schedulers.summary(self.rec.step)
-                self.inits.judge()
+                self.inits.judge(self.rec.step)
             except Exception as exc:
                 self.fail(exc)
         self.resets.remove()
@@ -231,7 +231,7 @@ class SilentChecks:
             self.first_update = step
             if self.switch.on:
                 try:
-                    self.inits.judge()
+                    self.inits.judge(step)
                 except Exception as exc:
                     self.fail(exc)
         if self.active and self.switch.on:

@@ -150,8 +150,8 @@ class Initialisations:
         if calls[2] is None:
             calls[2] = site(user_frame(frame))
 
-    def judge(self) -> None:
-        """Write what was initialised more than once from one site (once per run)."""
+    def judge(self, step: int) -> None:
+        """Write what was initialised more than once from one site (once per run), at `step`."""
         if self.judged:
             return
         self.judged = True
@@ -186,7 +186,7 @@ class Initialisations:
         for entry in sites:
             entry["seconds"] = round(entry["seconds"], 6)
         data = {
-            "step": self.host.rec.step,
+            "step": step,
             "site": sites[0]["site"],
             "names": sites[0]["names"],  # the first few, at the site with the most
             "times": sites[0]["times"],
