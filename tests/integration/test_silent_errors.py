@@ -72,6 +72,12 @@ CASES = [
     case("silent_autocast.py", "autocast_unused", at("silent_autocast.py", "loss.backward()"), 1,
          problem="float32"),
     case("silent_batch_collapsed.py", "batch_collapsed", "model", 3, batch_sizes=[16]),
+    case("silent_init_repeated.py", "repeated_init",
+         at("silent_init_repeated.py", "nn.init.normal_(module.weight"), 0, times=3,
+         names=[f"model.encoder.layer.0.attention.{x}.weight" for x in "qkvo"]),
+    case("silent_max_new_tokens.py", "max_new_tokens",
+         at("silent_max_new_tokens.py", "answer = model.generate("), 0, max_new_tokens=8,
+         new_tokens=12, prompt=6),
 ]  # fmt: skip
 
 FIXED = sorted({c.values[0] for c in CASES})
@@ -81,6 +87,7 @@ LEGIT = [
     ("silent_legit_accumulation.py", "--tokens"),
     ("silent_legit_patterns.py",),
     ("silent_legit_rl.py",),
+    ("silent_legit_init.py",),
 ]
 
 
@@ -124,3 +131,26 @@ def test_fixed_twin_raises_nothing_above_info(tmp_path, args) -> None:  # type: 
 @pytest.mark.parametrize("args", LEGIT, ids=[" ".join(a) for a in LEGIT])
 def test_legitimate_pattern_raises_nothing_above_info(tmp_path, args) -> None:  # type: ignore[no-untyped-def]
     assert not _loud(_found(tmp_path, args))
+
+
+def test_generate_wrappers_are_put_back(tmp_path: Path) -> None:
+    """generate() is wrapped on the mixin and on subclasses defined while watched; all of it is
+    undone when the session ends."""
+    from transformers.generation.utils import GenerationMixin
+
+    import torchdoctor
+
+    original = GenerationMixin.__dict__["generate"]
+    with torchdoctor.Session(tmp_path / "run", quiet=True):
+        assert GenerationMixin.__dict__["generate"] is not original
+        assert GenerationMixin.generate.__wrapped__ is original  # type: ignore[attr-defined]
+
+        class Own(GenerationMixin):
+            def generate(self, *args: Any, **kwargs: Any) -> Any:
+                return super().generate(*args, **kwargs)
+
+        own = Own.__dict__["generate"]
+        assert own.__wrapped__.__qualname__.endswith("Own.generate")
+    assert GenerationMixin.__dict__["generate"] is original
+    assert "__init_subclass__" not in GenerationMixin.__dict__
+    assert Own.__dict__["generate"] is own.__wrapped__

@@ -1,10 +1,12 @@
 """The silent-error checks' own pieces (telemetry/silent/): when they sample, the arithmetic that
 tells cleared gradients from accumulated ones (numpy on CPU, torch on a GPU: the same numbers),
 how a loss's scaling is read from its graph, and the watched methods staying what they were
-(`nn.Module.train` is still the function, torch's own warnings still name the caller)."""
+(`nn.Module.train` is still the function, torch's own warnings still name the caller; the
+wrapped `torch.nn.init` functions keep their names, signatures, values and warnings)."""
 
 from __future__ import annotations
 
+import inspect
 import warnings
 from pathlib import Path
 
@@ -14,8 +16,10 @@ import torch
 from torch import nn
 
 import torchdoctor
+from torchdoctor.telemetry.patches import Hooks
 from torchdoctor.telemetry.silent import full, sampled
 from torchdoctor.telemetry.silent.grad_reset import _readings
+from torchdoctor.telemetry.silent.inits import INIT_FUNCTIONS
 from torchdoctor.telemetry.silent.loss_graph import _reaches, _scale
 
 
@@ -97,3 +101,41 @@ def test_watched_methods_stay_what_they_were(tmp_path: Path) -> None:
             scheduler.step()  # before optimizer.step(): torch warns, naming this line
         assert caught and Path(caught[0].filename).name == Path(__file__).name
     assert nn.Module.__dict__["train"] is original
+
+
+def test_wrapped_init_functions_stay_what_they_were(tmp_path: Path) -> None:
+    originals = {name: nn.init.__dict__[name] for name in INIT_FUNCTIONS}
+    with torchdoctor.Session(tmp_path / "run", quiet=True):
+        wrapped = nn.init.kaiming_uniform_
+        assert wrapped is not originals["kaiming_uniform_"]
+        assert wrapped.__name__ == "kaiming_uniform_" and wrapped.__doc__
+        assert inspect.signature(wrapped) == inspect.signature(originals["kaiming_uniform_"])
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            nn.init.kaiming_uniform_(torch.empty(0, 4))  # torch warns, naming this line
+            nn.init.kaiming_normal_(torch.empty(3, 0))
+        assert [Path(w.filename).name for w in caught] == [Path(__file__).name] * 2
+        with pytest.raises(ValueError) as raised:
+            nn.init.xavier_uniform_(torch.empty(3))  # fewer than 2 dimensions
+        seeded = []
+        for init in (nn.init.orthogonal_, originals["orthogonal_"]):
+            torch.manual_seed(0)
+            seeded.append(init(torch.empty(4, 4)))
+        assert torch.equal(*seeded)
+    assert "fewer than 2 dimensions" in str(raised.value)
+    assert {name: nn.init.__dict__[name] for name in INIT_FUNCTIONS} == originals
+
+
+def test_a_patch_of_an_inherited_attribute_is_undone_by_deleting_it() -> None:
+    class Base:
+        def hello(self) -> str:
+            return "base"
+
+    class Child(Base):
+        pass
+
+    hooks = Hooks()
+    assert hooks.patch(Child, "hello", lambda self: "patched") is Base.__dict__["hello"]
+    assert Child().hello() == "patched"
+    hooks.remove()
+    assert "hello" not in Child.__dict__ and Child().hello() == "base"

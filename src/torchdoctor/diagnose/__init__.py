@@ -41,6 +41,8 @@ MODULES: tuple[str, ...] = (
     "ineffective_update",
     "autocast_unused",
     "batch_collapsed",
+    "repeated_init",
+    "max_new_tokens",
     # Job-level: they compare the ranks of a job (Inputs.job) and return nothing without one.
     "missing_rank",
     "uneven_batches",

@@ -13,7 +13,12 @@ class Hooks:
         self._undo: list[Callable[[], None]] = []
 
     def patch(self, owner: Any, name: str, replacement: Any) -> Any:
-        """Replace owner.name, keeping the original for restore; returns the original."""
+        """Replace owner.name, keeping the original for restore; returns the original. On a
+        class that only inherits `name`, the restore deletes the class's own attribute."""
+        if isinstance(owner, type) and name not in owner.__dict__:
+            setattr(owner, name, replacement)
+            self._undo.append(lambda: delattr(owner, name))
+            return getattr(super(owner, owner), name, None)
         original = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
         setattr(owner, name, replacement)
         self._undo.append(lambda: setattr(owner, name, original))

@@ -24,7 +24,13 @@ The checks, each the only writer of its state:
                     its normalization layers, learning rates per parameter group
   schedulers.py     a scheduler stepped before its optimizer, never stepped, or bound to an
                     optimizer that never steps
-The patches they need (nn.Module.train, the schedulers' step) are in hooks.py.
+  inits.py          weights initialised again by the same line before the first update
+                    (torch.nn.init's functions, wrapped; judged at the end of the first step
+                    with an update)
+  generation.py     Hugging Face generate() returning more than max_new_tokens new tokens
+                    (wrapped once the script imports transformers' generation code)
+The patches they need (nn.Module.train, the schedulers' step) are in hooks.py; inits.py and
+generation.py install their own wrappers.
 
 Nothing here reads a value back from a GPU before its time: device values go through the
 Recorder's Readback (read once their copy has landed). No collective, ever.
@@ -39,7 +45,9 @@ from torchdoctor._failsafe import Switch
 from torchdoctor.frames import site, user_frame
 from torchdoctor.telemetry.silent.batches import Batches
 from torchdoctor.telemetry.silent.coverage import Coverage
+from torchdoctor.telemetry.silent.generation import Generations
 from torchdoctor.telemetry.silent.grad_reset import GradientResets
+from torchdoctor.telemetry.silent.inits import Initialisations
 from torchdoctor.telemetry.silent.loss_graph import LossGraphs
 from torchdoctor.telemetry.silent.modes import Modes
 from torchdoctor.telemetry.silent.schedulers import Schedulers
@@ -81,11 +89,15 @@ class SilentChecks:
         self.modes = Modes(self)
         self.coverage = Coverage(self)
         self.schedulers = Schedulers(self)
+        self.inits = Initialisations(self)
+        self.generations = Generations(self)
 
     def install(self, hooks: Any) -> None:
         from torchdoctor.telemetry.silent import hooks as patches
 
         patches.install(self, self.torch, hooks)
+        self.inits.install(self.torch, hooks)
+        self.generations.install(hooks)
         self.rec.step_listeners.append(self.on_step_end)
         hooks.on_remove(self.remove)
 
@@ -93,6 +105,7 @@ class SilentChecks:
         if self.switch.on:
             try:
                 self.schedulers.summary(self.rec.step)
+                self.inits.judge(self.rec.step)
             except Exception as exc:
                 self.fail(exc)
         self.resets.remove()
@@ -216,6 +229,11 @@ class SilentChecks:
             return
         if self.first_update is None and state.update is not None:
             self.first_update = step
+            if self.switch.on:
+                try:
+                    self.inits.judge(step)
+                except Exception as exc:
+                    self.fail(exc)
         if self.active and self.switch.on:
             try:
                 self.batches.step_ended(step, self.sampled(step + 1))

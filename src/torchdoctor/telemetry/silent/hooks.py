@@ -42,7 +42,9 @@ class LookupHook:
         return self.function.__get__(instance, owner)
 
 
-def install(silent: Any, torch: Any, hooks: Hooks) -> None:
+def thread_check(silent: Any) -> Callable[[], bool]:
+    """Whether a watched call is to be looked at: telemetry and the checks on, the training
+    thread, not inside a region Dynamo compiles."""
     rec = silent.rec
 
     def on() -> bool:
@@ -52,6 +54,12 @@ def install(silent: Any, torch: Any, hooks: Hooks) -> None:
             and _get_ident() == rec.train_thread
             and not compiling()
         )
+
+    return on
+
+
+def install(silent: Any, torch: Any, hooks: Hooks) -> None:
+    on = thread_check(silent)
 
     # -- nn.Module.train: the outermost train()/eval() call ------------------------------------
     module_cls = torch.nn.Module
