@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .programs import NANOGPT_ARGS, Patch
+from .programs import FSDP2, NANOGPT_ARGS, TP, Patch
 
 
 @dataclass(frozen=True)
@@ -204,5 +204,84 @@ BUGS: tuple[Bug, ...] = (
                 "        loss = criterion(output.detach(), targets)\n",
             ),
         ),
+    ),
+    Bug(
+        name="fsdp2_no_zero_grad",
+        program="fsdp2",
+        what="optim.zero_grad() dropped from the FSDP2 example's loop: sharded gradients pile "
+        "up across steps",
+        kinds=("grad_not_cleared",),
+        lines=(
+            Line(FSDP2, "optim.step()"),
+            Line(FSDP2, "loss.backward()"),
+        ),
+        fix=r"zero_grad",
+        patches=(Patch(FSDP2, "        optim.zero_grad()\n", ""),),
+    ),
+    Bug(
+        name="tp_log_after_relu",
+        program="tensor_parallel",
+        what="torch.log of the ReLU's output in ToyModel.forward (between the column- and the "
+        "row-parallel layer): log(0) = -inf, then NaN",
+        kinds=("nan",),
+        modules=("out_proj",),
+        lines=(Line(TP, "torch.log(self.relu("),),
+        fix=r"eps|clamp",
+        patches=(
+            Patch(
+                TP,
+                "return self.out_proj(self.relu(self.in_proj(x)))",
+                "return self.out_proj(torch.log(self.relu(self.in_proj(x))))",
+            ),
+        ),
+    ),
+)
+
+FSDP2_LAYER_MODULES = tuple(
+    f".{m}"
+    for m in (
+        "attention_norm",
+        "attention",
+        "attention.wq",
+        "attention.wk",
+        "attention.wv",
+        "attention.wo",
+        "ffn_norm",
+        "feed_forward",
+        "feed_forward.w1",
+        "feed_forward.w2",
+    )
+)
+
+# The programs' own bugs, as they are in their repositories: each runs with its ports only
+# (programs.py `port`, not `fixes`), under torchdoctor, and what a truthful doctor says is
+# declared as for a planted bug. The healthy runs apply the fixes (programs.py `fixes`).
+REAL_BUGS: tuple[Bug, ...] = (
+    Bug(
+        name="tp_no_zero_grad",
+        program="tensor_parallel",
+        what="the training loop never calls optimizer.zero_grad(): every AdamW step applies "
+        "the sum of all gradients so far",
+        kinds=("grad_not_cleared",),
+        lines=(
+            Line(TP, "optimizer.step()"),
+            Line(TP, "output.sum().backward()"),
+        ),
+        fix=r"zero_grad",
+    ),
+    Bug(
+        name="fsdp2_layers_never_initialised",
+        program="fsdp2",
+        what="after model.to_empty(), Transformer.reset_parameters() initialises the root's "
+        "own modules only (embeddings, norm, output): the layers keep to_empty()'s "
+        "uninitialised memory (NaN from the first step here)",
+        kinds=("nan",),
+        # Any module of the layers (those with weights of their own, and the layers).
+        modules=tuple(f"layers.{i}{m}" for i in range(2) for m in ("", *FSDP2_LAYER_MODULES)),
+        lines=(Line(FSDP2, "model.to_empty(device=device)"),),
+        # The fix is at to_empty(): initialise the layers too. (A fix that says "load the
+        # checkpoint again" or "lower the learning rate" is not it: there is no checkpoint,
+        # and no update has run.)
+        fix=r"to_empty|reset_parameters",
     ),
 )
