@@ -1,22 +1,30 @@
 """torchdoctor on real public training programs: a scorecard of truthfulness.
 
-Each program of benchmarks/realworld/programs.py (pytorch/examples, nanoGPT with and without
-torch.compile, minGPT, a Hugging Face Trainer script, a Lightning example, ...) is run on
-synthetic data (benchmarks/realworld/data.py, shims/) twice: plain (`python script ARGS`)
-and under `torchdoctor run script ARGS` (same cwd, same arguments, a fresh copy each). Then:
+Each program of benchmarks/realworld/programs.py (pytorch/examples, its FSDP2 and tensor
+parallel examples as torchrun jobs, nanoGPT with and without torch.compile, minGPT, a
+Hugging Face Trainer script, a Lightning example, ...) is run on synthetic data
+(benchmarks/realworld/data.py, shims/) twice: plain (`python script ARGS`) and under
+`torchdoctor run script ARGS` (same cwd, same arguments, a fresh copy each). A program with
+`ranks` N runs as `python -m torch.distributed.run --nproc-per-node N --master-port PORT
+script ARGS`, under torchdoctor with TORCHDOCTOR=1 and TORCHDOCTOR_RUN_DIR (the job
+directory), as the README runs a torchrun job. Then:
 
 - the two runs must match: exit code, stdout (the program's own timing fields normalised,
-  and only those: `timing` in programs.py), stderr less torchdoctor's own lines, and every
-  file written, byte for byte;
+  and only those: `timing` in programs.py; torch's log lines without their time and pid),
+  stderr less torchdoctor's own lines, and every file written, byte for byte (a torchrun
+  job's stdout and stderr as sorted line sets: its ranks' lines interleave in no fixed
+  order);
 - torchdoctor's own lines must hold no internal failure ("telemetry failed", "could not",
-  a traceback through torchdoctor's code);
-- the run directory must hold every step (python.steps against the program's own count)
-  and rows for every optimizer (python.optimizer_steps);
+  a traceback through torchdoctor's code), counted before those lines are left out;
+- the run directory must hold every step (python.steps against the program's own count;
+  a torchrun job's, on every rank) and rows for every optimizer (python.optimizer_steps);
 - a healthy run raises nothing at warning or error severity (anything is a false alarm).
 
-Then the bugs of benchmarks/realworld/bugs.py are planted (a small patch to a temporary
-copy) and each run once under torchdoctor: found (a diagnosis of an accepted kind), at the
-right place (module or file:line), with the right first fix (a key phrase).
+A program's own bugs are fixed for those runs (`fixes` in programs.py) and run as they are
+too (REAL_BUGS in bugs.py, the section "Real bugs found in the public programs as they
+are"). Then the bugs of benchmarks/realworld/bugs.py are planted (a small patch to a
+temporary copy) and each run once under torchdoctor: found (a diagnosis of an accepted
+kind), at the right place (module or file:line), with the right first fix (a key phrase).
 
 The programs are not committed. They are read from local bare mirrors of their repositories
 (the search tool's `fetch`, /work/.mirror/<owner>+<name>/repo) into a cache:
@@ -26,7 +34,7 @@ The programs are not committed. They are read from local bare mirrors of their r
     python benchmarks/realworld.py --only mnist,dcgan --no-bugs   # a part, printed only
 
 Without the cache it says how to make it and exits 0 (as benchmarks/lint_corpus.py does
-without its mirrors). The whole run takes about 15 minutes on 2 cores.
+without its mirrors). The whole run takes about 20 minutes on 2 cores.
 """
 
 from __future__ import annotations
