@@ -552,6 +552,7 @@ class BugResult:
     place: bool = False
     fix: bool = False
     said: list[str] = field(default_factory=list)
+    judged: str = ""  # the diagnosis of an accepted kind judged: the rightest one
     telemetry_failures: list[str] = field(default_factory=list)
     rc: int | None = None
     seconds: float = 0.0
@@ -565,14 +566,15 @@ def resolve(root: Path, line: Line) -> str:
 
 
 def right_place(d: dict[str, Any], modules: tuple[str, ...], lines: list[str]) -> bool:
-    """The location names one of the modules or lines; a file:line may also be in the
-    summary (a module located, the line said in words)."""
+    """The location names one of the modules (`name.*`: any module under `name`) or lines;
+    a file:line may also be in the summary (a module located, the line said in words)."""
     where = f"{d.get('location') or ''}"
     said = f"{where} {d.get('summary') or ''}"
     if any(re.search(rf"(^|[/\s(]){re.escape(spot)}\b", said) for spot in lines):
         return True
     for module in modules:
-        if re.search(rf"(^|[\s('\"`]){re.escape(module)}($|[\s)'\"`:,])", where):
+        name = re.escape(module[:-2]) + r"\.[\w.]+" if module.endswith(".*") else re.escape(module)
+        if re.search(rf"(^|[\s('\"`]){name}($|[\s)'\"`:,])", where):
             return True
     return any(re.search(rf"(^|[/\s(]){re.escape(spot)}\b", where) for spot in lines)
 
@@ -622,9 +624,12 @@ def check_bug(
     hits = [d for d in said if d.get("kind") in bug.kinds]
     if hits:
         result.found = True
-        result.place = any(right_place(d, bug.modules, spots) for d in hits)
-        first_fix = [(fixes(d) or [""])[0] for d in hits]
-        result.fix = any(re.search(bug.fix, f, re.IGNORECASE) for f in first_fix)
+        placed = [right_place(d, bug.modules, spots) for d in hits]
+        fixed = [bool(re.search(bug.fix, (fixes(d) or [""])[0], re.IGNORECASE)) for d in hits]
+        result.place, result.fix = any(placed), any(fixed)
+        # A job's ranks may each say it: the table shows the one that is most right.
+        best = max(range(len(hits)), key=lambda i: (placed[i] and fixed[i], placed[i], fixed[i]))
+        result.judged = alarm(hits[best])
     return result
 
 
@@ -648,7 +653,7 @@ def check_live(check: LiveCheck, program: Program, source: Path, scratch: Path) 
     result = CheckResult(check.name, check.program, check.why, "ran")
     root = scratch / "work"
     shutil.copytree(source, root, ignore=shutil.ignore_patterns(STAMP))
-    apply(root, program.port)
+    apply(root, program.healthy)
     env = environment(program, root, {}, scratch / "counter")
     argv = [
         torchdoctor_bin(),
@@ -704,7 +709,7 @@ def check_overfit(
     result = CheckResult(check.name, check.program, check.why, "ran")
     root = scratch / "work"
     shutil.copytree(source, root, ignore=shutil.ignore_patterns(STAMP))
-    apply(root, program.port)
+    apply(root, program.healthy)
     env = environment(program, root, {}, scratch / "counter")
     argv = [
         torchdoctor_bin(),
@@ -864,7 +869,7 @@ def render(
         f"found {sum(b.found for b in real)} of {len(real)}, at the right place "
         f"{sum(b.place for b in real)}, with the right first fix {sum(b.fix for b in real)}.",
         "",
-        "| bug | program | the bug | what torchdoctor said (first) | found (kind) | right place "
+        "| bug | program | the bug | what torchdoctor said | found (kind) | right place "
         "| right first fix | expected |",
         "|---|---|---|---|---|---|---|---|",
     ]
@@ -872,7 +877,9 @@ def render(
         if b.status != "ran":
             lines.append(f"| {b.name} | {b.program} | {b.what} | skipped: {b.reason} | | | | |")
             continue
-        first = next((s for s in b.said if not s.startswith("(")), "(nothing at warning or error)")
+        first = b.judged or next(
+            (s for s in b.said if not s.startswith("(")), "(nothing at warning or error)"
+        )
         lines.append(
             f"| {b.name} | {b.program} | {b.what} | {first.replace('|', '/')} | {mark(b.found)} "
             f"| {mark(b.place)} | {mark(b.fix)} | {b.expected.replace('|', '/')} |"

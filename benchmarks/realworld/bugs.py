@@ -3,7 +3,7 @@ truthful doctor says about it: the kind, the place and the first fix.
 
 Kinds that torchdoctor has no diagnosis for yet are written as the names a fix would use
 (`not_in_optimizer`): the scorecard counts them as not found until a diagnosis of one of the
-accepted kinds appears. Places are module qualified names or
+accepted kinds appears. Places are module qualified names (`name.*`: any module under it) or
 `file:line` (the line found by its text in the patched file), any one of them right.
 """
 
@@ -237,22 +237,6 @@ BUGS: tuple[Bug, ...] = (
     ),
 )
 
-FSDP2_LAYER_MODULES = tuple(
-    f".{m}"
-    for m in (
-        "attention_norm",
-        "attention",
-        "attention.wq",
-        "attention.wk",
-        "attention.wv",
-        "attention.wo",
-        "ffn_norm",
-        "feed_forward",
-        "feed_forward.w1",
-        "feed_forward.w2",
-    )
-)
-
 # The programs' own bugs, as they are in their repositories: each runs with its ports only
 # (programs.py `port`, not `fixes`), under torchdoctor, and what a truthful doctor says is
 # declared as for a planted bug. The healthy runs apply the fixes (programs.py `fixes`).
@@ -276,8 +260,7 @@ REAL_BUGS: tuple[Bug, ...] = (
         "own modules only (embeddings, norm, output): the layers keep to_empty()'s "
         "uninitialised memory (NaN from the first step here)",
         kinds=("nan",),
-        # Any module of the layers (those with weights of their own, and the layers).
-        modules=tuple(f"layers.{i}{m}" for i in range(2) for m in ("", *FSDP2_LAYER_MODULES)),
+        modules=("layers.*",),  # any module of the layers
         lines=(Line(FSDP2, "model.to_empty(device=device)"),),
         # The fix is at to_empty(): initialise the layers too. (A fix that says "load the
         # checkpoint again" or "lower the learning rate" is not it: there is no checkpoint,

@@ -146,6 +146,10 @@ def test_place_is_a_module_or_a_line(harness: ModuleType) -> None:
     assert harness.right_place(d, (), ["model.py:89"])
     assert not harness.right_place(d, (), ["model.py:8"])
     assert not harness.right_place({"location": None, "summary": ""}, ("fc1",), ["main.py:3"])
+    w1 = {"location": "layers.0.feed_forward.w1", "summary": ""}
+    assert harness.right_place(w1, ("layers.*",), [])  # any module under layers
+    assert not harness.right_place({"location": "layers", "summary": ""}, ("layers.*",), [])
+    assert not harness.right_place({"location": "output", "summary": ""}, ("layers.*",), [])
 
 
 def test_fixes_are_read_from_both_shapes(harness: ModuleType) -> None:
