@@ -1,22 +1,30 @@
 """torchdoctor on real public training programs: a scorecard of truthfulness.
 
-Each program of benchmarks/realworld/programs.py (pytorch/examples, nanoGPT with and without
-torch.compile, minGPT, a Hugging Face Trainer script, a Lightning example, ...) is run on
-synthetic data (benchmarks/realworld/data.py, shims/) twice: plain (`python script ARGS`)
-and under `torchdoctor run script ARGS` (same cwd, same arguments, a fresh copy each). Then:
+Each program of benchmarks/realworld/programs.py (pytorch/examples, its FSDP2 and tensor
+parallel examples as torchrun jobs, nanoGPT with and without torch.compile, minGPT, a
+Hugging Face Trainer script, a Lightning example, ...) is run on synthetic data
+(benchmarks/realworld/data.py, shims/) twice: plain (`python script ARGS`) and under
+`torchdoctor run script ARGS` (same cwd, same arguments, a fresh copy each). A program with
+`ranks` N runs as `python -m torch.distributed.run --nproc-per-node N --master-port PORT
+script ARGS`, under torchdoctor with TORCHDOCTOR=1 and TORCHDOCTOR_RUN_DIR (the job
+directory), as the README runs a torchrun job. Then:
 
 - the two runs must match: exit code, stdout (the program's own timing fields normalised,
-  and only those: `timing` in programs.py), stderr less torchdoctor's own lines, and every
-  file written, byte for byte;
+  and only those: `timing` in programs.py; torch's log lines without their time and pid),
+  stderr less torchdoctor's own lines, and every file written, byte for byte (a torchrun
+  job's stdout and stderr as sorted line sets: its ranks' lines interleave in no fixed
+  order);
 - torchdoctor's own lines must hold no internal failure ("telemetry failed", "could not",
-  a traceback through torchdoctor's code);
-- the run directory must hold every step (python.steps against the program's own count)
-  and rows for every optimizer (python.optimizer_steps);
+  a traceback through torchdoctor's code), counted before those lines are left out;
+- the run directory must hold every step (python.steps against the program's own count;
+  a torchrun job's, on every rank) and rows for every optimizer (python.optimizer_steps);
 - a healthy run raises nothing at warning or error severity (anything is a false alarm).
 
-Then the bugs of benchmarks/realworld/bugs.py are planted (a small patch to a temporary
-copy) and each run once under torchdoctor: found (a diagnosis of an accepted kind), at the
-right place (module or file:line), with the right first fix (a key phrase).
+A program's own bugs are fixed for those runs (`fixes` in programs.py) and run as they are
+too (REAL_BUGS in bugs.py, the section "Real bugs found in the public programs as they
+are"). Then the bugs of benchmarks/realworld/bugs.py are planted (a small patch to a
+temporary copy) and each run once under torchdoctor: found (a diagnosis of an accepted
+kind), at the right place (module or file:line), with the right first fix (a key phrase).
 
 The programs are not committed. They are read from local bare mirrors of their repositories
 (the search tool's `fetch`, /work/.mirror/<owner>+<name>/repo) into a cache:
@@ -26,7 +34,7 @@ The programs are not committed. They are read from local bare mirrors of their r
     python benchmarks/realworld.py --only mnist,dcgan --no-bugs   # a part, printed only
 
 Without the cache it says how to make it and exits 0 (as benchmarks/lint_corpus.py does
-without its mirrors). The whole run takes about 15 minutes on 2 cores.
+without its mirrors). The whole run takes about 20 minutes on 2 cores.
 """
 
 from __future__ import annotations
@@ -39,6 +47,8 @@ import json
 import os
 import re
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -51,7 +61,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from realworld.bugs import BUGS, Bug, Line  # noqa: E402
+from realworld.bugs import BUGS, REAL_BUGS, Bug, Line  # noqa: E402
 from realworld.live import LIVE, OVERFIT, LiveCheck, OverfitCheck  # noqa: E402
 from realworld.programs import PROGRAMS, Patch, Program, Run, by_name  # noqa: E402
 
@@ -69,7 +79,11 @@ STAMP = ".realworld.json"
 INTERNAL = re.compile(
     r"telemetry failed|could not|internal error|disabled itself|Traceback", re.IGNORECASE
 )
+ALERT = re.compile(r"torchdoctor (ERROR|WARNING|INFO) \[")
 OUR_FRAME = re.compile(r'File "[^"]*torchdoctor[/\\]')
+# torch's own log lines ("W1126 05:04:41.123456 4242 torch/..."): their time and pid go, as
+# the transparency tests do (tests/helpers.py strip_ours).
+TORCH_LOG = re.compile(r"^([DIWEF])\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ ", re.M)
 
 
 # ---------------------------------------------------------------------------- the cache
@@ -125,6 +139,38 @@ def cached(cache: Path, program: Program) -> Path | None:
 # ---------------------------------------------------------------------------- one run
 
 
+def free_port() -> int:
+    """A port free now, for a torchrun job's rendezvous (two jobs never share one)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def spawn(
+    argv: list[str], cwd: Path, env: dict[str, str], timeout: int
+) -> tuple[int, str, str, bool]:
+    """(exit code, stdout, stderr, timed out). In a session of its own: a timeout ends the
+    whole process group (a torchrun launcher and its ranks)."""
+    proc = subprocess.Popen(
+        argv,
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        errors="replace",
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+        return proc.returncode, out, err, False
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        return -9, out, err, True
+
+
 @dataclass
 class Outcome:
     argv: list[str]
@@ -167,39 +213,44 @@ def run_once(
     args: tuple[str, ...],
     patches: tuple[Patch, ...] = (),
     env: dict[str, str] | None = None,
+    as_is: bool = False,
 ) -> Outcome:
     """A fresh copy of the program, run plain or (doctor_dir) under torchdoctor, then kept
     as `where`/root. Every run of a program runs at the same path (`where`'s sibling
-    `work`): a program may write its own path into its files (Lightning's checkpoints do)."""
+    `work`): a program may write its own path into its files (Lightning's checkpoints do).
+    `as_is`: with the ports only, the program's own bugs left in (program.fixes not applied)."""
     root = where.parent / "work"
     shutil.rmtree(root, ignore_errors=True)
     shutil.copytree(source, root, ignore=shutil.ignore_patterns(STAMP))
-    apply(root, program.port + patches)
+    apply(root, (program.port if as_is else program.healthy) + patches)
     workdir = root / program.workdir
     counter = where.parent / f"{where.name}.counter"
-    if doctor_dir is None:
+    extra = dict(env or {})
+    if program.ranks:
+        # torchrun: the way the README runs a job under torchdoctor (every rank probed, the
+        # job directory at TORCHDOCTOR_RUN_DIR).
+        argv = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            str(program.ranks),
+            "--master-port",
+            str(free_port()),
+            program.script,
+            *args,
+        ]
+        if doctor_dir is not None:
+            extra |= {"TORCHDOCTOR": "1", "TORCHDOCTOR_RUN_DIR": str(doctor_dir)}
+    elif doctor_dir is None:
         argv = [sys.executable, program.script, *args]
     else:
         torchdoctor = str(Path(sys.executable).with_name("torchdoctor"))
         argv = [torchdoctor, "run", "--run-dir", str(doctor_dir), program.script, *args]
     start = time.perf_counter()
-    timed_out = False
-    try:
-        proc = subprocess.run(
-            argv,
-            cwd=workdir,
-            env=environment(program, root, env or {}, counter),
-            capture_output=True,
-            text=True,
-            errors="replace",
-            timeout=program.timeout,
-            stdin=subprocess.DEVNULL,
-        )
-        rc, out, err = proc.returncode, proc.stdout, proc.stderr
-    except subprocess.TimeoutExpired as exc:
-        timed_out, rc = True, -9
-        out = (exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) else ""
-        err = (exc.stderr or b"").decode(errors="replace") if isinstance(exc.stderr, bytes) else ""
+    rc, out, err, timed_out = spawn(
+        argv, workdir, environment(program, root, extra, counter), program.timeout
+    )
     seconds = time.perf_counter() - start
     lines = counter.read_text().count("\n") if counter.exists() else 0
     where.mkdir(parents=True, exist_ok=True)
@@ -229,6 +280,14 @@ def normalise(text: str, patterns: tuple[str, ...]) -> str:
     return text
 
 
+def comparable(text: str, program: Program) -> str:
+    """An output as compared: torch's log lines without time and pid, the program's timing
+    fields normalised; a torchrun job's lines sorted (its ranks write to one pipe, in an order
+    that differs between two runs: what is compared is the set of lines, with repeats)."""
+    text = normalise(TORCH_LOG.sub(r"\1 ", text), program.timing)
+    return "\n".join(sorted(text.splitlines())) if program.ranks else text
+
+
 def split_stderr(text: str) -> tuple[list[str], list[str]]:
     """(torchdoctor's lines, the program's lines). Ours: a line starting with `torchdoctor`
     and the indented lines after it (an alert's body, the summary), and the blank line the
@@ -252,20 +311,31 @@ def split_stderr(text: str) -> tuple[list[str], list[str]]:
 
 
 def internal_failures(stderr: str) -> list[str]:
+    """torchdoctor's lines that say it failed inside. An alert (`torchdoctor ERROR [kind]`
+    and its indented body) is a diagnosis: its words ("the origin could not be found") are
+    what it found about the program, not a failure of its own."""
     ours, _ = split_stderr(stderr)
-    found = [line.strip() for line in ours if INTERNAL.search(line)]
+    found: list[str] = []
+    in_alert = False
+    for line in ours:
+        if line.startswith("torchdoctor"):
+            in_alert = bool(ALERT.match(line))
+        if not in_alert and INTERNAL.search(line):
+            found.append(line.strip())
     if OUR_FRAME.search(stderr):
         found += [f"traceback through torchdoctor: {m}" for m in OUR_FRAME.findall(stderr)[:3]]
     return found
 
 
-def files_of(workdir_root: Path) -> dict[str, str]:
+def files_of(workdir_root: Path, unstable_names: tuple[str, ...] = ()) -> dict[str, str]:
+    """Every file's path (its unstable parts as <unstable>) -> the hash of its bytes."""
     out = {}
     for path in sorted(workdir_root.rglob("*")):
         if path.is_file() and "__pycache__" not in path.parts:
-            out[path.relative_to(workdir_root).as_posix()] = hashlib.sha256(
-                path.read_bytes()
-            ).hexdigest()
+            name = path.relative_to(workdir_root).as_posix()
+            for pattern in unstable_names:
+                name = re.sub(pattern, "<unstable>", name)
+            out[name] = hashlib.sha256(path.read_bytes()).hexdigest()
     return out
 
 
@@ -291,7 +361,25 @@ def query(run_dir: Path, sql: str) -> list[dict[str, Any]] | str:
     return rows if isinstance(rows, list) else rows.get("rows", [])
 
 
-def diagnoses(run_dir: Path) -> list[dict[str, Any]]:
+def diagnoses(run_dir: Path, job: bool = False) -> list[dict[str, Any]]:
+    """A run's diagnoses (its diagnoses.jsonl); a torchrun job's every rank's, each with its
+    rank, as `torchdoctor diagnoses JOB_DIR` gives them (one that cannot be read counts as
+    an alarm)."""
+    if job:
+        proc = subprocess.run(
+            [torchdoctor_bin(), "diagnoses", str(run_dir), "--format", "json"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        try:
+            found = json.loads(proc.stdout) if proc.returncode == 0 else None
+        except json.JSONDecodeError:
+            found = None
+        if not isinstance(found, list):
+            said = (proc.stderr or proc.stdout).strip()[-300:]
+            return [{"severity": "error", "kind": "unreadable", "summary": said}]
+        return found
     path = run_dir / "diagnoses.jsonl"
     if not path.exists():
         return []
@@ -314,7 +402,8 @@ def fixes(d: dict[str, Any]) -> list[str]:
 def alarm(d: dict[str, Any]) -> str:
     fix = (fixes(d) or [""])[0]
     where = f" in {d.get('location')}" if d.get("location") else ""
-    head = f"{d.get('severity')} [{d.get('kind')}] at step {d.get('step')}{where}"
+    rank = f" on rank {d['rank']}" if d.get("rank") is not None else ""
+    head = f"{d.get('severity')} [{d.get('kind')}] at step {d.get('step')}{rank}{where}"
     return f"{head}: {d.get('summary')} -> {fix}"
 
 
@@ -332,8 +421,10 @@ class ProgramResult:
     stderr_same: bool = False
     files_same: bool = False
     telemetry_failures: list[str] = field(default_factory=list)
-    steps_recorded: int | None = None
-    steps_expected: int | None = None
+    steps_recorded: int | None = None  # a torchrun job's: all its ranks'
+    steps_expected: int | None = None  # a torchrun job's: each rank's
+    ranks: int = 0
+    steps_by_rank: list[int] = field(default_factory=list)
     optimizers: list[dict[str, Any]] = field(default_factory=list)
     optimizers_expected: int = 0
     false_alarms: list[str] = field(default_factory=list)
@@ -351,10 +442,26 @@ class ProgramResult:
             and self.stderr_same
             and self.files_same
             and not self.telemetry_failures
-            and self.steps_recorded == self.steps_expected
+            and self.steps_ok
             and len([o for o in self.optimizers if o["n"]]) >= self.optimizers_expected
             and not self.false_alarms
         )
+
+    @property
+    def steps_ok(self) -> bool:
+        if self.ranks:
+            return self.steps_by_rank == [self.steps_expected] * self.ranks
+        return self.steps_recorded == self.steps_expected
+
+    @property
+    def steps_said(self) -> str:
+        """recorded / expected; a torchrun job's per rank."""
+        if self.ranks:
+            each = ", ".join(f"rank {r}: {n}" for r, n in enumerate(self.steps_by_rank))
+            said = f"{each or 'none'} / {self.steps_expected} each"
+        else:
+            said = f"{self.steps_recorded} / {self.steps_expected}"
+        return said + ("" if self.steps_ok else " **NO**")
 
 
 def check_program(program: Program, source: Path, scratch: Path) -> ProgramResult:
@@ -373,21 +480,22 @@ def check_program(program: Program, source: Path, scratch: Path) -> ProgramResul
         result.differences.append(
             f"the plain run failed (exit {plain.rc}):\n{plain.stderr[-1500:]}"
         )
-    a, b = normalise(plain.stdout, program.timing), normalise(doctor.stdout, program.timing)
+    a, b = comparable(plain.stdout, program), comparable(doctor.stdout, program)
     result.stdout_same = a == b
     if not result.stdout_same:
         result.differences.append("stdout:\n" + diff_excerpt(a, b))
+    # Failures of torchdoctor's own are counted before its lines are left out.
     result.telemetry_failures = internal_failures(doctor.stderr)
     _, theirs = split_stderr(doctor.stderr)
-    plain_err = normalise(plain.stderr, program.timing).splitlines()
-    doctor_err = normalise("\n".join(theirs), program.timing).splitlines()
-    result.stderr_same = plain_err == doctor_err
+    plain_err = comparable(plain.stderr, program)
+    doctor_err = comparable("\n".join(theirs), program)
+    result.stderr_same = plain_err.splitlines() == doctor_err.splitlines()
     if not result.stderr_same:
         result.differences.append(
-            "stderr (torchdoctor's lines left out):\n"
-            + diff_excerpt("\n".join(plain_err), "\n".join(doctor_err))
+            "stderr (torchdoctor's lines left out):\n" + diff_excerpt(plain_err, doctor_err)
         )
-    fa, fb = files_of(scratch / "plain" / "root"), files_of(scratch / "doctor" / "root")
+    fa = files_of(scratch / "plain" / "root", program.unstable_names)
+    fb = files_of(scratch / "doctor" / "root", program.unstable_names)
     for name in program.unstable_files:  # compared by presence only
         if name in fa and name in fb:
             fa[name] = fb[name] = "present"
@@ -400,12 +508,21 @@ def check_program(program: Program, source: Path, scratch: Path) -> ProgramResul
             f"files: only plain {only_a[:8]}, only torchdoctor {only_b[:8]}, differ {changed[:8]}"
         )
     result.steps_expected = program.expected_steps(Run(plain.workdir, plain.stdout, plain.counter))
-    steps = query(run_dir, "SELECT count(*) AS n FROM python.steps")
+    result.ranks = program.ranks
+    if program.ranks:
+        steps = query(
+            run_dir, "SELECT rank, count(*) AS n FROM python.steps GROUP BY rank ORDER BY rank"
+        )
+    else:
+        steps = query(run_dir, "SELECT count(*) AS n FROM python.steps")
     if isinstance(steps, str):
         result.differences.append(f"python.steps could not be read: {steps}")
         result.steps_recorded = None
     else:
-        result.steps_recorded = int(steps[0]["n"]) if steps else 0
+        result.steps_recorded = sum(int(row["n"]) for row in steps)
+        if program.ranks:
+            by_rank = {int(row["rank"]): int(row["n"]) for row in steps}
+            result.steps_by_rank = [by_rank.get(r, 0) for r in range(program.ranks)]
     opt = query(
         run_dir,
         "SELECT optimizer, is_primary, count(*) AS n FROM python.optimizer_steps "
@@ -416,7 +533,7 @@ def check_program(program: Program, source: Path, scratch: Path) -> ProgramResul
     else:
         result.optimizers = opt
     result.optimizers_expected = program.optimizers
-    for d in diagnoses(run_dir):
+    for d in diagnoses(run_dir, job=program.ranks > 0):
         (result.false_alarms if d.get("severity") in ("warning", "error") else result.info).append(
             alarm(d)
         )
@@ -435,6 +552,7 @@ class BugResult:
     place: bool = False
     fix: bool = False
     said: list[str] = field(default_factory=list)
+    judged: str = ""  # the diagnosis of an accepted kind judged: the rightest one
     telemetry_failures: list[str] = field(default_factory=list)
     rc: int | None = None
     seconds: float = 0.0
@@ -448,23 +566,30 @@ def resolve(root: Path, line: Line) -> str:
 
 
 def right_place(d: dict[str, Any], modules: tuple[str, ...], lines: list[str]) -> bool:
-    """The location names one of the modules or lines; a file:line may also be in the
-    summary (a module located, the line said in words)."""
+    """The location names one of the modules (`name.*`: any module under `name`) or lines;
+    a file:line may also be in the summary (a module located, the line said in words)."""
     where = f"{d.get('location') or ''}"
     said = f"{where} {d.get('summary') or ''}"
     if any(re.search(rf"(^|[/\s(]){re.escape(spot)}\b", said) for spot in lines):
         return True
     for module in modules:
-        if re.search(rf"(^|[\s('\"`]){re.escape(module)}($|[\s)'\"`:,])", where):
+        name = re.escape(module[:-2]) + r"\.[\w.]+" if module.endswith(".*") else re.escape(module)
+        if re.search(rf"(^|[\s('\"`]){name}($|[\s)'\"`:,])", where):
             return True
     return any(re.search(rf"(^|[/\s(]){re.escape(spot)}\b", where) for spot in lines)
 
 
-def check_bug(bug: Bug, program: Program, source: Path, scratch: Path) -> BugResult:
+def check_bug(
+    bug: Bug, program: Program, source: Path, scratch: Path, as_is: bool = False
+) -> BugResult:
+    """A planted bug (the program healthy, then the bug's patches), or with `as_is` one of
+    the program's own bugs (the program with its ports only)."""
     result = BugResult(bug.name, bug.program, bug.what, "ran")
     run_dir = scratch / "run-dir"
     args = bug.args if bug.args is not None else program.args
-    outcome = run_once(program, source, scratch / "doctor", run_dir, args, bug.patches, bug.env)
+    outcome = run_once(
+        program, source, scratch / "doctor", run_dir, args, bug.patches, bug.env, as_is
+    )
     result.rc, result.seconds = outcome.rc, outcome.seconds
     result.telemetry_failures = internal_failures(outcome.stderr)
     root = scratch / "doctor" / "root"
@@ -472,7 +597,11 @@ def check_bug(bug: Bug, program: Program, source: Path, scratch: Path) -> BugRes
     result.expected = (
         f"{' or '.join(bug.kinds)} at {' / '.join([*bug.modules, *spots])}; fix ~ /{bug.fix}/"
     )
-    said = [d for d in diagnoses(run_dir) if d.get("severity") in ("warning", "error")]
+    said = [
+        d
+        for d in diagnoses(run_dir, job=program.ranks > 0)
+        if d.get("severity") in ("warning", "error")
+    ]
     result.said = [alarm(d) for d in said]
     if outcome.timed_out:
         result.said.append(f"(the run timed out after {program.timeout} s)")
@@ -495,9 +624,12 @@ def check_bug(bug: Bug, program: Program, source: Path, scratch: Path) -> BugRes
     hits = [d for d in said if d.get("kind") in bug.kinds]
     if hits:
         result.found = True
-        result.place = any(right_place(d, bug.modules, spots) for d in hits)
-        first_fix = [(fixes(d) or [""])[0] for d in hits]
-        result.fix = any(re.search(bug.fix, f, re.IGNORECASE) for f in first_fix)
+        placed = [right_place(d, bug.modules, spots) for d in hits]
+        fixed = [bool(re.search(bug.fix, (fixes(d) or [""])[0], re.IGNORECASE)) for d in hits]
+        result.place, result.fix = any(placed), any(fixed)
+        # A job's ranks may each say it: the table shows the one that is most right.
+        best = max(range(len(hits)), key=lambda i: (placed[i] and fixed[i], placed[i], fixed[i]))
+        result.judged = alarm(hits[best])
     return result
 
 
@@ -521,7 +653,7 @@ def check_live(check: LiveCheck, program: Program, source: Path, scratch: Path) 
     result = CheckResult(check.name, check.program, check.why, "ran")
     root = scratch / "work"
     shutil.copytree(source, root, ignore=shutil.ignore_patterns(STAMP))
-    apply(root, program.port)
+    apply(root, program.healthy)
     env = environment(program, root, {}, scratch / "counter")
     argv = [
         torchdoctor_bin(),
@@ -577,7 +709,7 @@ def check_overfit(
     result = CheckResult(check.name, check.program, check.why, "ran")
     root = scratch / "work"
     shutil.copytree(source, root, ignore=shutil.ignore_patterns(STAMP))
-    apply(root, program.port)
+    apply(root, program.healthy)
     env = environment(program, root, {}, scratch / "counter")
     argv = [
         torchdoctor_bin(),
@@ -650,6 +782,7 @@ def render(
     note: str = "",
     when: str = "",
     version: str = "",
+    real: list[BugResult] | None = None,
 ) -> str:
     ran = [p for p in programs if p.status == "ran"]
     lines = [
@@ -670,7 +803,13 @@ def render(
         "command line, synthetic data) are run plain and under `torchdoctor run`, healthy, then",
         "with planted bugs (benchmarks/realworld/bugs.py). How it is judged: the docstring of",
         "benchmarks/realworld.py. What is normalised: the program's own timing fields in stdout",
-        "(listed per program below), nothing else; both runs get PYTHONHASHSEED=0.",
+        "and stderr (listed per program below) and the time and pid of torch's own log lines,",
+        "nothing else; both runs get PYTHONHASHSEED=0. A torchrun job (`ranks` in programs.py,",
+        "run under torchdoctor as `TORCHDOCTOR=1 TORCHDOCTOR_RUN_DIR=DIR python -m",
+        "torch.distributed.run ...`) has its stdout and stderr compared as sorted line sets (its",
+        "ranks write to one pipe, in no fixed order) and must record every step on every rank.",
+        "A program with bugs of its own runs healthy with them fixed (`fixes` in programs.py);",
+        "what torchdoctor says about them as they are: the section Real bugs below.",
         "",
         *([note, ""] if note else []),
         "## Healthy runs",
@@ -695,8 +834,7 @@ def render(
             f"| {p.name} | {mark(p.stdout_same)} | {mark(p.stderr_same)} | {mark(p.files_same)} "
             f"| {p.rc_plain} / {p.rc_doctor}{'' if p.rc_plain == p.rc_doctor else ' **NO**'} "
             f"| {len(p.telemetry_failures) or 0}{'' if not p.telemetry_failures else ' **NO**'} "
-            f"| {p.steps_recorded} / {p.steps_expected}"
-            f"{'' if p.steps_recorded == p.steps_expected else ' **NO**'} "
+            f"| {p.steps_said} "
             f"| {opts or 'none'} (need {p.optimizers_expected}) "
             f"| {len(p.false_alarms)}{'' if not p.false_alarms else ' **NO**'} |"
         )
@@ -717,6 +855,34 @@ def render(
         lines.append(
             f"| {b.name} | {b.program} | {b.what} | {mark(b.found)} | {mark(b.place)} "
             f"| {mark(b.fix)} | {b.expected.replace('|', '/')} |"
+        )
+    real = real or []
+    lines += [
+        "",
+        "## Real bugs found in the public programs as they are",
+        "",
+        "Bugs of the programs themselves, as published at the commits named here: each program",
+        "runs with its ports to this machine only (`port` in programs.py, no `fixes`), under",
+        "torchdoctor; what a truthful doctor says is declared in benchmarks/realworld/bugs.py",
+        "(REAL_BUGS) as for a planted bug. The healthy runs above have these bugs fixed.",
+        "",
+        f"found {sum(b.found for b in real)} of {len(real)}, at the right place "
+        f"{sum(b.place for b in real)}, with the right first fix {sum(b.fix for b in real)}.",
+        "",
+        "| bug | program | the bug | what torchdoctor said | found (kind) | right place "
+        "| right first fix | expected |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for b in real:
+        if b.status != "ran":
+            lines.append(f"| {b.name} | {b.program} | {b.what} | skipped: {b.reason} | | | | |")
+            continue
+        first = b.judged or next(
+            (s for s in b.said if not s.startswith("(")), "(nothing at warning or error)"
+        )
+        lines.append(
+            f"| {b.name} | {b.program} | {b.what} | {first.replace('|', '/')} | {mark(b.found)} "
+            f"| {mark(b.place)} | {mark(b.fix)} | {b.expected.replace('|', '/')} |"
         )
     lines += [
         "",
@@ -743,8 +909,21 @@ def render(
             f"{program.repo}@{program.commit[:12]} `{program.script} {' '.join(program.args)}`"
             f" (cwd {program.workdir}); data: {program.data_note or 'none'}"
         )
+        if program.ranks:
+            about += (
+                f"; a torchrun job of {program.ranks} ranks (gloo, CPU), stdout and stderr "
+                "compared as sorted line sets"
+            )
         if program.port:
             about += f"; adapted: {len(program.port)} patch(es), `port` in programs.py"
+        if program.fixes:
+            about += (
+                f"; its own bug fixed: {len(program.fixes)} patch(es), `fixes` in programs.py "
+                "(section Real bugs: the program as it is)"
+            )
+        if program.unstable_names:
+            names = "`, `".join(program.unstable_names)
+            about += f"; parts of file names compared as <unstable>: `{names}`"
         if program.unstable_files:
             about += f"; compared by presence only: {', '.join(program.unstable_files)}"
         if program.timing:
@@ -768,10 +947,10 @@ def render(
                 lines += [s for item in items for s in item.splitlines()]
                 lines.append("```")
                 lines.append("")
-    for b in bugs:
+    for b, title in [*((b, "bug") for b in bugs), *((b, "real bug") for b in real)]:
         if b.status != "ran":
             continue
-        lines.append(f"### bug {b.name}")
+        lines.append(f"### {title} {b.name}")
         lines.append("")
         lines.append(f"{b.what}; exit code {b.rc}; {b.seconds:.1f} s; expected {b.expected}.")
         lines.append("")
@@ -831,7 +1010,12 @@ def main(argv: list[str] | None = None) -> int:
             p.seconds_plain + p.seconds_doctor for p in loaded[0]
         ) + sum(b.seconds for b in loaded[1])
         text = render(
-            *loaded, total, saved.get("note", ""), saved.get("when", ""), saved.get("version", "")
+            *loaded,
+            total,
+            saved.get("note", ""),
+            saved.get("when", ""),
+            saved.get("version", ""),
+            [BugResult(**b) for b in saved.get("real_bugs", [])],
         )
         (args.out or DOC).write_text(text)
         print(f"scorecard written to {args.out or DOC}")
@@ -891,6 +1075,23 @@ def main(argv: list[str] | None = None) -> int:
                 f"bug {bug.name}: found={r.found} place={r.place} fix={r.fix} ({r.seconds:.0f} s)",
                 flush=True,
             )
+    real: list[BugResult] = []
+    if not args.no_bugs:
+        for bug in REAL_BUGS:
+            if only and bug.name not in only and bug.program not in only:
+                continue
+            program = by_name(bug.program)
+            source, why_not = _usable(args.cache, program)
+            if source is None:
+                real.append(BugResult(bug.name, bug.program, bug.what, "skipped", why_not))
+                continue
+            r = check_bug(bug, program, source, scratch_root / f"real-{bug.name}", as_is=True)
+            real.append(r)
+            print(
+                f"real bug {bug.name}: found={r.found} place={r.place} fix={r.fix} "
+                f"({r.seconds:.0f} s)",
+                flush=True,
+            )
     checks: list[CheckResult] = []
     if not args.no_live and not args.bugs_only and not args.no_bugs:
         all_checks: tuple[LiveCheck | OverfitCheck, ...] = (*LIVE, *OVERFIT)
@@ -914,7 +1115,7 @@ def main(argv: list[str] | None = None) -> int:
             checks.append(c)
             print(f"check {check.name}: {'ok' if c.ok else 'WRONG'}", flush=True)
     seconds = time.perf_counter() - start
-    text = render(programs, bugs, checks, seconds)
+    text = render(programs, bugs, checks, seconds, real=real)
     full = not only and not args.no_bugs and not args.bugs_only and not args.no_live
     out = args.out or (DOC if full else None)
     if out is not None:
@@ -928,6 +1129,7 @@ def main(argv: list[str] | None = None) -> int:
                 {
                     "programs": [asdict(p) for p in programs],
                     "bugs": [asdict(b) for b in bugs],
+                    "real_bugs": [asdict(b) for b in real],
                     "checks": [asdict(c) for c in checks],
                     "seconds": seconds,
                     "when": now(),

@@ -3,7 +3,7 @@ truthful doctor says about it: the kind, the place and the first fix.
 
 Kinds that torchdoctor has no diagnosis for yet are written as the names a fix would use
 (`not_in_optimizer`): the scorecard counts them as not found until a diagnosis of one of the
-accepted kinds appears. Places are module qualified names or
+accepted kinds appears. Places are module qualified names (`name.*`: any module under it) or
 `file:line` (the line found by its text in the patched file), any one of them right.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .programs import NANOGPT_ARGS, Patch
+from .programs import FSDP2, NANOGPT_ARGS, TP, Patch
 
 
 @dataclass(frozen=True)
@@ -204,5 +204,67 @@ BUGS: tuple[Bug, ...] = (
                 "        loss = criterion(output.detach(), targets)\n",
             ),
         ),
+    ),
+    Bug(
+        name="fsdp2_no_zero_grad",
+        program="fsdp2",
+        what="optim.zero_grad() dropped from the FSDP2 example's loop: sharded gradients pile "
+        "up across steps",
+        kinds=("grad_not_cleared",),
+        lines=(
+            Line(FSDP2, "optim.step()"),
+            Line(FSDP2, "loss.backward()"),
+        ),
+        fix=r"zero_grad",
+        patches=(Patch(FSDP2, "        optim.zero_grad()\n", ""),),
+    ),
+    Bug(
+        name="tp_log_after_relu",
+        program="tensor_parallel",
+        what="torch.log of the ReLU's output in ToyModel.forward (between the column- and the "
+        "row-parallel layer): log(0) = -inf, then NaN",
+        kinds=("nan",),
+        modules=("out_proj",),
+        lines=(Line(TP, "torch.log(self.relu("),),
+        fix=r"eps|clamp",
+        patches=(
+            Patch(
+                TP,
+                "return self.out_proj(self.relu(self.in_proj(x)))",
+                "return self.out_proj(torch.log(self.relu(self.in_proj(x))))",
+            ),
+        ),
+    ),
+)
+
+# The programs' own bugs, as they are in their repositories: each runs with its ports only
+# (programs.py `port`, not `fixes`), under torchdoctor, and what a truthful doctor says is
+# declared as for a planted bug. The healthy runs apply the fixes (programs.py `fixes`).
+REAL_BUGS: tuple[Bug, ...] = (
+    Bug(
+        name="tp_no_zero_grad",
+        program="tensor_parallel",
+        what="the training loop never calls optimizer.zero_grad(): every AdamW step applies "
+        "the sum of all gradients so far",
+        kinds=("grad_not_cleared",),
+        lines=(
+            Line(TP, "optimizer.step()"),
+            Line(TP, "output.sum().backward()"),
+        ),
+        fix=r"zero_grad",
+    ),
+    Bug(
+        name="fsdp2_layers_never_initialised",
+        program="fsdp2",
+        what="after model.to_empty(), Transformer.reset_parameters() initialises the root's "
+        "own modules only (embeddings, norm, output): the layers keep to_empty()'s "
+        "uninitialised memory (NaN from the first step here)",
+        kinds=("nan",),
+        modules=("layers.*",),  # any module of the layers
+        lines=(Line(FSDP2, "model.to_empty(device=device)"),),
+        # The fix is at to_empty(): initialise the layers too. (A fix that says "load the
+        # checkpoint again" or "lower the learning rate" is not it: there is no checkpoint,
+        # and no update has run.)
+        fix=r"to_empty|reset_parameters",
     ),
 )

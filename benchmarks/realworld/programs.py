@@ -63,9 +63,24 @@ class Program:
     # by presence only.
     unstable_files: tuple[str, ...] = ()
     port: tuple[Patch, ...] = ()  # adaptations to this environment, said in the scorecard
+    # The program's own bugs, fixed for every run but the as-is one of the scorecard's "Real
+    # bugs" section (bugs.py REAL_BUGS): a healthy run is one without them.
+    fixes: tuple[Patch, ...] = ()
+    # Regexes of parts of written files' paths that differ between two plain runs (a time in
+    # a folder's name; said why where it is set): replaced by <unstable> before comparing.
+    unstable_names: tuple[str, ...] = ()
+    # 0: `python script ARGS`; N > 0: a torchrun job of N ranks on this machine
+    # (`python -m torch.distributed.run --nproc-per-node N ...`), run under torchdoctor with
+    # TORCHDOCTOR=1 and TORCHDOCTOR_RUN_DIR; every rank must record expected_steps steps.
+    ranks: int = 0
     needs: tuple[str, ...] = ()  # modules that must import, else the program is skipped
     setup: tuple[str, ...] = ()  # scripts of the program run once before (plain python)
     timeout: int = 300
+
+    @property
+    def healthy(self) -> tuple[Patch, ...]:
+        """The patches of a healthy run: the ports, then the fixes of the program's bugs."""
+        return self.port + self.fixes
 
 
 def _const(n: int) -> Callable[[Run], int]:
@@ -133,6 +148,15 @@ def _nanogpt_data(root: Path) -> None:
 
 def _mnist_env(train: int = 1920) -> dict[str, str]:
     return {"REALWORLD_MNIST_TRAIN": str(train), "REALWORLD_MNIST_TEST": "500"}
+
+
+# pytorch/examples' distributed examples ask for two GPUs; on CPU they run as 2 gloo ranks.
+_GPU_CHECK = "if not verify_min_gpu_count(min_gpus=_min_gpu_count):"
+_CPU_OK = (
+    "if torch.accelerator.is_available() and not verify_min_gpu_count(min_gpus=_min_gpu_count):"
+)
+FSDP2 = "distributed/FSDP2/example.py"
+TP = "distributed/tensor_parallelism/tensor_parallel_example.py"
 
 
 PROGRAMS: tuple[Program, ...] = (
@@ -379,6 +403,79 @@ PROGRAMS: tuple[Program, ...] = (
         # Lightning's rich progress bar (stdout): elapsed, remaining, rate, and the bar whose
         # length follows them.
         timing=(r"\d+:\d\d:\d\d", r"[\d.]+it/s", r"━+"),
+        timeout=600,
+    ),
+    Program(
+        name="fsdp2",
+        repo=EXAMPLES[0],
+        commit=EXAMPLES[1],
+        files=_examples("distributed/FSDP2", "example.py", "model.py", "utils.py", "checkpoint.py"),
+        workdir="distributed/FSDP2",
+        script="example.py",
+        args=(),
+        ranks=2,
+        expected_steps=_const(10),
+        data_note="none (random tokens, seeded)",
+        port=(
+            # A CPU job of 2 ranks needs no GPU.
+            Patch(FSDP2, "    " + _GPU_CHECK, "    " + _CPU_OK),
+            # init_process_group refuses a CPU device as device_id (a device to bind NCCL to).
+            Patch(
+                FSDP2,
+                "init_process_group(backend=backend, device_id=device)",
+                'init_process_group(backend=backend, device_id=None if device.type == "cpu" '
+                "else device)",
+            ),
+            # 2 of its 10 layers: small and quick, the same code.
+            Patch(FSDP2, "n_layers=10,", "n_layers=2,"),
+        ),
+        # Its bug (bugs.py REAL_BUGS fsdp2_layers_never_initialised): after to_empty(),
+        # Transformer.reset_parameters() initialises the root's own modules only; the
+        # layers keep the uninitialised memory to_empty() gave them.
+        fixes=(
+            Patch(
+                FSDP2,
+                "        model.reset_parameters()\n",
+                "        model.reset_parameters()\n"
+                "        for layer in model.layers:\n"
+                "            layer.reset_parameters()\n",
+            ),
+        ),
+        # Rank 0 saves to checkpoints/dtensor_api/<the time in ms>/ (a resumable run finds
+        # its latest by that number): the folder's name differs between any two runs.
+        unstable_names=(r"(?<=/checkpoints/dtensor_api/)\d+(?=/)",),
+        timeout=600,
+    ),
+    Program(
+        name="tensor_parallel",
+        repo=EXAMPLES[0],
+        commit=EXAMPLES[1],
+        files=_examples(
+            "distributed/tensor_parallelism", "tensor_parallel_example.py", "log_utils.py"
+        ),
+        workdir="distributed/tensor_parallelism",
+        script="tensor_parallel_example.py",
+        args=(),
+        ranks=2,
+        expected_steps=_const(10),
+        data_note="none (seeded random inputs)",
+        port=(
+            Patch(TP, _GPU_CHECK, _CPU_OK),
+            # No accelerator here: current_accelerator() is None.
+            Patch(
+                TP,
+                "device_type = torch.accelerator.current_accelerator().type",
+                'device_type = "cpu"',
+            ),
+        ),
+        # Its bug (bugs.py REAL_BUGS tp_no_zero_grad): the loop never clears the gradients.
+        fixes=(
+            Patch(
+                TP, "    optimizer.step()\n", "    optimizer.step()\n    optimizer.zero_grad()\n"
+            ),
+        ),
+        # log_utils' logging format: "%m/%d/%Y %I:%M:%S %p" (stderr).
+        timing=(r"\d\d/\d\d/\d{4} \d\d:\d\d:\d\d [AP]M",),
         timeout=600,
     ),
 )
