@@ -155,5 +155,5 @@ def test_an_fsdp2_layer_never_initialised_is_named(tmp_path: Path) -> None:
         assert (nan["step"], nan["location"]) == (0, "up"), nan
         assert "non-finite before the first update" in nan["summary"]
         fixes = nan["fix"].splitlines()
-        assert fixes[0].startswith("find them before training"), fixes
-        assert "to_empty()" in fixes[1], fixes
+        assert fixes[0].startswith("after to_empty(), initialise every submodule"), fixes
+        assert fixes[1].startswith("find them before training"), fixes

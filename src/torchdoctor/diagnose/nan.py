@@ -57,6 +57,7 @@ class NanOrigin:
     loss_graph: list[str] = dataclasses.field(default_factory=list)  # loss: nodes, loss first
     note: str | None = None
     replay_seconds: float | None = None
+    sharded: bool | None = None  # True: a model holds DTensor shards (FSDP2, TP): not replayed
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
@@ -272,7 +273,7 @@ def rank_causes(o: NanOrigin, history: dict[str, Any] | None = None) -> list[dic
             "fix the initialisation",
         )
         add(
-            0.9,
+            1.05 if o.sharded else 0.9,  # FSDP2 models are built on the meta device
             "weights never initialised: a model built on the meta device and given memory by "
             "to_empty() (the FSDP2 way) holds whatever that memory held until each module's "
             "own initialisation runs",
@@ -312,8 +313,17 @@ def rank_causes(o: NanOrigin, history: dict[str, Any] | None = None) -> list[dic
         )
     norms = [n for n in history.get("grad_norm", []) if n is not None and math.isfinite(n)]
     rising = len(norms) >= 4 and norms[-1] > 10 * (np.median(norms[: len(norms) // 2]) or 1e-12)
-    # the update's own cause already says it; before any update, nothing the rate did
-    if stage != "optimizer" and (rising or diverged or not local):
+    if stage == "unknown" and o.sharded:
+        add(
+            0.8,
+            "not found on this rank: its weights and batch are finite, and a sharded model is "
+            "not run again; another rank's shard may hold the non-finite weights",
+            "read every rank's finding of this step (torchdoctor diagnoses JOB_DIR): a rank "
+            "whose shard holds non-finite weights names their module",
+        )
+    # the update's own cause already says it; before the first update (step 0), nothing the
+    # rate or clipping did
+    if stage != "optimizer" and o.step != 0 and (rising or diverged or not local):
         add(
             0.75 if rising else 0.35,
             "learning rate too high"

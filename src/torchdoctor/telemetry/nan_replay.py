@@ -74,6 +74,8 @@ class NanLocalizer:
         )
         # Weights and the batch first: read on this rank's shards, so a sharded model is
         # judged as far as it can be without running it again.
+        if any(has_sharded_state(m) for m, _label in rec.models.models()):
+            origin.sharded = True
         bad_weights = _bad_weights(rec)
         if bad_weights:
             origin.stage, origin.bad_weights = "optimizer", bad_weights
@@ -87,7 +89,8 @@ class NanLocalizer:
         if bad_input is not None:
             origin.stage, origin.location, origin.input = "data", "input batch", bad_input
             return origin
-        if any(has_sharded_state(m) for m, _a, _k in tape):
+        if origin.sharded or any(has_sharded_state(m) for m, _a, _k in tape):
+            origin.sharded = True
             origin.note = (
                 "not replayed: the model is sharded (FSDP or tensor parallel), and running its "
                 "forward again on this rank alone would issue collectives the other ranks never "
