@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from helpers import cli, internal_errors, script
+from helpers import cli, internal_errors, script, site_of
 from launchers import Job, torchrun_argv
 
 from torchdoctor.units import human
@@ -157,3 +157,25 @@ def test_an_fsdp2_layer_never_initialised_is_named(tmp_path: Path) -> None:
         fixes = nan["fix"].splitlines()
         assert fixes[0].startswith("after to_empty(), initialise every submodule"), fixes
         assert fixes[1].startswith("find them before training"), fixes
+
+
+def test_fsdp2_gradients_never_cleared_are_seen(tmp_path: Path) -> None:
+    # FSDP2 runs no tensor hook on its sharded parameters: it sets their .grad after its
+    # reduce-scatter (adding to the one there). The check reads what each backward() added.
+    sockets = Path(tempfile.mkdtemp(prefix="td-"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHDOCTOR")}
+    env.update(OMP_NUM_THREADS="1", TORCHDOCTOR_SOCKET_DIR=str(sockets), TORCHDOCTOR="1")
+    env.update(TORCHDOCTOR_QUIET="1", TORCHDOCTOR_RUN_DIR=str(tmp_path / "job"))
+    job = Job(tmp_path, env)
+    try:
+        job.start(torchrun_argv(2, script("dist_sharded.py"), "--no-zero-grad", "--steps", "5"))
+        assert job.wait(240) == [0], job.output()
+    finally:
+        job.end()
+        shutil.rmtree(sockets, ignore_errors=True)
+    assert not internal_errors(job.output()), job.output()
+    out = cli("diagnoses", str(tmp_path / "job"), "--format", "json")
+    assert out.returncode == 0, out.stderr
+    found = [d for d in json.loads(out.stdout) if d["kind"] == "grad_not_cleared"]
+    assert sorted(d["rank"] for d in found) == [0, 1], out.stdout
+    assert {d["location"] for d in found} == {site_of("dist_sharded.py", "optimizer.step()")}

@@ -2,7 +2,7 @@
 (`parallelize_module`), for the tests of DTensor-aware telemetry.
 
     torchrun --nproc_per_node=N dist_sharded.py [--tp] [--steps N] [--clip] [--count OUT]
-                                                [--meta-init]
+                                                [--meta-init] [--no-zero-grad]
 
 Each step: forward, backward (FSDP2's reduce-scatters), optionally clip_grad_norm_ (the
 script's own collective on DTensor gradients), an AdamW step. `--count OUT` records every
@@ -14,6 +14,7 @@ The probed pass also takes torchdoctor's tensor census after its last optimizer 
 gradients still held), inside the counted region, and writes it to census.rank<R>.json: what
 `torchdoctor PID memory` shows, as data and as text. `--meta-init` builds the FSDP2 model as
 pytorch/examples' FSDP2 example does and keeps its bug: a layer never initialised.
+`--no-zero-grad` never clears the gradients (FSDP2 then adds each step's to the last).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ def parse() -> argparse.Namespace:
     p.add_argument("--count", default="")
     p.add_argument("--twice", default="", metavar="RUN_DIR")
     p.add_argument("--meta-init", action="store_true", help="pytorch/examples' FSDP2 bug")
+    p.add_argument("--no-zero-grad", action="store_true", help="never clear the gradients")
     return p.parse_args()
 
 
@@ -105,7 +107,8 @@ def train(args: argparse.Namespace, rank: int, world: int, census: bool = False)
         optimizer.step()
         if census and step == args.steps - 1:
             write_census(rank)
-        optimizer.zero_grad()
+        if not args.no_zero_grad:
+            optimizer.zero_grad()
         if rank == 0:
             print(f"step {step} loss {loss.item():.6f}", flush=True)
 

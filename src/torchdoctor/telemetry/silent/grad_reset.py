@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from torchdoctor.telemetry.local_shards import local
+from torchdoctor.telemetry.local_shards import PLAIN, local
 
 SLICE = 512  # elements of each probe gradient compared
 PROBES = 4
@@ -45,6 +45,12 @@ class Probe:
     incoming: list[tuple[int, int, Any]] = dataclasses.field(default_factory=list)
     # (backward() call, probe index, its slice) for every gradient brought in since
     broken: bool = False
+    # Sharded parameters (DTensor): FSDP2 never runs a tensor hook on them, it sets their .grad
+    # after its reduce-scatter and then runs their post-accumulate hooks. What came in is then
+    # the slice after minus the slice before the backward() call (`pre`, taken as it begins).
+    sharded: list[int] = dataclasses.field(default_factory=list)  # probe indexes
+    pre: dict[int, Any] = dataclasses.field(default_factory=dict)  # index -> slice or None
+    hooked: set[int] = dataclasses.field(default_factory=set)  # indexes a tensor hook reached
 
     def remove(self) -> None:
         for handle in self.handles:
@@ -61,6 +67,10 @@ class GradientResets:
 
     def on_backward(self) -> None:
         self.backwards += 1
+        for probe in self.armed.values():
+            for i in probe.sharded:
+                grad = probe.params[i].grad
+                probe.pre[i] = None if grad is None else _slice(grad)
 
     def after_update(self, optimizer: Any, step: int, next_sampled: bool) -> None:
         if not next_sampled or id(optimizer) in self.done:
@@ -82,6 +92,10 @@ class GradientResets:
         probe = Probe(self.host.label(optimizer), step, params, before, [])
         for i, p in enumerate(params):
             probe.handles.append(p.register_hook(functools.partial(self._incoming, probe, i)))
+            if p.__class__ not in PLAIN:
+                probe.sharded.append(i)
+                hook = functools.partial(self._accumulated, probe, i)
+                probe.handles.append(p.register_post_accumulate_grad_hook(hook))
         old = self.armed.pop(id(optimizer), None)
         if old is not None:
             old.remove()
@@ -91,8 +105,20 @@ class GradientResets:
         """A gradient backward() brings to probe parameter `i` (before it is accumulated):
         copied, since autograd may make this very tensor the parameter's .grad."""
         try:
-            part = local(grad).detach().reshape(-1)[:SLICE].double()
-            probe.incoming.append((self.backwards, i, part))
+            probe.incoming.append((self.backwards, i, _slice(grad)))
+            probe.hooked.add(i)
+        except Exception:  # never break the user's backward(): this probe decides nothing
+            probe.broken = True
+
+    def _accumulated(self, probe: Probe, i: int, param: Any) -> None:
+        """A sharded parameter's .grad was set (FSDP2, after its reduce-scatter): when no
+        tensor hook saw the gradient come in, it is the difference the backward() made."""
+        if i in probe.hooked:
+            return
+        try:
+            after = _slice(param.grad)
+            before = probe.pre.get(i)
+            probe.incoming.append((self.backwards, i, after if before is None else after - before))
         except Exception:  # never break the user's backward(): this probe decides nothing
             probe.broken = True
 
@@ -181,6 +207,13 @@ class GradientResets:
 def _slices(torch: Any, tensors: list[Any]) -> Any:
     """The first SLICE elements of each tensor, end to end, in float64."""
     return torch.cat([local(t).detach().reshape(-1)[:SLICE] for t in tensors]).double()
+
+
+def _slice(tensor: Any) -> Any:
+    """The first SLICE elements of this rank's part of `tensor`, copied, in float64."""
+    part = local(tensor).detach().reshape(-1)[:SLICE]
+    copy = part.double()
+    return copy.clone() if copy is part else copy  # float64 already: .double() is itself
 
 
 def _readings(xp: Any, g: Any, before: Any, total: Any, last: Any) -> Any:
