@@ -787,6 +787,17 @@ def importable(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
+def _usable(cache: Path, program: Program) -> tuple[Path | None, str]:
+    """(the program's cached source, "") or (None, why it cannot run here)."""
+    source = cached(cache, program)
+    if source is None:
+        return None, "program not in the cache"
+    missing = [m for m in program.needs if not importable(m)]
+    if missing:
+        return None, f"needs {', '.join(missing)}"
+    return source, ""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--populate", action="store_true", help="mirrors -> cache, then stop")
@@ -870,20 +881,9 @@ def main(argv: list[str] | None = None) -> int:
             if only and bug.name not in only and bug.program not in only:
                 continue
             program = by_name(bug.program)
-            source = cached(args.cache, program)
-            missing = [m for m in program.needs if not importable(m)]
-            if source is None or missing:
-                bugs.append(
-                    BugResult(
-                        bug.name,
-                        bug.program,
-                        bug.what,
-                        "skipped",
-                        "program not in the cache"
-                        if source is None
-                        else f"needs {', '.join(missing)}",
-                    )
-                )
+            source, why_not = _usable(args.cache, program)
+            if source is None:
+                bugs.append(BugResult(bug.name, bug.program, bug.what, "skipped", why_not))
                 continue
             r = check_bug(bug, program, source, scratch_root / f"bug-{bug.name}")
             bugs.append(r)
@@ -898,19 +898,10 @@ def main(argv: list[str] | None = None) -> int:
             if only and check.name not in only and check.program not in only:
                 continue
             program = by_name(check.program)
-            source = cached(args.cache, program)
-            missing = [m for m in program.needs if not importable(m)]
-            if source is None or missing:
+            source, why_not = _usable(args.cache, program)
+            if source is None:
                 checks.append(
-                    CheckResult(
-                        check.name,
-                        check.program,
-                        check.why,
-                        "skipped",
-                        reason="program not in the cache"
-                        if source is None
-                        else f"needs {', '.join(missing)}",
-                    )
+                    CheckResult(check.name, check.program, check.why, "skipped", reason=why_not)
                 )
                 continue
             where = scratch_root / f"check-{check.name}"

@@ -33,6 +33,29 @@ def internal_errors(text: str) -> list[str]:
     return [m.group(0) for m in _INTERNAL.finditer(text)]
 
 
+_TORCH_LOG = re.compile(r"^([DIWEF])\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ ", re.M)
+
+
+def strip_ours(stderr: str) -> str:
+    """stderr without torchdoctor's lines: those starting with "torchdoctor" and the indented
+    lines that continue them (the summary, alerts, explanations); torch's log lines without
+    their time and pid. Fails first on any failure of torchdoctor's own among them."""
+    assert not internal_errors(stderr), f"torchdoctor failed inside:\n{stderr}"
+    kept: list[str] = []
+    ours = False
+    for line in _TORCH_LOG.sub(r"\1 ", stderr).splitlines(keepends=True):
+        if line.startswith("torchdoctor"):
+            ours = True
+            if kept and kept[-1] == "\n":
+                kept.pop()  # the blank line before the summary
+            continue
+        if ours and (line.startswith("  ") or line == "\n"):
+            continue
+        ours = False
+        kept.append(line)
+    return "".join(kept)
+
+
 def clean_env(sockets: Path) -> dict[str, str]:
     """This environment without TORCHDOCTOR_* settings, probes' sockets under `sockets`."""
     import os

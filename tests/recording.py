@@ -87,7 +87,8 @@ def captured() -> Iterator[Captured]:
     """sys.stdout and sys.stderr go to files (real ones: a script may ask for their fileno()),
     and so do the logging handlers that write to the streams these replace (torch's and
     transformers' loggers make their handlers at import, on the stderr of that moment);
-    handlers made meanwhile on the captured streams get the real ones back at the end."""
+    handlers made meanwhile on the captured streams get the real ones back at the end (and a
+    flush bound to a captured stream, as transformers binds its handler's, the real one's)."""
     result = Captured()
     old = {"out": sys.stdout, "err": sys.stderr}
     files = {
@@ -114,6 +115,10 @@ def captured() -> Iterator[Captured]:
             for key, f in files.items():
                 if handler.stream is f:
                     handler.stream = moved.get(handler, old[key])
+                # transformers binds its handler's flush to the stderr of its import
+                flush = handler.__dict__.get("flush")
+                if getattr(flush, "__self__", None) is f:
+                    handler.flush = old[key].flush  # type: ignore[method-assign]
         texts = {}
         for key, f in files.items():
             f.seek(0)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import tempfile
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import cli, script, site_of, td_run, wait_for
+from helpers import cli, script, site_of, strip_ours, td_run, wait_for
 from launchers import Job, torchrun_argv
 
 from torchdoctor import native
@@ -34,6 +35,7 @@ SQL = (
 
 
 KERNELS = ["native", "python"]
+_TIMES = re.compile(r"\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ ")  # a log line's time and pid
 
 
 def _env(base: Path, sockets: Path, kernel: str) -> dict[str, str]:
@@ -260,3 +262,36 @@ def test_both_kernels_record_the_same_rows(launch, tmp_path: Path) -> None:  # t
     assert {"all_reduce", "broadcast", "reduce", "all_gather", "gather", "scatter"} <= ops
     assert {r["state"] for r in rows["native"]} == {"completed"}
     assert len({r["group"] for r in rows["native"]}) == 2
+
+
+def test_a_compiled_ddp_model_prints_the_same_and_its_break_is_the_users(tmp_path: Path) -> None:
+    # torch warns once a compiled module meets global module hooks: torchdoctor's (the module
+    # tracer's) come off at torch.compile, so every rank prints what it prints plain; Dynamo's
+    # graph break inside DDP's forward is named at the script's line, not in DDP's code.
+    sockets = Path(tempfile.mkdtemp(prefix="td-"))
+    outputs = {}
+    try:
+        for way in ("plain", "probed"):
+            env = _env(tmp_path / way, sockets, "native")
+            if way == "plain":
+                env = {k: v for k, v in env.items() if not k.startswith("TORCHDOCTOR")}
+            job = Job(tmp_path, env)
+            try:
+                job.start(torchrun_argv(2, script("dist_compiled.py")))
+                assert job.wait(240) == [0], job.output()
+                outputs[way] = job.logs[0].read_text()
+            finally:
+                job.end()
+    finally:
+        shutil.rmtree(sockets, ignore_errors=True)
+    # ranks interleave their lines: compared as sets, torchrun's and torch's times and pids out
+    probed, plain = (
+        sorted(set(_TIMES.sub("", strip_ours(outputs[w])).splitlines()) - {""})
+        for w in ("probed", "plain")
+    )
+    assert probed == plain, outputs["probed"]
+    assert "global hooks" not in outputs["probed"]
+    out = cli("diagnoses", str(tmp_path / "probed" / "job"), "--format", "json")
+    assert out.returncode == 0, out.stderr
+    breaks = [f for f in json.loads(out.stdout) if f["kind"] == "graph_break"]
+    assert breaks and {f["location"] for f in breaks} == {site_of("dist_compiled.py", ".item()")}

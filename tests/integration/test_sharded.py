@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -128,3 +129,31 @@ def check_census(tmp_path: Path, name: str, ranks: int) -> None:
             {"unit": "down", "parameters": 2, "unsharded": DOWN, "gathered": 0},
         ], census["units"]
         assert f"unit up materialises {human(UP)}" in text, text
+
+
+def test_an_fsdp2_layer_never_initialised_is_named(tmp_path: Path) -> None:
+    # pytorch/examples' FSDP2 example on CPU: NaN losses from the first step, because only the
+    # root's own modules are initialised after to_empty(). The model cannot be run again on
+    # one rank (its forward all-gathers), but its weights are read on this rank's shards.
+    sockets = Path(tempfile.mkdtemp(prefix="td-"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHDOCTOR")}
+    env.update(OMP_NUM_THREADS="1", TORCHDOCTOR_SOCKET_DIR=str(sockets), TORCHDOCTOR="1")
+    env.update(TORCHDOCTOR_QUIET="1", TORCHDOCTOR_RUN_DIR=str(tmp_path / "job"))
+    job = Job(tmp_path, env)
+    try:
+        job.start(torchrun_argv(2, script("dist_sharded.py"), "--meta-init", "--steps", "2"))
+        assert job.wait(240) == [0], job.output()
+    finally:
+        job.end()
+        shutil.rmtree(sockets, ignore_errors=True)
+    assert not internal_errors(job.output()), job.output()
+    out = cli("diagnoses", str(tmp_path / "job"), "--format", "json")
+    assert out.returncode == 0, out.stderr
+    nans = [d for d in json.loads(out.stdout) if d["kind"] == "nan"]
+    assert sorted(d["rank"] for d in nans) == [0, 1], nans  # each rank, from its own shard
+    for nan in nans:
+        assert (nan["step"], nan["location"]) == (0, "up"), nan
+        assert "non-finite before the first update" in nan["summary"]
+        fixes = nan["fix"].splitlines()
+        assert fixes[0].startswith("find them before training"), fixes
+        assert "to_empty()" in fixes[1], fixes

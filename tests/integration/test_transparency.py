@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, free_port, internal_errors
+from helpers import ROOT, free_port, strip_ours
 
 CORPUS = ROOT / "tests" / "transparency"
 TORCHDOCTOR = str(Path(sys.executable).with_name("torchdoctor"))
@@ -81,29 +80,6 @@ def _argv(way: str, script: Path, args: list[str], cwd: Path) -> list[str]:
 
 
 # torch's own log lines start with level, date, time and pid: different in every run
-_TORCH_LOG = re.compile(r"^([DIWEF])\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ ", re.M)
-
-
-def strip_ours(stderr: str) -> str:
-    """stderr without torchdoctor's lines: those starting with "torchdoctor" and the indented
-    lines that continue them (the summary, alerts, explanations); torch's log lines without
-    their time and pid. Fails first on any failure of torchdoctor's own among them."""
-    assert not internal_errors(stderr), f"torchdoctor failed inside:\n{stderr}"
-    kept: list[str] = []
-    ours = False
-    for line in _TORCH_LOG.sub(r"\1 ", stderr).splitlines(keepends=True):
-        if line.startswith("torchdoctor"):
-            ours = True
-            if kept and kept[-1] == "\n":
-                kept.pop()  # the blank line before the summary
-            continue
-        if ours and (line.startswith("  ") or line == "\n"):
-            continue
-        ours = False
-        kept.append(line)
-    return "".join(kept)
-
-
 def _digest(path: Path) -> str:
     """The file's bytes; for a TorchScript archive, its code, constants and weights without
     the debug tables (the Python stack at trace time, see docs/architecture.md) and the id

@@ -2,6 +2,7 @@
 (`parallelize_module`), for the tests of DTensor-aware telemetry.
 
     torchrun --nproc_per_node=N dist_sharded.py [--tp] [--steps N] [--clip] [--count OUT]
+                                                [--meta-init]
 
 Each step: forward, backward (FSDP2's reduce-scatters), optionally clip_grad_norm_ (the
 script's own collective on DTensor gradients), an AdamW step. `--count OUT` records every
@@ -11,7 +12,8 @@ probe, then starts torchdoctor (recording into RUN_DIR) and trains again, counti
 tests compare the two counts op for op (the same process, the same code, the same steps).
 The probed pass also takes torchdoctor's tensor census after its last optimizer step (the
 gradients still held), inside the counted region, and writes it to census.rank<R>.json: what
-`torchdoctor PID memory` shows, as data and as text.
+`torchdoctor PID memory` shows, as data and as text. `--meta-init` builds the FSDP2 model as
+pytorch/examples' FSDP2 example does and keeps its bug: a layer never initialised.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ def parse() -> argparse.Namespace:
     p.add_argument("--clip", action="store_true")
     p.add_argument("--count", default="")
     p.add_argument("--twice", default="", metavar="RUN_DIR")
+    p.add_argument("--meta-init", action="store_true", help="pytorch/examples' FSDP2 bug")
     return p.parse_args()
 
 
@@ -49,9 +52,9 @@ class Net(nn.Module):
 
 
 def build(tp: bool, world: int) -> nn.Module:
-    mesh = init_device_mesh("cpu", (world,))
     model = Net()
     if tp:
+        mesh = init_device_mesh("cpu", (world,))
         from torch.distributed.tensor.parallel import (
             ColwiseParallel,
             RowwiseParallel,
@@ -59,17 +62,37 @@ def build(tp: bool, world: int) -> nn.Module:
         )
 
         return parallelize_module(model, mesh, {"up": ColwiseParallel(), "down": RowwiseParallel()})
+    return build_sharded(model, world)
+
+
+def build_sharded(model: nn.Module, world: int) -> nn.Module:
     from torch.distributed.fsdp import fully_shard
 
+    mesh = init_device_mesh("cpu", (world,))
     fully_shard(model.up, mesh=mesh)
     fully_shard(model.down, mesh=mesh)
     fully_shard(model, mesh=mesh)
     return model
 
 
+def build_on_meta(world: int) -> nn.Module:
+    """pytorch/examples' FSDP2 example's way (distributed/FSDP2/example.py): built on the meta
+    device, sharded, given memory by to_empty(), then only the root's own modules initialised:
+    the others keep what the memory held (here made NaN, so that every run is the same)."""
+    with torch.device("meta"):
+        model = Net()
+    model = build_sharded(model, world)
+    model.to_empty(device="cpu")
+    model.down.reset_parameters()  # the example's root-level reset_parameters(): not `up`
+    with torch.no_grad():
+        for p in model.up.parameters():
+            p.to_local().fill_(float("nan"))
+    return model
+
+
 def train(args: argparse.Namespace, rank: int, world: int, census: bool = False) -> None:
     torch.manual_seed(0)
-    model = build(args.tp, world)
+    model = build_on_meta(world) if args.meta_init else build(args.tp, world)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     gen = torch.Generator().manual_seed(1 if args.tp else rank + 1)
     for step in range(args.steps):

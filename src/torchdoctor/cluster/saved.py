@@ -4,16 +4,19 @@ The same diagnosis modules then run as on a live job."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
-import json
 import os
 import time
 from typing import Any
 
 from torchdoctor.cluster import loops
 from torchdoctor.diagnose import job_kinds, job_modules, replica_drift
-from torchdoctor.diagnose.hang import keeping_alive
+from torchdoctor.diagnose.crash import CrashEvidence
+from torchdoctor.diagnose.evidence import Evidence, decode
+from torchdoctor.diagnose.hang import HangEvidence, keeping_alive
 from torchdoctor.diagnose.inputs import DEAD, Inputs, JobInputs, RankView
+from torchdoctor.diagnose.oom import OomDiagnosisEvidence
 from torchdoctor.diagnose.record import Diagnosis
 from torchdoctor.store.columns import Block
 from torchdoctor.store.saved import JobRun, SavedRun
@@ -65,7 +68,7 @@ def rank_view(rank: int, run: SavedRun) -> RankView:
         pid=_int(meta.get("pid")),
         raised=raised_of(own),
         threads=threads,
-        kinds=tuple(sorted({str(r.get("kind")) for r in own})),
+        kinds=tuple(sorted({f.kind for f in own})),
         checksums=_checksums(run.block("events")),
     )
     if status == "running" or (status in DEAD and ended is None):
@@ -90,63 +93,75 @@ def findings(job: JobRun) -> list[Diagnosis]:
     return out
 
 
-def _own_findings(run: SavedRun) -> list[dict[str, Any]]:
-    """The rank's own diagnoses (not the job-level ones it reported), evidence decoded."""
+@dataclasses.dataclass(frozen=True)
+class OwnFinding:
+    """One of a rank's own diagnoses (not a job-level one it reported), evidence typed."""
+
+    kind: str
+    evidence: Evidence
+    step: int | None = None
+    time: float | None = None
+    summary: str | None = None
+    location: str | None = None
+
+    @classmethod
+    def of(cls, record: dict[str, Any]) -> OwnFinding:
+        kind = str(record.get("kind"))
+        return cls(
+            kind=kind,
+            evidence=decode(kind, record.get("evidence")),
+            step=_int(record.get("step")),
+            time=record.get("time"),
+            summary=record.get("summary"),
+            location=record.get("location"),
+        )
+
+
+def _own_findings(run: SavedRun) -> list[OwnFinding]:
     block = run.block("diagnoses")
     if not block.rows:
         return []
     kinds = job_kinds()
-    out = []
-    for record in block.to_records():
-        if record.get("kind") in kinds:
-            continue
-        try:
-            record["evidence"] = json.loads(record.get("evidence") or "{}")
-        except ValueError:
-            record["evidence"] = {}
-        out.append(record)
-    return out
+    return [OwnFinding.of(r) for r in block.to_records() if r.get("kind") not in kinds]
 
 
-def raised_of(findings: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The error that ended a rank's training, from its own crash or oom diagnosis (the
-    records of one rank, evidence decoded): exception, message, file, line, step, time."""
-    for record in reversed(findings):
-        if record.get("kind") not in ("crash", "oom"):
+def raised_of(findings: list[OwnFinding]) -> dict[str, Any] | None:
+    """The error that ended a rank's training, from its own crash or oom diagnosis:
+    exception, message, file, line, step, time."""
+    for finding in reversed(findings):
+        evidence = finding.evidence
+        if not isinstance(evidence, (CrashEvidence, OomDiagnosisEvidence)):
             continue
-        evidence = record.get("evidence") or {}
-        if not isinstance(evidence, dict):
-            evidence = {}
-        file, line = evidence.get("file"), evidence.get("line")
-        if not file and record.get("location") and ":" in str(record["location"]):
-            file, _, line = str(record["location"]).rpartition(":")
+        file, line = evidence.file, evidence.line
+        if not file and finding.location and ":" in finding.location:
+            file, _, at = finding.location.rpartition(":")
+            line = _int(at)
+        oom = finding.kind == "oom"
         return {
-            "exception": evidence.get("exception")
-            or ("OutOfMemoryError" if record["kind"] == "oom" else None),
-            "message": evidence.get("message") or record.get("summary"),
+            "exception": evidence.exception or ("OutOfMemoryError" if oom else None),
+            "message": evidence.message or finding.summary,
             "file": file,
-            "line": _int(line),
-            "step": record.get("step"),
-            "time": record.get("time"),
-            "kind": record["kind"],
+            "line": line,
+            "step": finding.step,
+            "time": finding.time,
+            "kind": finding.kind,
         }
     return None
 
 
 def _last_threads(
-    findings: list[dict[str, Any]],
+    findings: list[OwnFinding],
 ) -> tuple[list[dict[str, Any]] | None, list[dict[str, Any]] | None]:
     """The main thread's frames from the rank's last own hang diagnosis, if it had one, and
     the other threads of that capture that keep its process alive."""
-    for record in reversed(findings):
-        if record.get("kind") != "hang":
+    for finding in reversed(findings):
+        if not isinstance(finding.evidence, HangEvidence):
             continue
-        evidence = record.get("evidence") or {}
-        threads = evidence.get("threads") if isinstance(evidence, dict) else None
-        main = next((t for t in threads or [] if t.get("is_main")), None)
+        threads = finding.evidence.threads or []
+        main = next((t for t in threads if t.get("is_main")), None)
         if main is None:
             continue
-        return list(main.get("frames") or []), keeping_alive(threads or [])
+        return list(main.get("frames") or []), keeping_alive(threads)
     return None, None
 
 

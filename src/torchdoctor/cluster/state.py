@@ -14,7 +14,7 @@ import time
 from typing import Any, Protocol
 
 from torchdoctor.cluster.member import node_rank
-from torchdoctor.cluster.saved import raised_of
+from torchdoctor.cluster.saved import OwnFinding, raised_of
 from torchdoctor.diagnose import replica_drift
 from torchdoctor.diagnose.hang import keeping_alive, waits_at_exit
 from torchdoctor.identity import RankIdentity
@@ -101,11 +101,7 @@ def own_findings(table: RingTable) -> dict[str, Any]:
     out: dict[str, Any] = {"kinds": sorted(set(kinds))}
     if ended:
         record = block.rows_between(ended[-1], ended[-1] + 1).to_records()[0]
-        try:
-            record["evidence"] = json.loads(record.get("evidence") or "{}")
-        except ValueError:
-            record["evidence"] = {}
-        out["raised"] = raised_of([record])
+        out["raised"] = raised_of([OwnFinding.of(record)])
     return out
 
 

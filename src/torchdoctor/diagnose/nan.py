@@ -271,6 +271,15 @@ def rank_causes(o: NanOrigin, history: dict[str, Any] | None = None) -> list[dic
             "model.parameters()) after loading; load the checkpoint again from a good copy, or "
             "fix the initialisation",
         )
+        add(
+            0.9,
+            "weights never initialised: a model built on the meta device and given memory by "
+            "to_empty() (the FSDP2 way) holds whatever that memory held until each module's "
+            "own initialisation runs",
+            "after to_empty(), initialise every submodule, not only the root: for m in "
+            "model.modules(): m.reset_parameters() where it has one (a root's "
+            "reset_parameters() does not recurse)",
+        )
     elif stage == "optimizer":
         add(
             0.95,

@@ -28,8 +28,8 @@ GAP = 100  # steps: a finding of the chain this soon after an earlier one follow
 LOWER_LR = "lower the learning rate"
 RAISE_LR = "try a larger learning rate"
 LR_UNKNOWN = (
-    "its value is not known: no torch.optim optimizer was seen, so look at the step size your "
-    "own update uses"
+    "its value is not known: no torch.optim optimizer had stepped by then; for an update of "
+    "your own, look at its step size"
 )
 
 

@@ -81,13 +81,10 @@ def _after_loop(job: co.JobInputs, odd: co.LeftLoop) -> Diagnosis:
         str(r): c.describe() | {"steps": max(job.ranks[r].steps_done, c.step)}
         for r, c in odd.left.items()
     }
-    return Diagnosis(
-        kind="uneven_batches",
-        severity="error",
-        step=call.step,
-        location=short_site(call.site),
-        summary=summary,
-        evidence=UnevenBatchesEvidence(
+    return _finding(
+        call,
+        summary,
+        UnevenBatchesEvidence(
             group=odd.group,
             seq=odd.seq,
             op=call.op,
@@ -97,10 +94,6 @@ def _after_loop(job: co.JobInputs, odd: co.LeftLoop) -> Diagnosis:
             waiting=looping,
             ranks=sorted(odd.left),
         ),
-        fix=_FIXES,
-        rank=min(odd.left),
-        job=True,
-        key=f"uneven_batches:{odd.group}:{odd.seq}",
     )
 
 
@@ -135,13 +128,10 @@ def _diagnosis(job: co.JobInputs, holdup: co.Holdup, left: list[int]) -> Diagnos
         f"step {call.step} ({short_site(call.site) or 'site unknown'}) for {holdup.waited:.0f} s: "
         "the ranks do not have the same number of batches."
     )
-    return Diagnosis(
-        kind="uneven_batches",
-        severity="error",
-        step=call.step,
-        location=short_site(call.site),
-        summary=summary,
-        evidence=UnevenBatchesEvidence(
+    return _finding(
+        call,
+        summary,
+        UnevenBatchesEvidence(
             group=holdup.group,
             seq=holdup.seq,
             op=call.op,
@@ -152,10 +142,23 @@ def _diagnosis(job: co.JobInputs, holdup: co.Holdup, left: list[int]) -> Diagnos
             waited=holdup.waited,
             ranks=left,
         ),
+    )
+
+
+def _finding(call: co.Call, summary: str, evidence: UnevenBatchesEvidence) -> Diagnosis:
+    """The finding, whichever way the uneven ends were seen: named by its group and the
+    collective's number there, so that both ways give one finding."""
+    return Diagnosis(
+        kind="uneven_batches",
+        severity="error",
+        step=call.step,
+        location=short_site(call.site),
+        summary=summary,
+        evidence=evidence,
         fix=_FIXES,
-        rank=left[0],
+        rank=min(evidence.ranks),
         job=True,
-        key=f"uneven_batches:{holdup.group}:{holdup.seq}",
+        key=f"uneven_batches:{evidence.group}:{evidence.seq}",
     )
 
 

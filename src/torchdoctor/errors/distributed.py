@@ -1330,6 +1330,66 @@ BACKEND_UNAVAILABLE = Entry(
 )
 
 
+DEVICE_ID = Entry(
+    code="dist.device_id",
+    title="init_process_group was given a device_id that is not an accelerator",
+    meaning=(
+        "device_id binds the process group to one GPU (or other accelerator) with an index, "
+        "so that NCCL can set up its communicators early. A CPU device, or an accelerator "
+        "device without an index ('cuda' instead of 'cuda:0'), cannot be bound: the call is "
+        "refused before any rank connects. Scripts written for GPUs meet it when they run on "
+        "a machine without one, where their device falls back to the CPU."
+    ),
+    patterns=(r"init_process_group device_id parameter must be an accelerator with an index",),
+    keys=(r"device_id parameter must be an accelerator",),
+    priority=4,
+    examples=(
+        "ValueError: init_process_group device_id parameter must be an accelerator with an index",
+    ),
+    summary=(
+        "init_process_group's device_id must be an accelerator device with an index (a GPU "
+        "as torch.device('cuda', local_rank)); it was given something else, most often the "
+        "CPU.",
+    ),
+    causes=(
+        Cause(
+            "cpu_fallback",
+            "The script picks the CPU when no GPU is found and passes that device on as "
+            "device_id (the gloo backend on CPU needs no device_id).",
+            weight=2,
+        ),
+        Cause(
+            "no_index",
+            "The device has no index: torch.device('cuda') rather than torch.device('cuda', "
+            "local_rank).",
+            weight=1,
+            signals=(r"device_id=torch\.device\(['\"]cuda['\"]\)",),
+            boost=10,
+        ),
+    ),
+    first_steps=(
+        "print the device the script passes as device_id on each rank, and "
+        "torch.cuda.is_available()",
+    ),
+    fixes=(
+        Fix(
+            "Pass device_id only for an accelerator",
+            'device_id = device if device.type != "cpu" else None\n'
+            "dist.init_process_group(backend, device_id=device_id)",
+            ("cpu_fallback",),
+        ),
+        Fix(
+            "Give the accelerator its index (the rank's local GPU)",
+            'local_rank = int(os.environ["LOCAL_RANK"])\n'
+            'device = torch.device("cuda", local_rank)\n'
+            "torch.cuda.set_device(device)\n"
+            'dist.init_process_group("nccl", device_id=device)',
+            ("no_index",),
+        ),
+    ),
+)
+
+
 ENTRIES = (
     NCCL_TIMEOUT,
     NCCL_ERROR,
@@ -1343,4 +1403,5 @@ ENTRIES = (
     GLOO_TIMEOUT,
     PEER_LOST,
     BACKEND_UNAVAILABLE,
+    DEVICE_ID,
 )

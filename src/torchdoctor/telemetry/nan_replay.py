@@ -49,66 +49,66 @@ class NanLocalizer:
             return
         self.localized = True
         started = time.perf_counter()
-        origin = NanOrigin.from_json(self.localize(info))
+        origin = self.localize(info)
         origin.replay_seconds = round(time.perf_counter() - started, 4)
         rec.event("nan_origin", origin.to_json())
 
     # -- the replay --------------------------------------------------------------------------
-    def localize(self, info: dict[str, Any]) -> dict[str, Any]:
-        """The fields of the NanOrigin, gathered stage by stage."""
+    def localize(self, info: dict[str, Any]) -> NanOrigin:
+        """Where the first non-finite value came from, found stage by stage."""
         rec = self.rec
         torch = rec.torch
         state = rec.state
         losses = [float(v) for v in info.get("losses") or []]
-        evidence: dict[str, Any] = {
-            "step": info.get("step"),
-            "loss": losses[-1] if losses else None,
-            "grad_norm": info.get("grad_norm"),
-            "lr": rec.lr(),
-            "guard": bool(rec.host.config.guard),
-            "backward_site": _site(state.backward_site),
-            "autocast": {
+        origin = NanOrigin(
+            step=info.get("step"),
+            loss=losses[-1] if losses else None,
+            grad_norm=info.get("grad_norm"),
+            lr=rec.lr(),
+            guard=bool(rec.host.config.guard),
+            backward_site=_site(state.backward_site),
+            autocast={
                 device: str(dtype).removeprefix("torch.") for device, dtype in state.autocast
             },
-        }
-        evidence["bad_gradients"] = _bad_gradients(rec, info.get("params") or [])
-        tape = [(_unwrapped(m), args, kwargs) for m, args, kwargs in state.tape]
-        if not tape:
-            evidence["stage"] = "unknown"
-            evidence["note"] = "no model call was seen in this step, so it could not be replayed"
-            return evidence
-        if any(has_sharded_state(m) for m, _a, _k in tape):
-            evidence["stage"] = "unknown"
-            evidence["note"] = (
-                "not replayed: the model is sharded (FSDP or tensor parallel), and running its "
-                "forward again on this rank alone would issue collectives the other ranks never "
-                "join; the step and the gradients above are what is known"
-            )
-            return evidence
+            bad_gradients=_bad_gradients(rec, info.get("params") or []),
+        )
+        # Weights and the batch first: read on this rank's shards, so a sharded model is
+        # judged as far as it can be without running it again.
         bad_weights = _bad_weights(rec)
         if bad_weights:
-            evidence.update(stage="optimizer", bad_weights=bad_weights)
-            evidence["location"] = bad_weights[0]["module"]
-            return evidence
+            origin.stage, origin.bad_weights = "optimizer", bad_weights
+            origin.location = bad_weights[0]["module"]
+            return origin
+        tape = [(_unwrapped(m), args, kwargs) for m, args, kwargs in state.tape]
+        if not tape:
+            origin.note = "no model call was seen in this step, so it could not be replayed"
+            return origin
         bad_input = _bad_inputs(torch, tape)
         if bad_input is not None:
-            evidence.update(stage="data", location="input batch", input=bad_input)
-            return evidence
+            origin.stage, origin.location, origin.input = "data", "input batch", bad_input
+            return origin
+        if any(has_sharded_state(m) for m, _a, _k in tape):
+            origin.note = (
+                "not replayed: the model is sharded (FSDP or tensor parallel), and running its "
+                "forward again on this rank alone would issue collectives the other ranks never "
+                "join; its weights and the batch are finite on this rank"
+            )
+            return origin
         was_on = rec.switch.on
         rec.switch.on = False  # our own hooks must not record the replay as training
         try:
             with _preserved(rec, state.rng):
-                found = self._replay(tape, evidence)
+                found = self._replay(tape, origin)
         except Exception as exc:  # out of memory, a model that cannot be re-run: say so
-            evidence.update(stage="unknown", note=f"replay failed: {type(exc).__name__}: {exc}")
-            return evidence
+            origin.stage, origin.note = "unknown", f"replay failed: {type(exc).__name__}: {exc}"
+            return origin
         finally:
             rec.switch.on = was_on
         if not found:
-            evidence["stage"] = "loss"
-            evidence["location"] = _site(state.backward_site)
-            evidence["loss_graph"] = _graph_names(state.loss_ref)
-        return evidence
+            origin.stage = "loss"
+            origin.location = _site(state.backward_site)
+            origin.loss_graph = _graph_names(state.loss_ref)
+        return origin
 
     @staticmethod
     def _forward(monitor: _Monitor, tape: list[Any], outputs: list[Any]) -> None:
@@ -120,7 +120,7 @@ class NanLocalizer:
                 if monitor.found is not None:
                     break
 
-    def _replay(self, tape: list[Any], evidence: dict[str, Any]) -> bool:
+    def _replay(self, tape: list[Any], origin: NanOrigin) -> bool:
         rec = self.rec
         torch = rec.torch
         monitor = _Monitor(rec)
@@ -130,19 +130,25 @@ class NanLocalizer:
                 precision.enter_context(torch.autocast(device, dtype=dtype))
             self._forward(monitor, tape, outputs)
         if monitor.found is not None:
-            evidence.update(stage="forward", **monitor.found)
-            evidence["location"] = monitor.found["module"]
+            _set(origin, stage="forward", location=monitor.found["module"], **monitor.found)
             return True
         tensors = [t for t in _flatten(outputs) if t.requires_grad and t.is_floating_point()]
         params = [p for m, _a, _k in tape for p in m.parameters() if p.requires_grad]
         if not tensors or not params:
             return False
-        origin = _backward_origin(torch, tensors, params, monitor.nodes)
-        if origin is None:
+        node = _backward_origin(torch, tensors, params, monitor.nodes)
+        if node is None:
             return False
-        evidence.update(stage="backward", **origin)
-        evidence["location"] = origin.get("module") or origin.get("site")
+        _set(origin, stage="backward", location=node.get("module") or node.get("site"), **node)
         return True
+
+
+def _set(origin: NanOrigin, **fields: Any) -> None:
+    """Fields of what a replay stage found (named as NanOrigin's)."""
+    for name, value in fields.items():
+        if not hasattr(origin, name):
+            raise AttributeError(f"NanOrigin has no field {name!r}")
+        setattr(origin, name, value)
 
 
 class _Monitor:

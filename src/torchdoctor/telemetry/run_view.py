@@ -6,8 +6,10 @@ step old). Nothing here changes how steps are recorded.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Protocol
 
+from torchdoctor.telemetry.local_shards import local
 from torchdoctor.telemetry.optimizers import learning_rate
 from torchdoctor.telemetry.step_rows import StepHeadline
 
@@ -108,16 +110,7 @@ class RunView:
         models = [m for m, _label in self.models.models()]
         trainable = sum(1 for m in models for p in m.parameters() if p.requires_grad)
         checkpointing = any(getattr(m, "is_gradient_checkpointing", False) for m in models)
-        nonfinite, largest = [], 0.0
-        for m in models:
-            for p in m.parameters():
-                if not p.is_floating_point() or not p.numel():
-                    continue
-                top = float(p.detach().abs().max())
-                if top != top or top == float("inf"):
-                    nonfinite.append(self.models.param_name(p) or ("?", "?"))
-                else:
-                    largest = max(largest, top)
+        nonfinite, largest = _weight_extremes(self.models, models)
         steps = self.tables["steps"].snapshot()
         losses = [float(v) for v in steps.data["loss"][-200:]] if steps.rows else []
         return {
@@ -130,3 +123,27 @@ class RunView:
             "nonfinite_weights": [".".join(n) for n in nonfinite[:5]],
             "largest_weight": largest,
         }
+
+
+def _weight_extremes(names: Any, models: list[Any]) -> tuple[list[tuple[str, str]], float]:
+    """The parameters whose weights are not finite (their names), and the largest finite
+    absolute weight: one reduction and one read per device and dtype, on this rank's shards
+    (a DTensor's own max would be a collective)."""
+    import torch
+
+    groups: dict[tuple[Any, Any], list[Any]] = {}
+    for m in models:
+        for p in m.parameters():
+            if p.is_floating_point() and p.numel():
+                groups.setdefault((p.device, p.dtype), []).append(p)
+    nonfinite, largest = [], 0.0
+    with torch.no_grad():
+        for params in groups.values():
+            shards = [local(p.detach()) for p in params]
+            tops = torch.stack(torch._foreach_norm(shards, ord=float("inf"))).tolist()
+            for p, top in zip(params, tops, strict=True):
+                if math.isfinite(top):
+                    largest = max(largest, top)
+                else:
+                    nonfinite.append(names.param_name(p) or ("?", "?"))
+    return nonfinite, largest
