@@ -1,8 +1,11 @@
 """Strict JSON for records and answers: non-finite floats become the strings "nan", "inf",
-"-inf" (JSON has no such numbers), anything that is not a JSON value becomes its str()."""
+"-inf" (JSON has no such numbers); a record (a dataclass) becomes the object of its fields in
+order, or its own `to_json()` where it has one (a field left out while None); anything else
+that is not a JSON value becomes its str()."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from typing import Any
@@ -22,7 +25,24 @@ def clean(value: Any) -> Any:
         return {str(k): clean(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [clean(v) for v in value]
-    return str(value)
+    plain = _record(value)
+    return str(value) if plain is value else clean(plain)
+
+
+def _record(value: Any) -> Any:
+    """A record's JSON object (its `to_json()`, else its fields in order; nested records are
+    met again by the encoder); the value itself when it is no record."""
+    to_json = getattr(value, "to_json", None)
+    if callable(to_json):
+        return to_json()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    return value
+
+
+def _default(value: Any) -> Any:
+    plain = _record(value)
+    return str(value) if plain is value else plain
 
 
 def dumps(value: Any, **options: Any) -> str:
@@ -31,6 +51,6 @@ def dumps(value: Any, **options: Any) -> str:
     clean does); the careful pass runs only when it meets a non-finite float or a key JSON has
     no form for."""
     try:
-        return json.dumps(value, allow_nan=False, default=str, **options)
+        return json.dumps(value, allow_nan=False, default=_default, **options)
     except (ValueError, TypeError):  # a non-finite float; a key that is not a JSON key
         return json.dumps(clean(value), allow_nan=False, **options)

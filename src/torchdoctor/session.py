@@ -40,6 +40,7 @@ from torchdoctor.store.schema import ALL_TABLES, BY_NAME, COLLECTIVES, COMPILE, 
 from torchdoctor.store.tables import Spiller, Tables
 from torchdoctor.telemetry import endings, stacks
 from torchdoctor.telemetry.on_import import when_imported
+from torchdoctor.telemetry.run_summary import RunSummary
 
 if TYPE_CHECKING:  # the Recorder module imports torch: loaded once the script imports it
     from torchdoctor.telemetry.recorder import Recorder
@@ -642,7 +643,7 @@ class Session:
         result = self.sql.execute(text, timeout=5.0)
         return result.columns, result.rows
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> RunSummary:
         """The end-of-run numbers: steps, time by phase, diagnoses, where the run is saved."""
         import numpy as np
 
@@ -658,18 +659,18 @@ class Session:
             time_split.by_step(steps.data["step"], at, seconds),
         )
         found = self.doctor.found() if self.doctor is not None else []
-        return {
-            "steps": int(steps.rows),
-            "duration": float(durations.sum()),
-            "phases": time_split.totals(bands),
-            "skipped": int(steps.data["skipped"].sum()) if steps.rows else 0,
-            "last_loss": steps.column("loss")[-1] if steps.rows else None,
-            "diagnoses": found,
-            "run_dir": str(self.run_dir),
-            "exit_code": self.exit_code,
-            "crashed": self.crash is not None,
-            "printed": set(self.printed),
-        }
+        return RunSummary(
+            steps=int(steps.rows),
+            duration=float(durations.sum()),
+            phases=time_split.totals(bands),
+            skipped=int(steps.data["skipped"].sum()) if steps.rows else 0,
+            last_loss=steps.column("loss")[-1] if steps.rows else None,
+            diagnoses=tuple(found),
+            run_dir=str(self.run_dir),
+            exit_code=self.exit_code,
+            crashed=self.crash is not None,
+            printed=frozenset(self.printed),
+        )
 
     def configure(self, **changes: Any) -> dict[str, Any]:
         allowed = {"trace_every", "guard", "hang_timeout", "alerts"}

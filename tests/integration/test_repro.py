@@ -18,6 +18,8 @@ import pytest
 from helpers import cli, line_of, script
 from recording import Output, recipe, td
 
+from torchdoctor.recipes.compare import ReproVerdict
+
 TRAIN = script("repro_train.py")
 
 
@@ -27,7 +29,7 @@ def _repro(env: dict[str, str], cwd: Path, *target: str) -> tuple[int, Any, str]
     return out.returncode, json.loads(out.stdout) if out.stdout else None, out.stderr
 
 
-def _twice(cwd: Path, *target: str) -> tuple[dict[str, Any], list[Output]]:
+def _twice(cwd: Path, *target: str) -> tuple[ReproVerdict, list[Output]]:
     """The two runs of `torchdoctor repro --steps 3 TRAIN TARGET...`, compared."""
     from torchdoctor.recipes.compare import compare
 
@@ -78,12 +80,13 @@ def test_dropout_alone_is_found_in_its_module(tmp_path) -> None:  # type: ignore
         model = nn.Sequential(nn.Linear(2, 16), nn.ReLU(), nn.Dropout(0.2), nn.Linear(16, 2))
         torch.save(model.state_dict(), init)
     r, _ = _twice(tmp_path, "--init", str(init))
-    assert r["identical"] is False
-    first = r["first_difference"]
-    assert first["step"] == 0 and first["what"] == "op"
-    assert (first["op"], first["module"], first["module_type"]) == ("dropout", "model.2", "Dropout")
-    assert first["site"].endswith(f"repro_train.py:{_line('model(x + noise)')}")
-    assert r["fix"] == ["torch.manual_seed(0)"]  # no random.seed: it is not used here
+    assert r.identical is False
+    first = r.first_difference
+    assert first is not None and first.step == 0 and first.what == "op"
+    assert (first.op, first.module, first.module_type) == ("dropout", "model.2", "Dropout")
+    assert first.site is not None
+    assert first.site.endswith(f"repro_train.py:{_line('model(x + noise)')}")
+    assert r.fix == ["torch.manual_seed(0)"]  # no random.seed: it is not used here
     out = td("repro", "nothere.py", cwd=tmp_path)
     assert out.returncode == 2 and "can't open file 'nothere.py'" in out.stderr
 
@@ -92,7 +95,7 @@ def test_seeded_script_is_bit_identical(tmp_path) -> None:  # type: ignore[no-un
     from torchdoctor.report.repro import render_repro
 
     r, printed = _twice(tmp_path, "--seeded")
-    assert r["identical"] is True
+    assert r.identical is True
     text = render_repro(r)  # what the verb prints
     assert "repro PASSED: the two runs are bit-identical over 3 steps" in text
     assert "without a seed" not in text and "Fix:" not in text

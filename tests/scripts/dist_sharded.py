@@ -117,6 +117,7 @@ def write_census(rank: int) -> None:
     import json
 
     from torchdoctor import session
+    from torchdoctor._json import dumps
     from torchdoctor.memory.view import census
     from torchdoctor.report.memory import render_census
 
@@ -127,8 +128,9 @@ def write_census(rank: int) -> None:
         result = current.sql.execute(sql)
         return result.columns, result.rows
 
-    data = census(execute)
-    data["text"] = "\n".join(render_census(data))
+    counted = census(execute)
+    data = json.loads(dumps(counted))  # its JSON form, as `torchdoctor memory` writes it
+    data["text"] = "\n".join(render_census(counted))
     # the works the probe still holds for polling (a work gloo never completes must not be
     # kept, its tensors with it, step after step)
     from torchdoctor.telemetry import collectives

@@ -11,6 +11,12 @@ from helpers import wait_for
 
 from torchdoctor.probe import eval_at
 from torchdoctor.telemetry.safe_point import SafePoint
+from torchdoctor.telemetry.step_rows import StepHeadline
+
+
+def _ended(at: float, duration: float) -> StepHeadline:
+    """A step that ended at `at` after `duration` seconds."""
+    return StepHeadline(step=0, time=at, duration=duration, data_wait=0.0, loss=None, allocated=0)
 
 
 class Loop:
@@ -18,7 +24,8 @@ class Loop:
 
     def __init__(self, step_time: float = 0.001, last_step_ago: float = 0.0) -> None:
         self.safe_point = SafePoint()
-        self.last = {"time": time.time() - last_step_ago, "duration": step_time}
+        self.last: StepHeadline | None = _ended(time.time() - last_step_ago, step_time)
+        self.step_time = step_time
         self.step = 0
         self.stepping = False
         self.thread: threading.Thread | None = None
@@ -34,8 +41,8 @@ class Loop:
     def _run(self) -> None:
         self.train_thread = threading.get_ident()
         while self.stepping:
-            time.sleep(self.last["duration"])
-            self.last = {"time": time.time(), "duration": self.last["duration"]}
+            time.sleep(self.step_time)
+            self.last = _ended(time.time(), self.step_time)
             if self.safe_point.pending:
                 try:
                     self.safe_point.drain(self.step)
@@ -67,7 +74,7 @@ def test_starting_or_stuck_runs_at_once_on_the_probe_thread() -> None:
         eval_at.run(_on_thread, "step", None)
     # telemetry is on but no step has ended yet: starting, not stuck
     loop = Loop()
-    loop.last = {}
+    loop.last = None
     _value, where = eval_at.run(_on_thread, "auto", loop)
     assert where.note.startswith("ran on the probe thread: the script is still starting")
 

@@ -21,6 +21,12 @@ from torchdoctor.probe import activity, eval_at
 from torchdoctor.probe.evaluator import evaluate
 from torchdoctor.probe.routes import build_routes
 from torchdoctor.telemetry.safe_point import SafePoint
+from torchdoctor.telemetry.step_rows import StepHeadline
+
+
+def _ended(at: float, duration: float) -> StepHeadline:
+    return StepHeadline(step=0, time=at, duration=duration, data_wait=0.0, loss=None, allocated=0)
+
 
 THIS = short_path(__file__)
 
@@ -35,7 +41,7 @@ class Loop:
 
     def __init__(self) -> None:
         self.safe_point = SafePoint()
-        self.last: dict[str, Any] = {}
+        self.last: StepHeadline | None = None
         self.train_thread: int | None = None
         self.running = True
         self.steps = 0
@@ -65,7 +71,7 @@ class Loop:
 
         time.sleep(0.001)
         self.steps += 1
-        self.last = {"time": time.time(), "duration": 0.001}
+        self.last = _ended(time.time(), 0.001)
         if self.safe_point.pending:
             self.safe_point.drain(self.steps)
 
@@ -211,9 +217,9 @@ def test_an_import_in_progress_is_starting(tmp_path, monkeypatch) -> None:
 
 def test_the_state_a_process_is_in() -> None:
     now = 1000.0
-    assert activity.state({}, now) == activity.STARTING  # no step has ended yet
-    assert activity.state({"time": now - 5, "duration": 0.1}, now) == activity.STEPPING
-    assert activity.state({"time": now - 11, "duration": 0.1}, now) == activity.NOT_STEPPING
+    assert activity.state(None, now) == activity.STARTING  # no step has ended yet
+    assert activity.state(_ended(now - 5, 0.1), now) == activity.STEPPING
+    assert activity.state(_ended(now - 11, 0.1), now) == activity.NOT_STEPPING
     # a slow step is not a stall: 3 usual step times
-    assert activity.state({"time": now - 60, "duration": 30.0}, now) == activity.STEPPING
-    assert activity.state({"time": now - 91, "duration": 30.0}, now) == activity.NOT_STEPPING
+    assert activity.state(_ended(now - 60, 30.0), now) == activity.STEPPING
+    assert activity.state(_ended(now - 91, 30.0), now) == activity.NOT_STEPPING

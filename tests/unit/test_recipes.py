@@ -93,25 +93,24 @@ def _run(loss: float = 1.0) -> dict[str, Any]:
 
 def test_compare_finds_the_first_difference_in_the_order_things_happen() -> None:
     a = _run()
-    assert compare(a, _run())["identical"] is True
+    assert compare(a, _run()).identical is True
     b = _run()
     b["trace"][0]["ops"][0][2] = "other"  # a setup op before the model's call: did not matter
-    assert compare(a, b)["identical"] is True
+    assert compare(a, b).identical is True
     b = _run()
     b["trace"][1]["ops"][1][2] = "o2"
     b["trace"][1]["loss"] = [1.5]
-    first = compare(a, b)["first_difference"]
-    assert (first["step"], first["op"], first["module"], first["module_type"]) == (
-        1, "linear", "fc", "Linear"
-    )  # fmt: skip
+    first = compare(a, b).first_difference
+    assert first is not None
+    assert (first.step, first.op, first.module, first.module_type) == (1, "linear", "fc", "Linear")
     b = _run()
     b["trace"][1]["grads"] = [["w", "g2"]]
-    first = compare(a, b)["first_difference"]
-    assert first["what"] == "gradients" and first["param"] == "w"
+    first = compare(a, b).first_difference
+    assert first is not None and first.what == "gradients" and first.param == "w"
     b = _run()
     b["sources"] = {"numpy": {"seeded": False, "uses": 2, "unseeded_uses": 2,
                               "sites": ["t.py:5"]}}  # fmt: skip
     b["trace"][0]["batch"] = ["c"]
     result = compare(a, b)
-    assert result["first_difference"]["what"] == "batch"
-    assert result["fix"] == ["np.random.seed(0)"] and result["sources"][0]["sites"] == ["t.py:5"]
+    assert result.first_difference is not None and result.first_difference.what == "batch"
+    assert result.fix == ["np.random.seed(0)"] and result.sources[0].sites == ["t.py:5"]

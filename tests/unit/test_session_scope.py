@@ -160,7 +160,7 @@ def test_two_sessions_one_after_another_record_their_own_runs_and_leave_nothing(
     _fresh_dynamo()
     with torchdoctor.Session(tmp_path / "warm", quiet=True) as warm:
         _train(1, 4)
-    assert warm.summary()["steps"] == 1
+    assert warm.summary().steps == 1
     before = installed()
     stopped: list[weakref.ref[torchdoctor.Session]] = []
     for name, steps, width in (("a", 5, 16), ("b", 7, 32)):

@@ -10,6 +10,7 @@ import numpy as np
 from torchdoctor.digest import time_split
 from torchdoctor.report.html import _heatmap_note, _modules_note
 from torchdoctor.report.summary import render_summary
+from torchdoctor.telemetry.run_summary import RunSummary
 
 
 def _steps(**columns: list[float]) -> dict[str, np.ndarray]:
@@ -59,13 +60,7 @@ def _summary(**phases: float) -> str:
     base = dict.fromkeys(time_split.SHOWN, 0.0)
     base.update(phases)
     return render_summary(
-        {
-            "steps": 10,
-            "duration": sum(base.values()),
-            "phases": base,
-            "diagnoses": [],
-            "run_dir": "RUN",
-        }
+        RunSummary(steps=10, duration=sum(base.values()), phases=base, run_dir="RUN")
     )
 
 

@@ -1,18 +1,31 @@
 """`torchdoctor ckpt` as data: read the file, compare it with a model, write the fix.
 
-`examine` returns one dict (the JSON of `--format json`; report.checkpoint renders it) and its
-`status`: "ok" (readable, and loads strictly into the model when one is given), "needs_code"
-(torch's weights_only loader refuses the file), "mismatch" (the keys do not fit the model),
-"fixed" (--fix wrote a file that loads strictly), "not_fixed", "no_state_dict" (--model or
---fix given, and the file holds no dict of tensors).
+`examine` returns one CheckpointReport (checkpoint/examined.py: its JSON is `--format json`;
+report.checkpoint renders it) with its `status`: "ok" (readable, and loads strictly into the
+model when one is given), "needs_code" (torch's weights_only loader refuses the file),
+"mismatch" (the keys do not fit the model), "fixed" (--fix wrote a file that loads strictly),
+"not_fixed", "no_state_dict" (--model or --fix given, and the file holds no dict of
+tensors).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 from torchdoctor.checkpoint import factory, fix, keys, reader, summary, tensors
+from torchdoctor.checkpoint.examined import (
+    CheckpointReport,
+    Extracted,
+    Fix,
+    FixedForModel,
+    FixFailed,
+    Head,
+    KeyCounts,
+    ModelReport,
+    ShapeMismatch,
+)
 
 
 def _choose(
@@ -71,62 +84,73 @@ def examine(
     model_spec: str | None = None,
     fix_out: str | None = None,
     key: str | None = None,
-) -> dict[str, Any]:
+) -> CheckpointReport:
     """Everything `torchdoctor ckpt` says about `path`. Raises OSError for a file that cannot
     be opened, reader.CheckpointError for one that is not a readable checkpoint, and
     factory.FactoryError when --model does not give a model."""
     ckpt = reader.read(path)
     out = summary.summarize(ckpt)
-    status = "ok" if out["loads_weights_only"] else "needs_code"
+    status = "ok" if out.loads_weights_only else "needs_code"
     found = summary.state_dicts(ckpt)
-    out["model"] = None
-    out["fix"] = None
     if model_spec is None and fix_out is None:
-        out["status"] = status
-        return out
+        return dataclasses.replace(out, status=status)
     if not found:
-        out["problem"] = "the checkpoint holds no state dict (no dict of tensors, no module)"
-        out["status"] = status if status == "needs_code" else "no_state_dict"
-        return out
+        return dataclasses.replace(
+            out,
+            problem="the checkpoint holds no state dict (no dict of tensors, no module)",
+            status=status if status == "needs_code" else "no_state_dict",
+        )
     if model_spec is None:
         sd = next((s for s in found if s.path == key), found[0]) if key else found[0]
         remap = keys.find_remap(sd.shapes(), {_unwrapped(k): () for k in sd.tensors})
-        out["fix"] = _write_extracted(ckpt, sd, remap, Path(fix_out or ""), out)
-        out["status"] = "fixed" if out["fix"].get("written") else "not_fixed"
-        return out
+        extracted = _write_extracted(ckpt, sd, remap, Path(fix_out or ""), out)
+        return dataclasses.replace(
+            out, fix=extracted, status="fixed" if extracted.written else "not_fixed"
+        )
     model = factory.load(model_spec)
     model_state = model.state_dict()
     model_shapes = {k: tuple(v.shape) for k, v in model_state.items()}
     sd, comparison = _choose(found, model_shapes, key)
-    report = comparison.to_dict()
-    report.update(
-        {
-            "factory": model_spec,
-            "model_type": type(model).__name__,
-            "model_tensors": len(model_state),
-            "state_dict": sd.path,
-            "state_dict_tensors": len(sd.tensors),
-            "code": None if comparison.loads_strictly else _remedy_code(sd, comparison, path),
-        }
+    report = ModelReport(
+        loads_strictly=comparison.loads_strictly,
+        fixable_by_renaming=comparison.fixable,
+        remap=comparison.remap,
+        remap_steps=comparison.remap.describe(),
+        renamed=comparison.renamed,
+        matched=len(comparison.matched),
+        missing=comparison.missing,
+        unexpected=comparison.unexpected,
+        mismatched=[
+            ShapeMismatch(m["key"], m["checkpoint"], m["model"], m["from"])
+            for m in comparison.mismatched
+        ],
+        heads=[Head(**h) for h in comparison.heads],
+        before_remap=KeyCounts(**comparison.before),
+        causes=comparison.causes(),
+        factory=model_spec,
+        model_type=type(model).__name__,
+        model_tensors=len(model_state),
+        state_dict=sd.path,
+        state_dict_tensors=len(sd.tensors),
+        code=None if comparison.loads_strictly else _remedy_code(sd, comparison, path),
     )
-    out["model"] = report
     if comparison.loads_strictly:
         status = "ok" if status == "ok" else status
     elif status == "ok":
         status = "mismatch"
+    fixed: Fix | None = None
     if fix_out is not None:
-        out["fix"] = _write_fixed(ckpt, sd, comparison, model, model_state, Path(fix_out), out)
-        status = "fixed" if out["fix"].get("loads_strictly") else "not_fixed"
-    out["status"] = status
-    return out
+        fixed = _write_fixed(ckpt, sd, comparison, model, model_state, Path(fix_out), out)
+        status = "fixed" if fixed.loads_strictly else "not_fixed"
+    return dataclasses.replace(out, model=report, fix=fixed, status=status)
 
 
 def _unwrapped(key: str) -> str:
     return ".".join(p for p in key.split(".") if p not in keys.WRAPPERS)
 
 
-def _tensors(ckpt: reader.Checkpoint, sd: summary.StateDict, info: dict[str, Any]) -> Any:
-    return tensors.load(ckpt, sd, info["loads_weights_only"])
+def _tensors(ckpt: reader.Checkpoint, sd: summary.StateDict, info: CheckpointReport) -> Any:
+    return tensors.load(ckpt, sd, info.loads_weights_only)
 
 
 def _write_fixed(
@@ -136,22 +160,22 @@ def _write_fixed(
     model: Any,
     model_state: dict[str, Any],
     out_path: Path,
-    info: dict[str, Any],
-) -> dict[str, Any]:
-    result: dict[str, Any] = {"out": str(out_path), "written": False, "loads_strictly": False}
+    info: CheckpointReport,
+) -> FixFailed | FixedForModel:
     try:
         values = _tensors(ckpt, sd, info)
         fixed, done = fix.build(comparison, values, model_state)
         fix.save(fixed, out_path)
     except (fix.FixError, reader.CheckpointError) as exc:
-        result["error"] = str(exc)
-        return result
-    result.update(done)
-    result["written"] = True
+        return FixFailed(out=str(out_path), written=False, loads_strictly=False, error=str(exc))
     error = fix.verify(model, out_path)
-    result["loads_strictly"] = error is None
-    result["load_error"] = error
-    return result
+    return FixedForModel(
+        out=str(out_path),
+        written=True,
+        loads_strictly=error is None,
+        **done,
+        load_error=error,
+    )
 
 
 def _write_extracted(
@@ -159,15 +183,19 @@ def _write_extracted(
     sd: summary.StateDict,
     remap: keys.Remap,
     out_path: Path,
-    info: dict[str, Any],
-) -> dict[str, Any]:
-    result: dict[str, Any] = {"out": str(out_path), "written": False, "loads_strictly": None}
+    info: CheckpointReport,
+) -> FixFailed | Extracted:
     try:
         values = _tensors(ckpt, sd, info)
         fix.save(fix.extract(values, remap), out_path)
     except (fix.FixError, reader.CheckpointError) as exc:
-        result["error"] = str(exc)
-        return result
-    result.update(written=True, state_dict=sd.path, tensors=len(values), remap=remap.to_dict())
-    result["remap_steps"] = remap.describe()
-    return result
+        return FixFailed(out=str(out_path), written=False, loads_strictly=None, error=str(exc))
+    return Extracted(
+        out=str(out_path),
+        written=True,
+        loads_strictly=None,
+        state_dict=sd.path,
+        tensors=len(values),
+        remap=remap,
+        remap_steps=remap.describe(),
+    )

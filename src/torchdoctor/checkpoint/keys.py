@@ -78,9 +78,6 @@ class Remap:
             )
         return out
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"drop": list(self.drop), "strip": self.strip, "add": self.add}
-
 
 @dataclasses.dataclass
 class Comparison:
@@ -136,22 +133,6 @@ class Comparison:
                 "(hidden size, vocabulary, number of heads)"
             )
         return out
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "loads_strictly": self.loads_strictly,
-            "fixable_by_renaming": self.fixable,
-            "remap": self.remap.to_dict(),
-            "remap_steps": self.remap.describe(),
-            "renamed": self.renamed,
-            "matched": len(self.matched),
-            "missing": self.missing,
-            "unexpected": self.unexpected,
-            "mismatched": self.mismatched,
-            "heads": self.heads,
-            "before_remap": self.before,
-            "causes": self.causes(),
-        }
 
 
 def _few(keys: list[str], n: int = 3) -> str:

@@ -7,6 +7,13 @@ import dataclasses
 import re
 from typing import Any
 
+from torchdoctor.checkpoint.examined import (
+    CheckpointReport,
+    GroupCount,
+    NeededGlobal,
+    Node,
+    StateDictInfo,
+)
 from torchdoctor.checkpoint.reader import (
     Checkpoint,
     Stand,
@@ -147,52 +154,54 @@ def state_dicts(ckpt: Checkpoint) -> list[StateDict]:
     return sorted(found, key=rank)
 
 
-def _node(name: str, value: Any, depth: int, sd_ids: set[int]) -> dict[str, Any]:
-    node: dict[str, Any] = {"name": name, "type": _type_name(value)}
+def _node(name: str, value: Any, depth: int, sd_ids: set[int]) -> Node:
+    kind = _type_name(value)
     if isinstance(value, TensorRef):
-        node.update(dtype=value.dtype, shape=_shape(value), device=value.device)
-        node["bytes"] = value.nbytes
-        return node
+        return Node(
+            name,
+            kind,
+            "tensor",
+            dtype=value.dtype,
+            shape=_shape(value),
+            device=value.device,
+            bytes=value.nbytes,
+        )
     if isinstance(value, (bool, int, float)) or value is None:
-        node["value"] = value
-        return node
+        return Node(name, kind, "value", value=value)
     if isinstance(value, (str, bytes)):
         text = value if isinstance(value, str) else f"<{len(value)} bytes>"
-        node["value"] = text if len(text) <= 80 else text[:77] + "..."
-        return node
+        return Node(name, kind, "value", value=text if len(text) <= 80 else text[:77] + "...")
     if isinstance(value, type):
-        node["value"] = qualname_of(value)
-        return node
+        return Node(name, kind, "value", value=qualname_of(value))
     tensors = {id(t): t for _p, t in iter_tensors(value)}
     storages = {t.storage.key: t.storage.nbytes or 0 for t in tensors.values() if t.storage}
-    node["tensors"] = len(tensors)
-    node["bytes"] = sum(storages.values())
     items = children(value)
-    node["len"] = len(items)
+    node = Node(
+        name, kind, "container", tensors=len(tensors), bytes=sum(storages.values()), len=len(items)
+    )
     if id(value) in sd_ids:
-        node["state_dict"] = True
-        return node
+        return dataclasses.replace(node, state_dict=True)
     if depth >= MAX_DEPTH:
         return node
-    kids = [_node(k, v, depth + 1, sd_ids) for k, v in items[:MAX_CHILDREN]]
-    if kids:
-        node["children"] = kids
-    if len(items) > MAX_CHILDREN:
-        node["more"] = len(items) - MAX_CHILDREN
-    return node
+    return dataclasses.replace(
+        node,
+        children=[_node(k, v, depth + 1, sd_ids) for k, v in items[:MAX_CHILDREN]],
+        more=max(0, len(items) - MAX_CHILDREN),
+    )
 
 
-def _by(tensors: list[TensorRef], attr: str) -> dict[str, dict[str, int]]:
-    out: dict[str, dict[str, int]] = {}
+def _by(tensors: list[TensorRef], attr: str) -> dict[str, GroupCount]:
+    out: dict[str, list[int]] = {}
     counted: set[str] = set()
     for t in tensors:
         key = getattr(t, attr)
-        entry = out.setdefault(key, {"tensors": 0, "bytes": 0})
-        entry["tensors"] += 1
+        entry = out.setdefault(key, [0, 0])
+        entry[0] += 1
         if t.storage is not None and t.storage.key not in counted:
             counted.add(t.storage.key)
-            entry["bytes"] += t.storage.nbytes or 0
-    return dict(sorted(out.items(), key=lambda kv: -kv[1]["bytes"]))
+            entry[1] += t.storage.nbytes or 0
+    ranked = sorted(out.items(), key=lambda kv: -kv[1][1])
+    return {key: GroupCount(tensors=n, bytes=size) for key, (n, size) in ranked}
 
 
 def _allowed_globals() -> set[str]:
@@ -224,7 +233,7 @@ def weights_only_error(ckpt: Checkpoint) -> str | None:
     return None
 
 
-def needs_code(ckpt: Checkpoint, error: str | None) -> list[dict[str, str]]:
+def needs_code(ckpt: Checkpoint, error: str | None) -> list[NeededGlobal]:
     """The globals the file needs beyond what weights_only allows, each with why it is there."""
     allowed = _allowed_globals()
     names = [
@@ -236,7 +245,7 @@ def needs_code(ckpt: Checkpoint, error: str | None) -> list[dict[str, str]]:
         name = m.group(1) or m.group(2)
         if name not in names:
             names.insert(0, name)
-    return [{"global": name, "why": why_global(name, names)} for name in names]
+    return [NeededGlobal(name, why_global(name, names)) for name in names]
 
 
 def _py3(name: str) -> str:
@@ -280,37 +289,38 @@ def why_global(name: str, all_names: list[str]) -> str:
     return "an object of a class outside torch: loading it imports and runs that code"
 
 
-def summarize(ckpt: Checkpoint, check_weights_only: bool = True) -> dict[str, Any]:
-    """The data `torchdoctor ckpt` prints: what the file holds and whether it loads safely."""
+def summarize(ckpt: Checkpoint, check_weights_only: bool = True) -> CheckpointReport:
+    """What `torchdoctor ckpt` prints of the file alone: what it holds and whether it loads
+    safely (examine adds the model, the fix and the status)."""
     tensors = list({id(t): t for _p, t in iter_tensors(ckpt.root)}.values())
     sds = state_dicts(ckpt)
     sd_objects = {id(sd.source) for sd in sds}
     error = weights_only_error(ckpt) if check_weights_only else None
     code = needs_code(ckpt, error) if error or ckpt.format != "safetensors" else []
     if not error:
-        code = [c for c in code if DANGEROUS.search(c["global"])]
-    return {
-        "file": str(ckpt.path),
-        "format": ckpt.format,
-        "file_bytes": ckpt.size,
-        "metadata": ckpt.metadata,
-        "loads_weights_only": error is None,
-        "weights_only_error": error,
-        "torch_says": torch_says(error) if error else None,
-        "needs_code": code,
-        "tensors": len(tensors),
-        "bytes": sum(s.nbytes or 0 for s in ckpt.storages.values()),
-        "dtypes": _by(tensors, "dtype"),
-        "devices": _by(tensors, "device"),
-        "state_dicts": [
-            {
-                "path": sd.path,
-                "tensors": len(sd.tensors),
-                "bytes": sum(t.nbytes for t in sd.tensors.values()),
-                "from_module_object": sd.from_module,
-                "keys": {k: _shape(t) for k, t in list(sd.tensors.items())[:MAX_KEYS]},
-            }
+        code = [c for c in code if DANGEROUS.search(c.name)]
+    return CheckpointReport(
+        file=str(ckpt.path),
+        format=ckpt.format,
+        file_bytes=ckpt.size,
+        metadata=ckpt.metadata,
+        loads_weights_only=error is None,
+        weights_only_error=error,
+        torch_says=torch_says(error) if error else None,
+        needs_code=code,
+        tensors=len(tensors),
+        bytes=sum(s.nbytes or 0 for s in ckpt.storages.values()),
+        dtypes=_by(tensors, "dtype"),
+        devices=_by(tensors, "device"),
+        state_dicts=[
+            StateDictInfo(
+                path=sd.path,
+                tensors=len(sd.tensors),
+                bytes=sum(t.nbytes for t in sd.tensors.values()),
+                from_module_object=sd.from_module,
+                keys={k: _shape(t) for k, t in list(sd.tensors.items())[:MAX_KEYS]},
+            )
             for sd in sds
         ],
-        "structure": _node("", ckpt.root, 0, sd_objects),
-    }
+        structure=_node("", ckpt.root, 0, sd_objects),
+    )

@@ -113,7 +113,7 @@ class StatusLine:
 
     def draw(self) -> None:
         recorder = self.session.telemetry
-        last = dict(recorder.last) if recorder is not None else {}
+        last = recorder.last if recorder is not None else None
         doctor = self.session.doctor
         found = len(doctor.found()) if doctor is not None else 0
         width = shutil.get_terminal_size((100, 20)).columns - 1

@@ -4,11 +4,20 @@ latest step's reading, and the out-of-memory diagnoses (saved runs)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from typing import Any
 
-from torchdoctor.memory.phases import MODULES_SQL, PHASES_SQL, module_deltas, phase_rows, records
+from torchdoctor.memory.phases import (
+    MODULES_SQL,
+    PHASES_SQL,
+    ModuleGrowth,
+    PhaseMemory,
+    module_deltas,
+    phase_rows,
+    records,
+)
 from torchdoctor.store.schema import split_fixes
 
 Execute = Callable[[str], tuple[list[str], list[Any]]]
@@ -46,83 +55,180 @@ FROM python.diagnoses WHERE kind = 'oom' ORDER BY time
 KIND_ORDER = ("parameter", "gradient", "optimizer_state", "buffer", "activation", "other")
 
 
-def census(execute: Execute, top: int = 10) -> dict[str, Any]:
-    """The census by kind (`bytes` this rank holds, `total` the whole tensors over every rank,
-    `world` the ranks sharded tensors span), its largest tensors, and the FSDP2 units (what
-    each all-gather materialises), the largest first."""
+@dataclasses.dataclass(frozen=True)
+class KindCount:
+    """The live tensors of one kind: `bytes` this rank holds, `total` the whole tensors over
+    every rank, `world` the ranks sharded tensors span."""
+
+    kind: str
+    tensors: int
+    bytes: int
+    total: int
+    world: int | None
+
+
+@dataclasses.dataclass(frozen=True)
+class LargeTensor:
+    kind: str
+    name: str | None
+    shape: str
+    dtype: str
+    device: str
+    bytes: int
+    total_bytes: int | None
+    world: int | None
+    grad_fn: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardUnit:
+    """An FSDP2 unit: what its all-gather materialises (`unsharded`), and `gathered`, what
+    of it is held whole now."""
+
+    unit: str
+    parameters: int
+    unsharded: int
+    gathered: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Census:
+    by_kind: list[KindCount]
+    total: int
+    world: int | None
+    largest: list[LargeTensor]
+    units: list[ShardUnit]  # the largest first
+
+
+@dataclasses.dataclass(frozen=True)
+class LastStep:
+    step: int
+    allocated: int | None
+    max_allocated: int | None
+    reserved: int | None
+    rss: int | None
+
+
+@dataclasses.dataclass(frozen=True)
+class OomRecord:
+    """An `oom` row of python.diagnoses: its evidence as stored (parsed JSON; the codec,
+    diagnose.evidence.decode, reads it), its fixes one a line."""
+
+    time: float
+    step: int | None
+    rank: int | None
+    location: str | None
+    summary: str
+    evidence: dict[str, object]
+    fix: list[str]
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryView:
+    """What `torchdoctor memory` shows (its JSON: the census only for a live run)."""
+
+    live: bool
+    census: Census | None
+    phases: list[PhaseMemory]
+    traced_step: int | None
+    modules: list[ModuleGrowth]
+    last_step: LastStep | None
+    oom: list[OomRecord]
+
+    def to_json(self) -> dict[str, Any]:
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        if self.census is None:
+            del out["census"]
+        return out
+
+
+def census(execute: Execute, top: int = 10) -> Census:
+    """The census by kind, its largest tensors, and the FSDP2 units (what each all-gather
+    materialises), the largest first."""
     cols, rows = execute(CENSUS_SQL.format(top=int(top)))
     recs = records(cols, rows)
     kinds = {r["kind"]: r for r in recs if r["part"] == "kind"}
-    by_kind: list[dict[str, Any]] = []
+    by_kind: list[KindCount] = []
     for kind in KIND_ORDER:
         entry = kinds.get(kind) or {}
         by_kind.append(
-            {
-                "kind": kind,
-                "tensors": int(entry.get("tensors") or 0),
-                "bytes": int(entry.get("bytes") or 0),
-                "total": int(entry.get("total") or 0),
-                "world": int(entry["world"]) if entry.get("world") is not None else None,
-            }
+            KindCount(
+                kind=kind,
+                tensors=int(entry.get("tensors") or 0),
+                bytes=int(entry.get("bytes") or 0),
+                total=int(entry.get("total") or 0),
+                world=int(entry["world"]) if entry.get("world") is not None else None,
+            )
         )
     tops = [
-        {
-            "kind": r["kind"],
-            "name": r["name"],
-            "shape": r["shape"],
-            "dtype": r["dtype"],
-            "device": r["device"],
-            "bytes": r["bytes"],
-            "total_bytes": r["total"],
-            "world": r["world"],
-            "grad_fn": r["grad_fn"],
-        }
+        LargeTensor(
+            kind=r["kind"],
+            name=r["name"],
+            shape=r["shape"],
+            dtype=r["dtype"],
+            device=r["device"],
+            bytes=r["bytes"],
+            total_bytes=r["total"],
+            world=r["world"],
+            grad_fn=r["grad_fn"],
+        )
         for r in recs
         if r["part"] == "top"
     ]
     units = [
-        {
-            "unit": r["name"],
-            "parameters": int(r["tensors"]),
-            "unsharded": int(r["bytes"] or 0),
-            "gathered": int(r["total"] or 0),
-        }
+        ShardUnit(
+            unit=r["name"],
+            parameters=int(r["tensors"]),
+            unsharded=int(r["bytes"] or 0),
+            gathered=int(r["total"] or 0),
+        )
         for r in recs
         if r["part"] == "unit"
     ]
-    units.sort(key=lambda u: u["unsharded"], reverse=True)
-    worlds = [e["world"] for e in by_kind if e["world"]]
-    return {
-        "by_kind": by_kind,
-        "total": sum(e["bytes"] for e in by_kind),
-        "world": max(worlds) if worlds else None,
-        "largest": sorted(tops, key=lambda r: r["bytes"], reverse=True),
-        "units": units,
-    }
+    units.sort(key=lambda u: u.unsharded, reverse=True)
+    worlds = [e.world for e in by_kind if e.world]
+    return Census(
+        by_kind=by_kind,
+        total=sum(e.bytes for e in by_kind),
+        world=max(worlds) if worlds else None,
+        largest=sorted(tops, key=lambda r: r.bytes, reverse=True),
+        units=units,
+    )
 
 
-def gather(execute: Execute, live: bool, top: int = 10) -> dict[str, Any]:
+def gather(execute: Execute, live: bool, top: int = 10) -> MemoryView:
     """Everything `torchdoctor memory` prints, through `execute(sql) -> (columns, rows)`."""
-    out: dict[str, Any] = {"live": live}
-    if live:
-        out["census"] = census(execute, top)
+    counted = census(execute, top) if live else None
     cols, rows = execute(PHASES_SQL)
-    out["phases"] = phase_rows(records(cols, rows))
+    phases = phase_rows(records(cols, rows))
     cols, rows = execute(MODULES_SQL)
     mods = records(cols, rows)
-    out["traced_step"] = mods[0]["step"] if mods else None
-    out["modules"] = module_deltas(mods)
     cols, rows = execute(LAST_STEP_SQL)
     last = records(cols, rows)
-    out["last_step"] = last[0] if last else None
     cols, rows = execute(OOM_SQL)
     ooms = []
     for rec in records(cols, rows):
         try:
-            rec["evidence"] = json.loads(rec.get("evidence") or "{}")
+            evidence = json.loads(rec.get("evidence") or "{}")
         except ValueError:
-            rec["evidence"] = {}
-        rec["fix"] = split_fixes(rec.get("fix"))
-        ooms.append(rec)
-    out["oom"] = ooms
-    return out
+            evidence = {}
+        ooms.append(
+            OomRecord(
+                time=rec["time"],
+                step=rec["step"],
+                rank=rec["rank"],
+                location=rec["location"],
+                summary=rec["summary"],
+                evidence=evidence,
+                fix=split_fixes(rec.get("fix")),
+            )
+        )
+    return MemoryView(
+        live=live,
+        census=counted,
+        phases=phases,
+        traced_step=mods[0]["step"] if mods else None,
+        modules=module_deltas(mods),
+        last_step=LastStep(**last[0]) if last else None,
+        oom=ooms,
+    )

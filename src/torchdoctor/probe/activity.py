@@ -7,10 +7,10 @@ training that "has not started" or is stuck.
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from torchdoctor.frames import is_user_file
 from torchdoctor.probe.eval_scope import frame_label, thread_frame
+from torchdoctor.telemetry.step_rows import StepHeadline
 
 STARTING = "starting"
 STEPPING = "stepping"
@@ -44,12 +44,12 @@ QUIET_STEPS = 3  # no step for this many usual step times...
 QUIET_MIN = 10.0  # ...and at least this many seconds is worth saying
 
 
-def state(last: dict[str, Any], now: float | None = None) -> str:
+def state(last: StepHeadline | None, now: float | None = None) -> str:
     """STARTING before the first step ends; STEPPING while steps keep ending; NOT_STEPPING once
     no step has ended for QUIET_STEPS usual step times and at least QUIET_MIN seconds (a slow
     step is not a stall)."""
-    if last.get("time") is None:
+    if last is None:
         return STARTING
-    since = (time.time() if now is None else now) - last["time"]
-    quiet = max(QUIET_MIN, QUIET_STEPS * (last.get("duration") or 0.0))
+    since = (time.time() if now is None else now) - last.time
+    quiet = max(QUIET_MIN, QUIET_STEPS * (last.duration or 0.0))
     return STEPPING if since <= quiet else NOT_STEPPING

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from torchdoctor.probe.activity import doing
 from torchdoctor.telemetry.safe_point import SafePoint
+from torchdoctor.telemetry.step_rows import StepHeadline
 
 AT_CHOICES = ("auto", "step", "now")
 STEPS_WAITED = 3  # auto waits up to this many usual step times for a boundary...
@@ -32,7 +33,7 @@ class Training(Protocol):
     train_thread: int | None  # the thread that steps
 
     @property
-    def last(self) -> dict[str, Any]: ...
+    def last(self) -> StepHeadline | None: ...
 
 
 @dataclasses.dataclass
@@ -53,9 +54,9 @@ class NoStepBoundary(Exception):
     """`step` asked for and no boundary came: nothing was run."""
 
 
-def wait_for(last: dict[str, Any]) -> float:
+def wait_for(last: StepHeadline) -> float:
     """How long auto waits for a step boundary, given the latest step's row."""
-    duration = last.get("duration") or 0.0
+    duration = last.duration or 0.0
     return min(MAX_WAIT, max(MIN_WAIT, STEPS_WAITED * duration))
 
 
@@ -75,8 +76,8 @@ def run(fn: Callable[[], Any], at: str, training: Training | None) -> tuple[Any,
     """Run `fn` where `at` says; never blocks the training thread (the waiting is ours)."""
     if at == "now":
         return fn(), Placement("probe", None, "ran on the probe thread (--at now)")
-    last = training.last if training is not None else {}
-    if training is None or last.get("time") is None:
+    last = training.last if training is not None else None
+    if training is None or last is None:
         if at == "step" and training is None:
             raise NoStepBoundary(
                 f"the script is still starting {_starting(training)}: no step to wait for yet"
@@ -84,9 +85,9 @@ def run(fn: Callable[[], Any], at: str, training: Training | None) -> tuple[Any,
         if at == "auto":
             return fn(), Placement("probe", None, f"{STARTING} {_starting(training)}")
     assert training is not None
-    if at == "auto":
+    if at == "auto" and last is not None:
         limit = wait_for(last)
-        since = time.time() - last["time"]
+        since = time.time() - last.time
         if since > limit:  # stuck now: answer at once
             why = _why(f"no step for {since:.1f} s", training)
             return fn(), Placement("probe", None, f"{NOT_STEPPING} ({why})")

@@ -46,10 +46,10 @@ def build_routes(app: ProbeApp) -> Routes:
     def status(_req: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         out = app.status()
         training = app.training()
-        last = training.last if training is not None else {}
+        last = training.last if training is not None else None
         out["state"] = activity.state(last)
-        if last.get("time") is not None:
-            out["since_step"] = time.time() - last["time"]
+        if last is not None:
+            out["since_step"] = time.time() - last.time
         if out["state"] != activity.STEPPING:  # where it is meanwhile
             out["doing"] = activity.doing(training.train_thread if training else None)
         return 200, clean(out)

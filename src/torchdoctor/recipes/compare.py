@@ -10,6 +10,7 @@ the script lacks: only the sources seen drawn from without a seed."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 SEED = 0
@@ -43,49 +44,160 @@ SOURCES: dict[str, tuple[str, str]] = {
     ),
 }
 ORDER = list(SOURCES)
+Value = float | str | None  # a loss or gradient norm as the run wrote it ("nan" as text)
 
 
-def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+@dataclasses.dataclass(frozen=True)
+class OtherOp:
+    """The op the second run called where the first called another (control flow differs)."""
+
+    op: str
+    module: str | None
+    site: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class FirstDifference:
+    """Where the two runs first differ: the step, what differed, and the op that made it
+    (with its module and call site) where one is known. In the JSON an op's fields come only
+    with the op, `module_type` only with a module."""
+
+    step: int
+    what: str  # initial_params, batch, op, loss, gradients, grad_norm, update, steps
+    detail: str
+    param: str | None = None  # the parameter that differs
+    op_index: int | None = None
+    op: str | None = None
+    module: str | None = None
+    site: str | None = None
+    other: OtherOp | None = None
+    detail_op: str | None = None
+    module_type: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"step": self.step, "what": self.what, "detail": self.detail}
+        if self.param is not None:
+            out["param"] = self.param
+        if self.op is not None:
+            out.update(op_index=self.op_index, op=self.op, module=self.module, site=self.site)
+        if self.other is not None:
+            out["other"] = self.other
+            out["detail_op"] = self.detail_op
+        if self.module:
+            out["module_type"] = self.module_type
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class StepComparison:
+    """One step of both runs side by side."""
+
+    step: int
+    loss: tuple[float | None, float | None]
+    grad_norm: tuple[Value, Value]
+    loss_equal: bool
+    grad_norm_equal: bool
+    params_equal: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class UnseededSource:
+    """A source of randomness drawn from before any seed, and the ritual's line that fixes it."""
+
+    source: str
+    title: str
+    uses: int
+    sites: list[str]
+    fix: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Environment:
+    pythonhashseed: str | None
+    str_hash_differs: bool
+    cuda_used: bool
+    deterministic_algorithms: bool
+    cudnn_benchmark: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class ScriptEnding:
+    """How the script ended in one run (recipe_run's child writes it)."""
+
+    stopped_by_torchdoctor: bool
+    exit_code: int | None
+    exception: str | None
+    interrupted: bool
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None) -> ScriptEnding | None:
+        if data is None:
+            return None
+        return cls(
+            stopped_by_torchdoctor=bool(data.get("stopped_by_torchdoctor")),
+            exit_code=data.get("exit_code"),
+            exception=data.get("exception"),
+            interrupted=bool(data.get("interrupted")),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class ReproVerdict:
+    """Two repro runs compared: what `torchdoctor repro` prints (and writes as JSON)."""
+
+    identical: bool
+    steps: tuple[int, int]  # the steps each run took
+    limit: int | None
+    first_difference: FirstDifference | None
+    series: list[StepComparison]
+    sources: list[UnseededSource]
+    environment: Environment
+    fix: list[str]
+    runs: list[str | None] = dataclasses.field(default_factory=list)  # the run directories
+    script: list[ScriptEnding | None] = dataclasses.field(default_factory=list)
+
+
+def compare(a: dict[str, Any], b: dict[str, Any]) -> ReproVerdict:
+    """The verdict on two runs' results (ReproMode.result, as the child wrote them)."""
     steps = min(len(a["trace"]), len(b["trace"]))
     rows = []
     for k in range(steps):
         x, y = a["trace"][k], b["trace"][k]
         rows.append(
-            {
-                "step": k,
-                "loss": [_loss(x), _loss(y)],
-                "grad_norm": [x["grad_norm"], y["grad_norm"]],
-                "loss_equal": x["loss"] == y["loss"],
-                "grad_norm_equal": x["grad_norm"] == y["grad_norm"],
-                "params_equal": x["params"] == y["params"],
-            }
+            StepComparison(
+                step=k,
+                loss=(_loss(x), _loss(y)),
+                grad_norm=(x["grad_norm"], y["grad_norm"]),
+                loss_equal=x["loss"] == y["loss"],
+                grad_norm_equal=x["grad_norm"] == y["grad_norm"],
+                params_equal=x["params"] == y["params"],
+            )
         )
     first = first_difference(a, b)
-    if first is not None and first.get("module"):
-        first["module_type"] = (a.get("module_types") or {}).get(first["module"])
+    if first is not None and first.module:
+        module_type = (a.get("module_types") or {}).get(first.module)
+        first = dataclasses.replace(first, module_type=module_type)
     identical = (
         first is None
         and len(a["trace"]) == len(b["trace"])
-        and all(r["loss_equal"] and r["grad_norm_equal"] and r["params_equal"] for r in rows)
+        and all(r.loss_equal and r.grad_norm_equal and r.params_equal for r in rows)
     )
     if first is None and not identical:
-        first = {
-            "step": steps,
-            "what": "steps",
-            "detail": "the runs took different numbers of steps",
-        }
+        first = FirstDifference(
+            step=steps, what="steps", detail="the runs took different numbers of steps"
+        )
     sources = unseeded(a, b)
-    out: dict[str, Any] = {
-        "identical": identical,
-        "steps": [len(a["trace"]), len(b["trace"])],
-        "limit": a.get("limit"),
-        "first_difference": first,
-        "series": rows,
-        "sources": sources,
-        "environment": environment(a, b),
-    }
-    out["fix"] = fix(sources, out["environment"], identical)
-    return out
+    env = environment(a, b)
+    return ReproVerdict(
+        identical=identical,
+        steps=(len(a["trace"]), len(b["trace"])),
+        limit=a.get("limit"),
+        first_difference=first,
+        series=rows,
+        sources=sources,
+        environment=env,
+        fix=fix(sources, env, identical),
+    )
 
 
 def _loss(row: dict[str, Any]) -> float | None:
@@ -93,19 +205,19 @@ def _loss(row: dict[str, Any]) -> float | None:
     return sum(losses) / len(losses) if losses else None
 
 
-def first_difference(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any] | None:
+def first_difference(a: dict[str, Any], b: dict[str, Any]) -> FirstDifference | None:
     diff = _named_diff(a.get("initial_params") or [], b.get("initial_params") or [])
     if diff is not None and a["trace"] and b["trace"]:
         x, y = a["trace"][0], b["trace"][0]
         # the parameters are made before the model's first call
         op = _first_op(x["ops"][: x.get("forward_at")], y["ops"][: y.get("forward_at")])
-        return {
-            "step": 0,
-            "what": "initial_params",
-            "detail": f"the parameters differ before the first step: {diff} first",
-            "param": diff,
+        return FirstDifference(
+            step=0,
+            what="initial_params",
+            detail=f"the parameters differ before the first step: {diff} first",
+            param=diff,
             **(op or {}),
-        }
+        )
     for k in range(min(len(a["trace"]), len(b["trace"]))):
         x, y = a["trace"][k], b["trace"][k]
         fx, fy = x.get("forward_at"), y.get("forward_at")
@@ -115,39 +227,36 @@ def first_difference(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any] | N
             op = _first_op(x["ops"], y["ops"], only="DataLoader") or _last_op(
                 x["ops"][:fx], y["ops"][:fy]
             )
-            return {
-                "step": k,
-                "what": "batch",
-                "detail": "the batch given to the model differs",
-                **(op or {}),
-            }
+            return FirstDifference(
+                step=k, what="batch", detail="the batch given to the model differs", **(op or {})
+            )
         # step 0's ops before the model's first call include building it: when the parameters
         # and the batch match, what differed there did not reach the training
         start = (fx or 0) if k == 0 else 0
         op = _first_op(x["ops"][start:], y["ops"][start:])
         if op is not None:
-            return {"step": k, "what": "op", "detail": "an op's output differs", **op}
+            return FirstDifference(step=k, what="op", detail="an op's output differs", **op)
         if x["loss"] != y["loss"]:
-            return {"step": k, "what": "loss", "detail": "the loss differs"}
+            return FirstDifference(step=k, what="loss", detail="the loss differs")
         diff = _named_diff(x["grads"], y["grads"])
         if diff is not None:
-            return {
-                "step": k,
-                "what": "gradients",
-                "detail": f"every op of the step matched, but the gradient of {diff} differs: "
+            return FirstDifference(
+                step=k,
+                what="gradients",
+                detail=f"every op of the step matched, but the gradient of {diff} differs: "
                 "the backward pass is not deterministic",
-                "param": diff,
-            }
+                param=diff,
+            )
         if x["grad_norm"] != y["grad_norm"]:
-            return {"step": k, "what": "grad_norm", "detail": "the gradient norm differs"}
+            return FirstDifference(step=k, what="grad_norm", detail="the gradient norm differs")
         diff = _named_diff(x["params"], y["params"])
         if diff is not None:
-            return {
-                "step": k,
-                "what": "update",
-                "detail": f"the gradients matched, but the update of {diff} differs",
-                "param": diff,
-            }
+            return FirstDifference(
+                step=k,
+                what="update",
+                detail=f"the gradients matched, but the update of {diff} differs",
+                param=diff,
+            )
     return None
 
 
@@ -184,7 +293,7 @@ def _first_op(
                 "op": p[0],
                 "module": p[1],
                 "site": p[3],
-                "other": {"op": q[0], "module": q[1], "site": q[3]},
+                "other": OtherOp(op=q[0], module=q[1], site=q[3]),
                 "detail_op": "the runs called different ops here (control flow differs)",
             }
         if p[2] != q[2]:
@@ -192,7 +301,7 @@ def _first_op(
     return None
 
 
-def unseeded(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
+def unseeded(a: dict[str, Any], b: dict[str, Any]) -> list[UnseededSource]:
     """The sources drawn from before a seed in either run, in the ritual's order."""
     out = []
     for name in ORDER:
@@ -205,31 +314,31 @@ def unseeded(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
             sites += [x for x in s["sites"] if x not in sites]
         what, line = SOURCES[name]
         out.append(
-            {
-                "source": name,
-                "title": what,
-                "uses": max(s["unseeded_uses"] for s in used),
-                "sites": sites,
-                "fix": line,
-            }
+            UnseededSource(
+                source=name,
+                title=what,
+                uses=max(s["unseeded_uses"] for s in used),
+                sites=sites,
+                fix=line,
+            )
         )
     return out
 
 
-def environment(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "pythonhashseed": a.get("pythonhashseed"),
-        "str_hash_differs": a.get("str_hash") != b.get("str_hash"),
-        "cuda_used": bool(a.get("cuda_used") or b.get("cuda_used")),
-        "deterministic_algorithms": bool(a.get("deterministic_algorithms")),
-        "cudnn_benchmark": bool(a.get("cudnn_benchmark")),
-    }
+def environment(a: dict[str, Any], b: dict[str, Any]) -> Environment:
+    return Environment(
+        pythonhashseed=a.get("pythonhashseed"),
+        str_hash_differs=a.get("str_hash") != b.get("str_hash"),
+        cuda_used=bool(a.get("cuda_used") or b.get("cuda_used")),
+        deterministic_algorithms=bool(a.get("deterministic_algorithms")),
+        cudnn_benchmark=bool(a.get("cudnn_benchmark")),
+    )
 
 
-def fix(sources: list[dict[str, Any]], env: dict[str, Any], identical: bool) -> list[str]:
+def fix(sources: list[UnseededSource], env: Environment, identical: bool) -> list[str]:
     """The ritual's missing lines, before the first random draw (the top of the script)."""
-    lines = [s["fix"] for s in sources]
-    if not identical and not sources and env["str_hash_differs"]:
+    lines = [s.fix for s in sources]
+    if not identical and not sources and env.str_hash_differs:
         # nothing else explains it: set and dict order of strings changes between runs
         lines.append(f"export PYTHONHASHSEED={SEED} before python starts (setting it inside the "
                      "script is too late for that process)")  # fmt: skip

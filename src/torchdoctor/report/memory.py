@@ -8,6 +8,8 @@ from typing import Any
 
 from torchdoctor.diagnose.evidence import decode
 from torchdoctor.diagnose.oom import OomDiagnosisEvidence
+from torchdoctor.memory.phases import PhaseMemory
+from torchdoctor.memory.view import Census, MemoryView
 from torchdoctor.units import human
 
 _KIND_LABELS = {
@@ -49,37 +51,33 @@ def _signed(n: Any) -> str:
     return ("+" if n > 0 else "") + human(n)
 
 
-def render_view(view: dict[str, Any], run: str | None = None) -> str:
+def render_view(view: MemoryView) -> str:
     out: list[str] = []
-    for record in view.get("oom") or []:
-        evidence = decode("oom", record.get("evidence"))
+    for record in view.oom:
+        evidence = decode("oom", record.evidence)
         if isinstance(evidence, OomDiagnosisEvidence):
-            out.append(render_oom(evidence, record.get("fix") or [], False))
+            out.append(render_oom(evidence, record.fix, False))
         out.append("")
-    census = view.get("census")
-    if census is not None:
-        out.extend(render_census(census))
+    if view.census is not None:
+        out.extend(render_census(view.census))
         out.append("")
-    out.append(render_phases(view.get("phases") or []))
-    mods = view.get("modules") or []
-    if mods:
+    out.append(render_phases(view.phases))
+    if view.modules:
         out.append("")
-        out.append(f"modules whose forward added most (step {view.get('traced_step')})")
+        out.append(f"modules whose forward added most (step {view.traced_step})")
         rows = [["module", "type", "calls", "added", "after"]]
-        for m in mods:
-            rows.append(
-                [m["module"], m["type"], str(m["calls"]), _signed(m["added"]), human(m["after"])]
-            )
+        for m in view.modules:
+            rows.append([m.module, m.type, str(m.calls), _signed(m.added), human(m.after)])
         out.append(_grid(rows, right=(2, 3, 4)))
-    last = view.get("last_step")
-    if last:
+    last = view.last_step
+    if last is not None:
         out.append("")
         out.append(
-            f"after step {last['step']}: allocated {human(last['allocated'])}, peak "
-            f"{human(last['max_allocated'])}, reserved {human(last['reserved'])}, "
-            f"rss {human(last['rss'])}"
+            f"after step {last.step}: allocated {human(last.allocated)}, peak "
+            f"{human(last.max_allocated)}, reserved {human(last.reserved)}, "
+            f"rss {human(last.rss)}"
         )
-    if not view.get("oom") and not view.get("live"):
+    if not view.oom and not view.live:
         out.append("")
         out.append("no out-of-memory error in this run")
     return "\n".join(line for line in out).strip() + "\n"
@@ -92,64 +90,64 @@ def shard_note(held: int, total: int | None, world: int | None) -> str:
     return f"local shard of {human(total)} total (world {world})"
 
 
-def render_census(census: dict[str, Any]) -> list[str]:
+def render_census(census: Census) -> list[str]:
     """The census by kind (a sharded model: each rank's part of the whole), the largest
     tensors, and what the largest FSDP2 unit's all-gather materialises."""
-    world = census.get("world")
+    world = census.world
     where = f" on this rank (world {world})" if world else ""
-    out = [f"tensors now ({human(census['total'])} in all{where}; shared storage counted once)"]
+    out = [f"tensors now ({human(census.total)} in all{where}; shared storage counted once)"]
     rows = [["kind", "tensors", "bytes", ""]]
-    for e in census["by_kind"]:
-        note = shard_note(e["bytes"], e.get("total"), e.get("world"))
-        rows.append([_KIND_LABELS[e["kind"]], str(e["tensors"]), human(e["bytes"]), note])
+    for e in census.by_kind:
+        note = shard_note(e.bytes, e.total, e.world)
+        rows.append([_KIND_LABELS[e.kind], str(e.tensors), human(e.bytes), note])
     out.append(_grid(rows, right=(1, 2)))
-    units = census.get("units") or []
+    units = census.units
     if units:
         unit = units[0]
         others = f" (the largest of {len(units)} units)" if len(units) > 1 else ""
-        now = f"; held whole now: {human(unit['gathered'])}" if unit["gathered"] else ""
+        now = f"; held whole now: {human(unit.gathered)}" if unit.gathered else ""
         out.append(
-            f"  FSDP2 all-gather: unit {unit['unit']} materialises {human(unit['unsharded'])} "
+            f"  FSDP2 all-gather: unit {unit.unit} materialises {human(unit.unsharded)} "
             f"of parameters whole in its forward and backward{others}{now}"
         )
-    if census["largest"]:
+    if census.largest:
         out.append("")
         out.append("largest tensors")
         rows = [["kind", "name", "shape", "dtype", "device", "bytes", ""]]
-        for r in census["largest"]:
+        for r in census.largest:
             rows.append(
                 [
-                    r["kind"],
-                    r["name"] or (f"({r['grad_fn']})" if r["grad_fn"] else "-"),
-                    str(r["shape"]),
-                    str(r["dtype"]),
-                    str(r["device"]),
-                    human(r["bytes"]),
-                    shard_note(r["bytes"], r.get("total_bytes"), r.get("world")),
+                    r.kind,
+                    r.name or (f"({r.grad_fn})" if r.grad_fn else "-"),
+                    str(r.shape),
+                    str(r.dtype),
+                    str(r.device),
+                    human(r.bytes),
+                    shard_note(r.bytes, r.total_bytes, r.world),
                 ]
             )
         out.append(_grid(rows, right=(5,)))
     return out
 
 
-def render_phases(phases: list[dict[str, Any]]) -> str:
+def render_phases(phases: Sequence[PhaseMemory]) -> str:
     if not phases:
         return "memory by phase: no traced step yet (one step in --trace-every is traced)"
-    stepped = [p for p in phases if p["phase"] != "setup"]
-    step = stepped[0]["step"] if stepped else None
+    stepped = [p for p in phases if p.phase != "setup"]
+    step = stepped[0].step if stepped else None
     title = "memory by phase"
     if step is not None:
         title += f" (step {step}, the last traced step)"
     rows = [["phase", "allocated", "added", "peak so far", "reserved"]]
     for p in phases:
-        mark = "  <- highest" if p.get("peak") else ""
+        mark = "  <- highest" if p.peak else ""
         rows.append(
             [
-                p["phase"],
-                human(p["allocated"]),
-                _signed(p.get("added")),
-                human(p["max_allocated"]),
-                human(p["reserved"]) + mark,
+                p.phase,
+                human(p.allocated),
+                _signed(p.added),
+                human(p.max_allocated),
+                human(p.reserved) + mark,
             ]
         )
     return title + "\n" + _grid(rows, right=(1, 2, 3))
@@ -249,7 +247,7 @@ def render_oom(
         out.append(_grid(rows, right=(4,)))
     if phases and evidence.phases:
         out.append("")
-        out.append(render_phases(evidence.phases))
+        out.append(render_phases([PhaseMemory.from_json(p) for p in evidence.phases]))
     listed = list(fixes) or [f["text"] for f in evidence.fixes or []]
     if listed:
         out.append("")

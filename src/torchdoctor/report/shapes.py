@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from torchdoctor.telemetry.shapes import StepShapes
+
 MAX_CELL = 44
 
 
@@ -20,21 +22,20 @@ def _unique(text: Any) -> str:
     return ", ".join(parts)
 
 
-def render_shapes(data: dict[str, Any]) -> str:
-    calls = data["calls"]
+def render_shapes(data: StepShapes) -> str:
+    calls = data.calls
     rows = [("module (type)", "input shapes", "output shapes", "dtype", "device", "params")]
     for call in calls:
-        indent = "  " * int(call["depth"])
-        name = call["module"].rsplit(".", 1)[-1] if int(call["depth"]) else call["module"]
-        output = "raised" if call.get("raised") else call.get("output_shapes")
-        dtype = _unique(call.get("output_dtypes") or call.get("input_dtypes"))
-        device = _unique(call.get("output_devices") or call.get("input_devices"))
-        params = call.get("params") or {}
-        count = f"{params['params']:,}" if params.get("params") else "-"
+        indent = "  " * call.depth
+        name = call.module.rsplit(".", 1)[-1] if call.depth else call.module
+        output = "raised" if call.raised else call.output_shapes
+        dtype = _unique(call.output_dtypes or call.input_dtypes)
+        device = _unique(call.output_devices or call.input_devices)
+        count = f"{call.params.params:,}" if call.params and call.params.params else "-"
         rows.append(
             (
-                f"{indent}{name} ({call['type']})",
-                _cell(call.get("input_shapes")),
+                f"{indent}{name} ({call.type})",
+                _cell(call.input_shapes),
                 _cell(output),
                 dtype,
                 device,
@@ -42,21 +43,20 @@ def render_shapes(data: dict[str, Any]) -> str:
             )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(6)]
-    out = [f"step {data['step']}, rank {data['rank']}: {len(calls)} module calls"]
+    out = [f"step {data.step}, rank {data.rank}: {len(calls)} module calls"]
     for i, row in enumerate(rows):
         cells = [row[c].ljust(widths[c]) for c in range(5)] + [row[5].rjust(widths[5])]
         out.append("  ".join(cells).rstrip())
         if i == 0:
             out.append("  ".join("-" * w for w in widths))
-    roots = [c for c in calls if int(c["depth"]) == 0 and c.get("params")]
     seen = set()
-    for root in roots:
-        if root["module"] in seen:
+    for root in calls:
+        p = root.params
+        if root.depth != 0 or p is None or root.module in seen:
             continue
-        seen.add(root["module"])
-        p = root["params"]
-        out.append(f"{root['module']}: {p['params']:,} parameters, {p['trainable']:,} trainable")
-    others = [str(s) for s in data.get("steps", []) if s != data["step"]]
+        seen.add(root.module)
+        out.append(f"{root.module}: {p.params:,} parameters, {p.trainable:,} trainable")
+    others = [str(s) for s in data.steps if s != data.step]
     if others:
         out.append(f"other steps with shapes: {', '.join(others[-10:])} (--step N)")
     return "\n".join(out)

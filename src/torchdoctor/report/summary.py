@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from torchdoctor.diagnose.record import Diagnosis
 from torchdoctor.diagnose.story import chains
 from torchdoctor.digest.time_split import LABELS, shown
 from torchdoctor.report.alerts import headline, render_alert
+from torchdoctor.telemetry.run_summary import RunSummary
 
 
 def seconds(value: float) -> str:
@@ -21,35 +21,34 @@ def seconds(value: float) -> str:
     return f"{value / 60:.1f} min"
 
 
-def render_summary(summary: dict[str, Any]) -> str:
-    steps = summary["steps"]
+def render_summary(summary: RunSummary) -> str:
+    steps = summary.steps
     lines = ["", "torchdoctor summary"]
     if steps:
-        total = summary["duration"] or 1e-12
-        per = summary["duration"] / steps
-        phases = summary["phases"]
+        total = summary.duration or 1e-12
+        per = summary.duration / steps
+        phases = summary.phases
         split = ", ".join(f"{LABELS[k]} {100 * phases[k] / total:.0f}%" for k in shown(phases))
-        lines.append(f"  {steps} steps in {seconds(summary['duration'])} ({seconds(per)}/step)")
+        lines.append(f"  {steps} steps in {seconds(summary.duration)} ({seconds(per)}/step)")
         lines.append(f"  time: {split}")
-        if summary.get("skipped"):
-            lines.append(f"  {summary['skipped']} updates skipped (non-finite gradients)")
-    elif summary.get("crashed"):
+        if summary.skipped:
+            lines.append(f"  {summary.skipped} updates skipped (non-finite gradients)")
+    elif summary.crashed:
         lines.append("  the script crashed before its first step ended")
     else:
         lines.append(
             "  no training step was seen: no optimizer step and no gradient reset after a "
             "backward() (a loop of your own can mark its steps with torchdoctor.step(loss))"
         )
-    found = summary["diagnoses"]
-    printed = summary.get("printed") or set()
+    found = summary.diagnoses
     if found:
-        lines += ["  " + line for line in story_lines(found, printed)]
-    elif summary.get("crashed"):
+        lines += ["  " + line for line in story_lines(found, summary.printed)]
+    elif summary.crashed:
         lines.append("  the script crashed: see the error above")  # never "no problems found"
     else:
         lines.append("  no problems found")
-    lines.append(f"  run directory: {summary['run_dir']}")
-    lines.append(f'  query it: torchdoctor query {summary["run_dir"]} "SELECT * FROM python.steps"')
+    lines.append(f"  run directory: {summary.run_dir}")
+    lines.append(f'  query it: torchdoctor query {summary.run_dir} "SELECT * FROM python.steps"')
     return "\n".join(lines)
 
 

@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 from torchdoctor.telemetry.local_shards import local
 from torchdoctor.telemetry.optimizers import learning_rate
+from torchdoctor.telemetry.step_rows import StepHeadline
 
 
 class Host(Protocol):
@@ -54,16 +55,16 @@ class RunView:
         return learning_rate(optimizer if optimizer is not None else self.optimizers.primary)
 
     @property
-    def last(self) -> dict[str, Any]:
+    def last(self) -> StepHeadline | None:
         return self.rows.headline
 
     def status(self) -> dict[str, Any]:
         last = self.last
         return {
             "step": self.steps_done,
-            "last_step": last.get("step"),
-            "loss": last.get("loss"),
-            "step_time": last.get("duration"),
+            "last_step": last.step if last is not None else None,
+            "loss": last.loss if last is not None else None,
+            "step_time": last.duration if last is not None else None,
             "rank": self.rank,
             "hooks_on": self.switch.on,
             "step_mode": self.mode,

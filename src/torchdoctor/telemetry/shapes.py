@@ -9,7 +9,9 @@ step still has the shapes that flowed into the module that raised.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 MAX_TENSORS = 8  # tensors listed per call side (a module taking a list of 100 tensors)
@@ -88,6 +90,51 @@ _KEYS = (
     "output_devices",
     "raised",
 )
+
+
+@dataclasses.dataclass(frozen=True)
+class ModuleParams:
+    """The parameters of a module's whole subtree."""
+
+    params: int
+    trainable: int
+
+
+@dataclasses.dataclass(frozen=True)
+class ShapeCall:
+    """One module call of a python.shapes row read back (fields in the table's column order),
+    with its module's parameters from python.modules where they are known."""
+
+    step: int
+    call: int
+    module: str
+    type: str
+    depth: int
+    input_shapes: str | None
+    input_dtypes: str | None
+    input_devices: str | None
+    output_shapes: str | None
+    output_dtypes: str | None
+    output_devices: str | None
+    raised: bool | None
+    rank: int
+    params: ModuleParams | None = None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any], params: ModuleParams | None) -> ShapeCall:
+        names = [f.name for f in dataclasses.fields(cls) if f.name != "params"]
+        return cls(**{name: row[name] for name in names}, params=params)
+
+
+@dataclasses.dataclass(frozen=True)
+class StepShapes:
+    """What `torchdoctor shapes` shows: one step's module calls on one rank, and the steps
+    that have shapes."""
+
+    step: int
+    rank: int
+    steps: list[int]
+    calls: list[ShapeCall]
 
 
 def _as_dict(record: list[Any]) -> dict[str, Any]:

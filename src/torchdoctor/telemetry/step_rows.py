@@ -7,6 +7,7 @@ the row waits until they have landed, a step or two later, so nothing waits for 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable
@@ -15,6 +16,21 @@ from typing import Any
 from torchdoctor.store.schema import OPTIMIZER_STEPS, STEPS
 
 StepRow = STEPS.row_type()
+
+
+@dataclasses.dataclass(frozen=True)
+class StepHeadline:
+    """The latest step's headline numbers (the status line, the endpoint's status, eval's
+    wait for a step boundary)."""
+
+    step: int
+    time: float  # when it ended (Unix seconds)
+    duration: float
+    data_wait: float
+    loss: float | None
+    allocated: int
+
+
 OptimizerStepRow = OPTIMIZER_STEPS.row_type()
 
 # late_nonfinite(step, grad_norm, loss): a CUDA step's values, read back, were not finite
@@ -101,19 +117,19 @@ class StepRows:
         )
 
     @property
-    def headline(self) -> dict[str, Any]:
-        """The latest step row's headline numbers (the status line and `list`)."""
+    def headline(self) -> StepHeadline | None:
+        """The latest step row's headline numbers; None before the first step ends."""
         row = self.last
         if row is None:
-            return {}
-        return {
-            "step": row.step,
-            "time": row.time,
-            "duration": row.duration,
-            "data_wait": row.data_wait,
-            "loss": row.loss,
-            "allocated": row.allocated,
-        }
+            return None
+        return StepHeadline(
+            step=row.step,
+            time=row.time,
+            duration=row.duration,
+            data_wait=row.data_wait,
+            loss=row.loss,
+            allocated=row.allocated,
+        )
 
     def _read_back(
         self,

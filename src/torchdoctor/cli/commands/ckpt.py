@@ -68,4 +68,4 @@ def main(args: Any, ctx: Any) -> int:
         ctx.print(report.render_error(args.file, kind, str(exc), args.format))
         return TARGET_ERROR
     ctx.print(report.render_json(data) if args.format == "json" else report.render_text(data))
-    return OK if data["status"] in ("ok", "fixed") else TARGET_ERROR
+    return OK if data.status in ("ok", "fixed") else TARGET_ERROR

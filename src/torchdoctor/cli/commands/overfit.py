@@ -6,9 +6,9 @@ N optimizer steps; then torchdoctor judges whether the model memorised it (exit 
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
+from torchdoctor._json import dumps
 from torchdoctor.cli.errors import OK, TARGET_ERROR, CliError
 from torchdoctor.cli.recipe_target import (
     add_target_arguments,
@@ -49,7 +49,7 @@ def main(args: Any, ctx: Any) -> int:
     problem = failed_to_run(result, code, NAME)
     if problem is not None:
         if args.format == "json" and result is not None:
-            ctx.print(json.dumps({**result, "passed": False, "error": problem}, indent=2))
+            ctx.print(dumps({**result, "passed": False, "error": problem}, indent=2))
         raise CliError(problem, TARGET_ERROR)
     assert result is not None
     if result.get("no_batch"):
@@ -58,12 +58,15 @@ def main(args: Any, ctx: Any) -> int:
             f"DataLoader nor as tensors passed to the model or a loss function"
         )
         if args.format == "json":
-            ctx.print(json.dumps({**result, "passed": False, "error": message}, indent=2))
+            ctx.print(dumps({**result, "passed": False, "error": message}, indent=2))
         raise CliError(message, TARGET_ERROR)
+    from torchdoctor.recipes.overfit_result import OverfitResult
+
+    read = OverfitResult.from_json(result)
     if args.format == "json":
-        ctx.print(json.dumps(result, indent=2))
+        ctx.print(dumps(read, indent=2))
     else:
         from torchdoctor.report.overfit import render_overfit
 
-        ctx.print(render_overfit(result))
-    return OK if result.get("passed") else TARGET_ERROR
+        ctx.print(render_overfit(read))
+    return OK if read.passed else TARGET_ERROR

@@ -36,8 +36,10 @@ def parse_argv(parser: argparse.ArgumentParser, argv: list[str]) -> Any:
 
 
 def main(args: Any, ctx: Any) -> int:
+    import dataclasses
+
     from torchdoctor.cli.recipe_run import spawn
-    from torchdoctor.recipes.compare import compare
+    from torchdoctor.recipes.compare import ScriptEnding, compare
 
     ctx.warn(
         f"torchdoctor repro: running {args.script or '-m ' + args.module} twice, unchanged, for "
@@ -56,13 +58,15 @@ def main(args: Any, ctx: Any) -> int:
             raise CliError(f"{problem} (run {run})", TARGET_ERROR)
         assert result is not None
         runs.append(result)
-    verdict = compare(runs[0], runs[1])
-    verdict["runs"] = [r.get("run_dir") for r in runs]
-    verdict["script"] = [r.get("script") for r in runs]
+    verdict = dataclasses.replace(
+        compare(runs[0], runs[1]),
+        runs=[r.get("run_dir") for r in runs],
+        script=[ScriptEnding.from_json(r.get("script")) for r in runs],
+    )
     if args.format == "json":
         ctx.print(dumps(verdict, indent=2))
     else:
         from torchdoctor.report.repro import render_repro
 
         ctx.print(render_repro(verdict))
-    return OK if verdict["identical"] else TARGET_ERROR
+    return OK if verdict.identical else TARGET_ERROR

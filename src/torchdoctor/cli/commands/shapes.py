@@ -6,10 +6,11 @@ without a dummy input."""
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
+from torchdoctor._json import dumps
 from torchdoctor.cli.errors import OK, TARGET_ERROR, CliError
+from torchdoctor.telemetry.shapes import ModuleParams, ShapeCall, StepShapes
 
 NAME = "shapes"
 SUMMARY = "the module tree with the shapes, dtypes and devices of a real batch"
@@ -48,13 +49,14 @@ def main(args: Any, ctx: Any) -> int:
     if step not in steps:
         shown = ", ".join(str(s) for s in steps[-10:])
         raise CliError(f"shapes: no shapes for step {step}; steps with shapes: {shown}")
-    calls = sql.rows(_CALLS.format(step=step, rank=int(args.rank)))
     params = _params(sql.rows(_MODULES))
-    for call in calls:
-        call["params"] = params.get(call["module"])
-    data = {"step": step, "rank": int(args.rank), "steps": steps, "calls": calls}
+    calls = [
+        ShapeCall.from_row(row, params.get(row["module"]))
+        for row in sql.rows(_CALLS.format(step=step, rank=int(args.rank)))
+    ]
+    data = StepShapes(step=step, rank=int(args.rank), steps=steps, calls=calls)
     if args.format == "json":
-        ctx.print(json.dumps(data, indent=2))
+        ctx.print(dumps(data, indent=2))
     else:
         from torchdoctor.report.shapes import render_shapes
 
@@ -93,11 +95,11 @@ class _Sql:
         return [dict(zip(columns, row, strict=True)) for row in rows]
 
 
-def _params(rows: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+def _params(rows: list[dict[str, Any]]) -> dict[str, ModuleParams]:
     """Qualified module name -> parameters of its whole subtree (total and trainable), named
     as python.shapes names modules: the model by its label, the first model's modules by their
     plain names, other models' with their label in front."""
-    out: dict[str, dict[str, int]] = {}
+    out: dict[str, list[int]] = {}
     first = rows[0]["model"] if rows else None
     for row in rows:
         model, name = row["model"], row["name"] or ""
@@ -105,7 +107,7 @@ def _params(rows: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
         parts = name.split(".") if name else []
         keys = [model] + [prefix + ".".join(parts[: i + 1]) for i in range(len(parts))]
         for key in keys:
-            entry = out.setdefault(key, {"params": 0, "trainable": 0})
-            entry["params"] += int(row["params"] or 0)
-            entry["trainable"] += int(row["trainable"] or 0)
-    return out
+            entry = out.setdefault(key, [0, 0])
+            entry[0] += int(row["params"] or 0)
+            entry[1] += int(row["trainable"] or 0)
+    return {key: ModuleParams(params, trainable) for key, (params, trainable) in out.items()}
