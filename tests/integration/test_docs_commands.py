@@ -291,7 +291,7 @@ CASES: dict[str, Case] = {
     # docs/distributed.md's FSDP2 example: a job of 2 ranks, its census and the job's norm
     "TORCHDOCTOR=1 TORCHDOCTOR_RUN_DIR=job torchrun --nproc_per_node=2 dist_sharded.py "
     "--steps 4000": Case(skip=SHARDED),
-    "torchdoctor 15795 memory": Case(skip=SHARDED),
+    "torchdoctor 20867 memory": Case(skip=SHARDED),
     'torchdoctor query job "SELECT step, sqrt(sum(grad_norm * grad_norm)) AS job_norm FROM '
     'python.steps GROUP BY step ORDER BY step LIMIT 3"': Case(skip=SHARDED),
     "torchdoctor PID cluster backtrace": Case(skip=CLUSTER),
