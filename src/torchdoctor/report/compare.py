@@ -15,6 +15,7 @@ from typing import Any
 from torchdoctor.compare.record import Comparison, RunInfo
 from torchdoctor.compare.settings import UNKNOWN
 from torchdoctor.compare.stats import Change
+from torchdoctor.digest.record import Digest
 from torchdoctor.report.summary import seconds
 from torchdoctor.units import human
 
@@ -312,15 +313,15 @@ def html_section(r: Comparison) -> str:
     return "".join(parts)
 
 
-def baseline_section(digest: dict[str, Any]) -> str:
+def baseline_section(digest: Digest) -> str:
     """The report's "Compared with" section, when the digest has a baseline."""
-    base = digest.get("baseline")
-    return html_section(base["comparison"]) if base else ""
+    base = digest.baseline
+    return html_section(base.comparison) if base else ""
 
 
-def baseline_script(digest: dict[str, Any]) -> str:
+def baseline_script(digest: Digest) -> str:
     """The script element that overlays the baseline's curves, when there is one."""
-    if not digest.get("baseline"):
+    if not digest.baseline:
         return ""
     code = (resources.files("torchdoctor.report") / "assets" / "compare.js").read_text("utf-8")
     if "</script" in code.lower():
