@@ -8,6 +8,8 @@ the graph break its forward has is named at this file's line, not in DDP's code.
 
 from __future__ import annotations
 
+import sys
+
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -40,5 +42,8 @@ for _ in range(6):
     optimizer.zero_grad()
     loss.backward()
     optimizer.step()
-print(f"rank {dist.get_rank()} loss {loss.item():.6f}", flush=True)
+# one write per line: torchrun runs the ranks unbuffered (-u), and print() writes its text and
+# its newline apart, so two ranks' lines could mix in the shared pipe
+sys.stdout.write(f"rank {dist.get_rank()} loss {loss.item():.6f}\n")
+sys.stdout.flush()
 dist.destroy_process_group()
