@@ -25,7 +25,7 @@ def test_an_attached_probe_says_its_steps_count_from_the_attach(tmp_path, monkey
     assert entry is not None and entry["attached"] == status["attached"] > 0
     status.update(state="stepping", last_step=12)
     assert processes.state(status) == "step 12 since the attach"
-    header = _meta_line({"source": "run", "meta": meta})
+    header = _meta_line("run", meta, [0])
     assert (
         f'attached at <span class="words">{meta["attached"].replace("T", " ")[:19]}</span>'
         in header

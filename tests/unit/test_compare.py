@@ -1,14 +1,22 @@
 """The pure parts of `compare`: the noise verdict of the bootstrap interval, the module that
 carries a change (one module, or a group of repeated ones), the --fail-if grammar, and what
-meta.json records of how a run was started."""
+meta.json records of how a run was started; the comparison record's JSON shape."""
 
 from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
 
 import numpy as np
 import pytest
 
 from torchdoctor import run_setup
+from torchdoctor._json import dumps
 from torchdoctor.compare import gate
+from torchdoctor.compare.build import compare
+from torchdoctor.compare.facts import STEP_COLUMNS, RunFacts
+from torchdoctor.compare.record import Comparison
 from torchdoctor.compare.stats import change
 from torchdoctor.compare.timing import ModuleChange, attribute, pattern
 
@@ -126,3 +134,60 @@ def test_a_longer_wait_for_a_cpu_can_explain_a_slowdown() -> None:
     meta = {"machine": {"start": {"time": 0.0, "wait": 1.0}, "last": {"time": 10.0, "wait": 3.5}}}
     assert waiting_share(meta) == pytest.approx(0.25)
     assert waiting_share({"machine": {"start": {"time": 0.0, "wait": 1.0}}}) is None
+
+
+def _facts(source: str, ranks: tuple[int, ...], loss_from: int | None = None) -> RunFacts:
+    """A run of 40 steps of 10 ms per rank; the loss changes from `loss_from` on."""
+    rng = np.random.default_rng(len(source))
+    cols: dict[str, list[np.ndarray]] = {c: [] for c in STEP_COLUMNS}
+    for rank in ranks:
+        n = 40
+        loss = np.linspace(2.0, 1.0, n)
+        if loss_from is not None:
+            loss[loss_from:] *= 1.5
+        values = {
+            "rank": np.full(n, rank),
+            "step": np.arange(n),
+            "duration": 0.01 * np.exp(rng.normal(0, 0.05, n)),
+            "loss": loss,
+            "traced": np.zeros(n, dtype=bool),
+        }
+        for c in STEP_COLUMNS:
+            cols[c].append(values.get(c, np.full(n, np.nan)))
+    steps = {c: np.concatenate(v) for c, v in cols.items()}
+    steps["rank"], steps["step"] = steps["rank"].astype(np.int64), steps["step"].astype(np.int64)
+    empty: list[dict[str, Any]] = []
+    return RunFacts(
+        source, {}, steps, ranks[0], list(ranks), [], empty, empty, empty, {}, False, empty,
+        empty, empty, None, None,
+    )  # fmt: skip
+
+
+def test_the_comparison_is_a_record_whose_json_keeps_its_shape() -> None:
+    """compare() gives a Comparison read by field; its JSON (`compare --format json`) has
+    the keys it always had: the gates only when given, the gap after a difference only where
+    the curves differ, a rank only one run has as {"rank", "in"}."""
+    a, b = _facts("a", (0,)), _facts("b", (0,), loss_from=7)
+    r = compare(a, b)
+    assert isinstance(r, Comparison) and r.gates is None and r.failed is None
+    assert r.curves.loss.first_difference == 7 and r.curves.grad_norm.first_difference is None
+    j = json.loads(dumps(r))
+    assert list(j) == [f.name for f in dataclasses.fields(Comparison)][:-2]
+    assert list(j["step_time"])[-2:] == ["real_as_measured", "machine_allows"]
+    assert {"at_first", "gap_median", "gap_max"} <= set(j["curves"]["loss"])
+    assert "at_first" not in j["curves"]["grad_norm"]
+    assert j["cause"] == {"phase": None, "module": None}
+
+    gated = compare(a, b, gate.parse("loss:identical,slower:50%"))
+    assert gated.failed and [v.exceeded for v in gated.gates or ()] == [True, False]
+    j = json.loads(dumps(gated))
+    assert j["failed"] is True
+    assert j["gates"][0] == {
+        "gate": "loss:identical",
+        "exceeded": True,
+        "why": "the loss differs from step 7",
+    }
+
+    job = compare(_facts("c", (0, 1)), _facts("d", (0,)))
+    assert job.ranks is not None and job.ranks[1].only_in == "A"
+    assert json.loads(dumps(job))["ranks"][1] == {"rank": 1, "in": "A"}

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from torchdoctor.digest import time_split
+from torchdoctor.digest.record import GradHeatmap, SlowModules
 from torchdoctor.report.html import _heatmap_note, _modules_note
 from torchdoctor.report.summary import render_summary
 from torchdoctor.telemetry.run_summary import RunSummary
@@ -75,8 +76,8 @@ def test_the_summary_names_evaluation_and_compile_when_there_are_some() -> None:
 
 
 def test_an_empty_per_module_chart_says_why() -> None:
-    empty_modules = {"items": []}
-    empty_heat = {"cells": []}
+    empty_modules = SlowModules(0, [], 0)
+    empty_heat = GradHeatmap(0, [], 1, [], [], 0)
     assert "torch.compile" in _modules_note(empty_modules, "compile")
     assert "torch.compile" in _heatmap_note(empty_heat, "compile")
     assert "ended before step 1" in _modules_note(empty_modules, "short")

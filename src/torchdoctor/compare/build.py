@@ -1,14 +1,23 @@
-"""Two runs' facts in, one comparison record out (plain JSON-ready data): what `torchdoctor
+"""Two runs' facts in, one comparison record out (record.py's Comparison): what `torchdoctor
 compare` prints, `--format json` gives, `--fail-if` judges and the report's "compared with"
 section shows. B is compared against A (the baseline)."""
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
 
 from torchdoctor.compare import contention, curves, gate, memory, settings, stats, timing
 from torchdoctor.compare.facts import RunFacts
 from torchdoctor.compare.headline import Story, headline
+from torchdoctor.compare.record import (
+    CauseOf,
+    Comparison,
+    Finding,
+    Findings,
+    Modules,
+    RunInfo,
+    StepTime,
+)
 
 VERSION = 1
 _SEVERE = ("warning", "error")
@@ -19,7 +28,7 @@ def compare(
     b: RunFacts,
     gates: list[gate.Gate] | None = None,
     noise: float = stats.MIN_EFFECT,
-) -> dict[str, Any]:
+) -> Comparison:
     """B against A; `noise`: the least change ever called real (a fraction: 0.1 for 10%)."""
     sa, sb = a.rank_steps(a.primary), b.rank_steps(b.primary)
     ta, tb, basis = timing.timed_steps(sa, sb)
@@ -45,19 +54,25 @@ def compare(
     series = curves.compare_curves(sa, sb)
     mem = memory.compare_memory(a, b, sa, sb)
     found_a = {(d["rank"], d["kind"]) for d in a.diagnoses}
+    found_b = {(d["rank"], d["kind"]) for d in b.diagnoses}
     ranks = timing.ranks(a, b, noise)
     straggler = timing.straggler(ranks)
     collectives = timing.collectives(a, b)
     new_findings = [
-        d
+        Finding.of(d)
         for d in b.diagnoses
         if (d["rank"], d["kind"]) not in found_a and d.get("severity") in _SEVERE
     ]
-    record: dict[str, Any] = {
-        "version": VERSION,
-        "a": _run(a),
-        "b": _run(b),
-        "headline": headline(
+    gone = [
+        Finding.of(d)
+        for d in a.diagnoses
+        if (d["rank"], d["kind"]) not in found_b and d.get("severity") in _SEVERE
+    ]
+    record = Comparison(
+        version=VERSION,
+        a=_run(a),
+        b=_run(b),
+        headline=headline(
             Story(
                 step,
                 series,
@@ -73,67 +88,46 @@ def compare(
                 collectives=collectives,
             )
         ),
-        "steps_compared": basis,
-        "step_time": {
-            **step.to_json(),
-            "real_as_measured": measured.real,
-            # how much longer or shorter B's steps may be from the wait for a CPU alone
-            "machine_allows": list(contention.allowed(*waiting)),
-        },
-        "waiting_for_cpu": list(waiting),
-        "phases": {p: c.to_json() for p, c in phases.items()},
-        "cause": {
-            "phase": phase,
-            "module": None if cause is None else cause.to_json(),
-        },
-        "modules": {
-            "traced_steps": [_traced(a), _traced(b)],
-            "changes": [m.to_json() for m in modules[: timing.MAX_MODULES]],
-            "more": max(0, len(modules) - timing.MAX_MODULES),
-            "new": new,
-            "vanished": vanished,
-        },
-        "memory": mem,
-        "ranks": ranks,
-        "straggler": straggler,
-        "collectives": collectives,
-        "curves": series,
-        "settings": [s.to_json() for s in setup],
-        "script_diff": settings.script_diff(a, b),
-        "diagnoses": {
-            "new": [_finding(d) for d in new_findings],
-            "gone": [
-                _finding(d)
-                for d in a.diagnoses
-                if (d["rank"], d["kind"]) not in {(x["rank"], x["kind"]) for x in b.diagnoses}
-                and d.get("severity") in _SEVERE
-            ],
-        },
-    }
-    if gates:
-        record["gates"] = [gate.evaluate(g, record) for g in gates]
-        record["failed"] = any(g["exceeded"] for g in record["gates"])
-    return record
+        steps_compared=basis,
+        step_time=StepTime(step, measured.real, contention.allowed(*waiting)),
+        waiting_for_cpu=waiting,
+        phases=phases,
+        cause=CauseOf(phase, cause),
+        modules=Modules(
+            traced_steps=(_traced(a), _traced(b)),
+            changes=modules[: timing.MAX_MODULES],
+            more=max(0, len(modules) - timing.MAX_MODULES),
+            new=new,
+            vanished=vanished,
+        ),
+        memory=mem,
+        ranks=ranks,
+        straggler=straggler,
+        collectives=collectives,
+        curves=series,
+        settings=setup,
+        script_diff=settings.script_diff(a, b),
+        diagnoses=Findings(new_findings, gone),
+    )
+    if not gates:
+        return record
+    verdicts = [gate.evaluate(g, record) for g in gates]
+    return dataclasses.replace(record, gates=verdicts, failed=any(v.exceeded for v in verdicts))
 
 
-def _run(f: RunFacts) -> dict[str, Any]:
+def _run(f: RunFacts) -> RunInfo:
     meta = f.meta
-    return {
-        "source": f.source,
-        "steps": len(f.rank_steps(f.primary)["step"]),
-        "ranks": f.ranks,
-        "started": meta.get("started"),
-        "status": meta.get("status"),
-        "command": " ".join(str(x) for x in meta["command"])
+    return RunInfo(
+        source=f.source,
+        steps=len(f.rank_steps(f.primary)["step"]),
+        ranks=f.ranks,
+        started=meta.get("started"),
+        status=meta.get("status"),
+        command=" ".join(str(x) for x in meta["command"])
         if isinstance(meta.get("command"), list)
         else meta.get("command"),
-    }
+    )
 
 
 def _traced(f: RunFacts) -> int:
     return len({s for m in f.modules for s in m.steps})
-
-
-def _finding(d: dict[str, Any]) -> dict[str, Any]:
-    keep = ("rank", "kind", "severity", "location", "summary", "step")
-    return {k: d.get(k) for k in keep}

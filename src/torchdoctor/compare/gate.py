@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any
 
+from torchdoctor.compare.record import Comparison, Verdict
 from torchdoctor.units import human, parse_size
 
 KINDS = ("slower", "loss", "memory")
@@ -79,44 +79,44 @@ def _limit(kind: str, value: str, text: str) -> Gate:
         raise GateError(f"--fail-if {text!r}: expected a percentage or {unit[kind]}") from None
 
 
-def evaluate(gate: Gate, record: dict[str, Any]) -> dict[str, Any]:
+def evaluate(gate: Gate, record: Comparison) -> Verdict:
     """The gate's verdict on a comparison record: exceeded or not, and why, in words."""
     judge = {"slower": _slower, "loss": _loss, "memory": _memory}[gate.kind]
     exceeded, why = judge(gate, record)
-    return {"gate": gate.text, "exceeded": exceeded, "why": why}
+    return Verdict(gate.text, exceeded, why)
 
 
-def _slower(gate: Gate, record: dict[str, Any]) -> tuple[bool, str]:
-    step = record["step_time"]
-    if step["a"] is None or step["b"] is None or step["interval"] is None:
+def _slower(gate: Gate, record: Comparison) -> tuple[bool, str]:
+    step = record.step_time.change
+    if step.a is None or step.b is None or step.low is None or step.high is None:
         return True, "step times cannot be compared (too few steps in a run)"
-    low = step["interval"][0]
+    low = step.low
     if gate.relative:
         # beyond what the extra wait for a CPU can make of it (a shared CI machine), and real
-        limit = (1 + gate.limit) * step["machine_allows"][0]
-        exceeded = bool(step["real"]) and step["ratio"] > 1 and low > limit
+        limit = (1 + gate.limit) * record.step_time.machine_allows[0]
+        exceeded = bool(step.real) and step.ratio is not None and step.ratio > 1 and low > limit
         return exceeded, (
-            f"B/A step time {step['ratio']:.3f}, 95% interval {low:.3f}..{step['interval'][1]:.3f}"
+            f"B/A step time {step.ratio:.3f}, 95% interval {low:.3f}..{step.high:.3f}"
             f" ({'above' if exceeded else 'not above'} {limit:.3f} throughout)"
         )
-    delta = step["b"] - step["a"]
-    exceeded = bool(step["real"]) and delta > gate.limit
+    delta = step.b - step.a
+    exceeded = bool(step.real) and delta > gate.limit
     return exceeded, (
-        f"median step {delta * 1e3:+.2f} ms ({'real' if step['real'] else 'noise'}; "
+        f"median step {delta * 1e3:+.2f} ms ({'real' if step.real else 'noise'}; "
         f"limit {gate.limit * 1e3:.2f} ms)"
     )
 
 
-def _loss(gate: Gate, record: dict[str, Any]) -> tuple[bool, str]:
-    loss = record["curves"]["loss"]
-    if not loss.get("recorded") or not loss.get("compared"):
+def _loss(gate: Gate, record: Comparison) -> tuple[bool, str]:
+    loss = record.curves.loss
+    if not loss.recorded or not loss.compared:
         return True, "no loss recorded in both runs for the same steps"
     if gate.exact:
-        first = loss["first_difference"]
+        first = loss.first_difference
         if first is None:
-            return False, f"bit-identical over {loss['compared']} steps"
+            return False, f"bit-identical over {loss.compared} steps"
         return True, f"the loss differs from step {first}"
-    a, b = loss["final"]
+    a, b = loss.final
     if a is None or b is None:
         return True, "no finite final loss in both runs"
     if gate.relative:
@@ -128,9 +128,9 @@ def _loss(gate: Gate, record: dict[str, Any]) -> tuple[bool, str]:
     return exceeded, f"final loss {b:.6g} against {a:.6g} ({b - a:+.6g})"
 
 
-def _memory(gate: Gate, record: dict[str, Any]) -> tuple[bool, str]:
-    peak = record["memory"]["peak"]
-    a, b = peak["a"], peak["b"]
+def _memory(gate: Gate, record: Comparison) -> tuple[bool, str]:
+    peak = record.memory.peak
+    a, b = peak.a, peak.b
     if a is None or b is None:
         return True, "peak memory not recorded in both runs"
     limit = a * gate.limit if gate.relative else gate.limit

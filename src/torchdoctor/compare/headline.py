@@ -9,11 +9,13 @@ compile off (A: on)".)
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
+from torchdoctor.compare.curves import Curves
+from torchdoctor.compare.memory import MemoryChange
+from torchdoctor.compare.record import Finding
 from torchdoctor.compare.settings import Setting
 from torchdoctor.compare.stats import Change
-from torchdoctor.compare.timing import Cause
+from torchdoctor.compare.timing import Cause, Collective, Straggler
 from torchdoctor.units import human
 
 MAX_SETTINGS = 3
@@ -124,46 +126,46 @@ def setting_words(differing: list[Setting]) -> list[str]:
     return out
 
 
-def curve_words(curves: dict[str, Any]) -> str:
-    loss = curves.get("loss") or {}
-    if not loss.get("recorded") or not loss.get("compared"):
+def curve_words(curves: Curves) -> str:
+    loss = curves.loss
+    if not loss.recorded or not loss.compared:
         return ""
-    if loss.get("first_difference") is None:
-        grad = curves.get("grad_norm") or {}
-        both = grad.get("recorded") and grad.get("first_difference") is None
+    if loss.first_difference is None:
+        grad = curves.grad_norm
+        both = grad.recorded and grad.first_difference is None
         what = "loss and gradient norm" if both else "loss"
-        return f"{what} bit-identical over {loss['compared']} steps"
-    text = f"loss differs from step {loss['first_difference']}"
-    change = loss.get("final_change")
+        return f"{what} bit-identical over {loss.compared} steps"
+    text = f"loss differs from step {loss.first_difference}"
+    change = loss.final_change
     if change is not None:
         text += f" (final loss {change * 100:+.1f}%)"
     return text
 
 
-def memory_words(memory: dict[str, Any]) -> str:
-    peak = memory.get("peak") or {}
-    if not peak.get("changed"):
+def memory_words(memory: MemoryChange) -> str:
+    peak = memory.peak
+    if not peak.changed or peak.delta is None:
         return ""
-    text = f"peak memory {'+' if peak['delta'] > 0 else '-'}{human(abs(peak['delta']))}"
-    if memory.get("main_kind"):
-        text += f" (mostly {KIND_WORDS.get(memory['main_kind'], memory['main_kind'])})"
+    text = f"peak memory {'+' if peak.delta > 0 else '-'}{human(abs(peak.delta))}"
+    if memory.main_kind:
+        text += f" (mostly {KIND_WORDS.get(memory.main_kind, memory.main_kind)})"
     return text
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class Story:
     """What the headline ties together."""
 
     step: Change
-    curves: dict[str, Any]
-    memory: dict[str, Any]
+    curves: Curves
+    memory: MemoryChange
     phase: str | None = None  # the phase that carries the step's change
     phase_change: Change | None = None
     cause: Cause | None = None  # the module that carries it
     differing: list[Setting] = dataclasses.field(default_factory=list)  # likeliest first
-    new_findings: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-    straggler: dict[str, Any] | None = None
-    collectives: list[dict[str, Any]] | None = None
+    new_findings: list[Finding] = dataclasses.field(default_factory=list)
+    straggler: Straggler | None = None
+    collectives: list[Collective] | None = None
     measured: Change | None = None  # as measured; `step` is judged allowing for the wait for a CPU
     waiting: tuple[float | None, float | None] = (None, None)  # share of each run's time
 
@@ -177,20 +179,20 @@ def headline(story: Story) -> str:
             parts.append(what)
     if s.straggler is not None:
         parts.append(
-            f"rank {s.straggler['rank']}'s {PHASE_WORDS[s.straggler['phase']]} "
-            f"{seconds(s.straggler['delta'], sign=True)} (the other ranks': "
-            f"{seconds(s.straggler['others'], sign=True)})"
+            f"rank {s.straggler.rank}'s {PHASE_WORDS[s.straggler.phase]} "
+            f"{seconds(s.straggler.delta, sign=True)} (the other ranks': "
+            f"{seconds(s.straggler.others, sign=True)})"
         )
     differing = [x for x in s.differing if x.key != "waiting" or _aligned(s)]
     parts += setting_words(differing)
-    moved = [c["phrase"] for c in s.collectives or () if c["phrase"]]
+    moved = [c.phrase for c in s.collectives or () if c.phrase]
     parts += moved[:1]
     mem = memory_words(s.memory)
     if mem:
         parts.append(mem)
     for d in s.new_findings[:2]:
-        where = f" on rank {d['rank']}" if d.get("rank") not in (None, 0) else ""
-        parts.append(f"B has a new {d['kind']}{where}")
+        where = f" on rank {d.rank}" if d.rank not in (None, 0) else ""
+        parts.append(f"B has a new {d.kind}{where}")
     curve = curve_words(s.curves)
     if curve:
         parts.append(curve)

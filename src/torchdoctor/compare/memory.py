@@ -15,7 +15,7 @@ the peak is "other" (on CPU: the interpreter, torch, and tensors of no other kin
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
 
 import numpy as np
 
@@ -95,13 +95,46 @@ def kinds(f: RunFacts, top: float | None) -> dict[str, float]:
     return out
 
 
+@dataclasses.dataclass(frozen=True)
+class Peak:
+    a: float | None
+    b: float | None
+    delta: float | None
+    changed: bool  # by at least MIN_CHANGE of A's peak and MIN_BYTES
+
+
+@dataclasses.dataclass(frozen=True)
+class Pair:
+    """Memory at the end of a phase in each run."""
+
+    a: float | None
+    b: float | None
+
+
+@dataclasses.dataclass(frozen=True)
+class KindBytes:
+    a: float | None
+    b: float | None
+    delta: float  # a kind absent from a run counts as 0 there
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryChange:
+    peak: Peak
+    phases: dict[str, Pair]  # in PHASES order, those either run has
+    kinds: dict[str, KindBytes]  # by kind of tensor, sorted
+    kinds_from: str  # "census" (both runs live) or "estimate"
+    main_kind: str | None  # the kind that moved most in the peak's direction, when it changed
+    device: str  # "cuda" or "cpu"
+
+
 def compare_memory(
     a: RunFacts, b: RunFacts, sa: dict[str, np.ndarray], sb: dict[str, np.ndarray]
-) -> dict[str, Any]:
+) -> MemoryChange:
     pa, pb = peak(a, sa), peak(b, sb)
     ka, kb = kinds(a, pa), kinds(b, pb)
-    by_kind: dict[str, dict[str, Any]] = {
-        k: {"a": ka.get(k), "b": kb.get(k), "delta": kb.get(k, 0.0) - ka.get(k, 0.0)}
+    by_kind = {
+        k: KindBytes(ka.get(k), kb.get(k), kb.get(k, 0.0) - ka.get(k, 0.0))
         for k in sorted(set(ka) | set(kb))
     }
     delta = None if pa is None or pb is None else pb - pa
@@ -110,20 +143,18 @@ def compare_memory(
     main = None
     if changed and by_kind and delta is not None:
         sign = 1.0 if delta > 0 else -1.0
-        k, row = max(by_kind.items(), key=lambda kv: sign * float(kv[1]["delta"]))
-        if sign * float(row["delta"]) > 0:
+        k, row = max(by_kind.items(), key=lambda kv: sign * kv[1].delta)
+        if sign * row.delta > 0:
             main = k
     ph_a, ph_b = phase_peaks(a), phase_peaks(b)
-    return {
-        "peak": {"a": pa, "b": pb, "delta": delta, "changed": changed},
-        "phases": {
-            p: {"a": ph_a.get(p), "b": ph_b.get(p)} for p in PHASES if p in ph_a or p in ph_b
-        },
-        "kinds": by_kind,
-        "kinds_from": "census" if (a.census and b.census) else "estimate",
-        "main_kind": main,
-        "device": "cuda" if on_cuda(a) or on_cuda(b) else "cpu",
-    }
+    return MemoryChange(
+        peak=Peak(pa, pb, delta, changed),
+        phases={p: Pair(ph_a.get(p), ph_b.get(p)) for p in PHASES if p in ph_a or p in ph_b},
+        kinds=by_kind,
+        kinds_from="census" if (a.census and b.census) else "estimate",
+        main_kind=main,
+        device="cuda" if on_cuda(a) or on_cuda(b) else "cpu",
+    )
 
 
 def on_cuda(f: RunFacts) -> bool:

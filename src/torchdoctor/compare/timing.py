@@ -75,7 +75,7 @@ def phases(
 # -- modules ---------------------------------------------------------------------------------
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class ModuleChange:
     module: str
     type: str
@@ -133,7 +133,7 @@ def pattern(name: str) -> str:
     return _INDEX.sub("*", name)
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class Cause:
     """The module (or group of repeated modules) whose change explains a phase's."""
 
@@ -217,52 +217,85 @@ def new_and_vanished(a: RunFacts, b: RunFacts) -> tuple[list[str], list[str]]:
 # -- ranks and collectives -------------------------------------------------------------------
 
 
-def ranks(a: RunFacts, b: RunFacts, noise: float = MIN_EFFECT) -> list[dict[str, Any]] | None:
+@dataclasses.dataclass(frozen=True)
+class RankTimes:
+    """One rank of a job: its median step time and phases, B against A, or the run it is
+    `only_in` ("A" or "B")."""
+
+    rank: int
+    step_time: Change | None = None
+    phases: dict[str, Change] | None = None
+    only_in: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        if self.step_time is None:
+            return {"rank": self.rank, "in": self.only_in}
+        return {"rank": self.rank, "step_time": self.step_time, "phases": self.phases}
+
+
+def ranks(a: RunFacts, b: RunFacts, noise: float = MIN_EFFECT) -> list[RankTimes] | None:
     """Per rank of a job: median step time and phases in each run."""
     if len(a.ranks) < 2 and len(b.ranks) < 2:
         return None
-    out: list[dict[str, Any]] = []
+    out: list[RankTimes] = []
     for rank in sorted(set(a.ranks) | set(b.ranks)):
         ra, rb = a.rank_steps(rank), b.rank_steps(rank)
         if not len(ra["step"]) or not len(rb["step"]):
-            out.append({"rank": rank, "in": "B" if len(rb["step"]) else "A"})
+            out.append(RankTimes(rank, only_in="B" if len(rb["step"]) else "A"))
             continue
         ta, tb, _basis = timed_steps(ra, rb)
         step = step_time(ta, tb, noise)
-        out.append(
-            {
-                "rank": rank,
-                "step_time": step.to_json(),
-                "phases": {p: c.to_json() for p, c in phases(ta, tb, step.a or 0.0, noise).items()},
-            }
-        )
+        out.append(RankTimes(rank, step, phases(ta, tb, step.a or 0.0, noise)))
     return out
 
 
-def straggler(rows: list[dict[str, Any]] | None) -> dict[str, Any] | None:
+@dataclasses.dataclass(frozen=True)
+class Straggler:
+    """A rank whose phase got slower by `delta` seconds while the other ranks' same phase
+    changed by `others` (their median)."""
+
+    rank: int
+    phase: str
+    delta: float
+    others: float
+
+
+def straggler(rows: list[RankTimes] | None) -> Straggler | None:
     """The rank of a job whose phase got slower when the other ranks' same phase did not (by
     less than half as much): a new straggler, and where its time went."""
     if not rows:
         return None
-    both = [r for r in rows if "phases" in r]
+    both = [(r.rank, r.phases) for r in rows if r.phases is not None]
     if len(both) < 2:
         return None
-    best: dict[str, Any] | None = None
+    best: Straggler | None = None
     for phase in PHASES:
-        deltas = {r["rank"]: r["phases"][phase]["delta"] or 0.0 for r in both}
-        for r in both:
-            c = r["phases"][phase]
-            if not c["real"] or (c["delta"] or 0.0) <= 0:
+        deltas = {rank: ph[phase].delta or 0.0 for rank, ph in both}
+        for rank, ph in both:
+            c = ph[phase]
+            if not c.real or c.delta is None or c.delta <= 0:
                 continue
-            others = float(np.median([d for k, d in deltas.items() if k != r["rank"]]))
-            if others >= 0.5 * c["delta"]:
+            others = float(np.median([d for k, d in deltas.items() if k != rank]))
+            if others >= 0.5 * c.delta:
                 continue
-            if best is None or c["delta"] - others > best["delta"] - best["others"]:
-                best = {"rank": r["rank"], "phase": phase, "delta": c["delta"], "others": others}
+            if best is None or c.delta - others > best.delta - best.others:
+                best = Straggler(rank, phase, c.delta, others)
     return best
 
 
-def collectives(a: RunFacts, b: RunFacts) -> list[dict[str, Any]] | None:
+@dataclasses.dataclass(frozen=True)
+class Collective:
+    """One (group, op) of a job, summed over ranks: calls per step and rank, and bytes per
+    call, in A and in B (None: the run has none)."""
+
+    group: str
+    op: str
+    per_step: tuple[float | None, float | None]
+    bytes_per_call: tuple[float | None, float | None]
+    phrase: str  # the headline's words when they moved apart ("" when they did not)
+
+
+def collectives(a: RunFacts, b: RunFacts) -> list[Collective] | None:
     """Per (group, op), summed over ranks: calls per step and bytes per call in each run."""
     if not a.collectives and not b.collectives:
         return None
@@ -286,25 +319,31 @@ def collectives(a: RunFacts, b: RunFacts) -> list[dict[str, Any]] | None:
     rows = []
     for key in sorted(set(pa) | set(pb)):
         x, y = pa.get(key), pb.get(key)
-        row: dict[str, Any] = {
-            "group": key[0],
-            "op": key[1],
-            "per_step": [x and x["per_step"], y and y["per_step"]],
-            "bytes_per_call": [x and x["bytes_per_call"], y and y["bytes_per_call"]],
-            "phrase": "",
-        }
         op = f"{key[1]}" + ("" if key[0] == "default" else f" ({key[0]})")
+        phrase = ""
         if x is None or y is None:
-            row["phrase"] = f"B {'issues' if y else 'no longer issues'} {op}"
+            phrase = f"B {'issues' if y else 'no longer issues'} {op}"
         elif _apart(x["per_step"], y["per_step"]):
-            row["phrase"] = f"B issues {y['per_step']:.3g} {op} per step (A: {x['per_step']:.3g})"
+            phrase = f"B issues {y['per_step']:.3g} {op} per step (A: {x['per_step']:.3g})"
         elif _apart(x["bytes_per_call"], y["bytes_per_call"]):
-            row["phrase"] = (
+            phrase = (
                 f"B's {op} moves {human(y['bytes_per_call'])} per call "
                 f"(A: {human(x['bytes_per_call'])})"
             )
-        rows.append(row)
+        rows.append(
+            Collective(
+                key[0],
+                key[1],
+                (_get(x, "per_step"), _get(y, "per_step")),
+                (_get(x, "bytes_per_call"), _get(y, "bytes_per_call")),
+                phrase,
+            )
+        )
     return rows
+
+
+def _get(row: dict[str, float] | None, key: str) -> float | None:
+    return None if row is None else row[key]
 
 
 def _apart(x: float, y: float) -> bool:

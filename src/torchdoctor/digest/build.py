@@ -1,4 +1,4 @@
-"""A run's digest: everything a report shows, as plain JSON-ready data.
+"""A run's digest: everything a report shows, as records (record.py).
 
 It is built from SQL alone (`execute(sql) -> (columns, rows)`), so a live process (through its
 query route) and a saved run or job (through the same DuckDB views) give the same digest. Long
@@ -19,6 +19,17 @@ import numpy as np
 from torchdoctor._json import dumps, float_text
 from torchdoctor.digest import time_split
 from torchdoctor.digest.downsample import downsample
+from torchdoctor.digest.record import (
+    Diagnosis,
+    Digest,
+    GradHeatmap,
+    ModuleTime,
+    RankStat,
+    RankTimes,
+    Series,
+    SlowModules,
+    Summary,
+)
 from torchdoctor.store.columns import Block
 from torchdoctor.store.schema import STEP_PHASES, split_fixes
 
@@ -71,13 +82,13 @@ def build(
     source: str,
     warnings: Sequence[str] = (),
     steps: dict[str, np.ndarray] | None = None,
-) -> dict[str, Any]:
+) -> Digest:
     """The digest of one run or job: meta, summary, chart series, modules, diagnoses.
 
     `steps` (from `step_columns`) spares a saved run the trip of a million rows through SQL;
     without it they are fetched with `execute`, page by page."""
     diagnoses, omitted = fetch_diagnoses(execute)
-    marked = [d["step"] for d in diagnoses if d["step"] is not None]
+    marked = [d.step for d in diagnoses if d.step is not None]
     if steps is None:
         steps = fetch_steps(execute, marked)
     stats = rank_stats(execute)
@@ -89,26 +100,25 @@ def build(
     compiling = compile_seconds(execute, primary)
     bands, mine["duration"] = time_split.split(mine, mine["duration"], compiling(mine["step"]))
     mine.update(bands)
-    digest: dict[str, Any] = {
-        "version": VERSION,
-        "source": source,
-        "generated": _dt.datetime.now().isoformat(timespec="seconds"),
-        "meta": _meta(meta),
-        "ranks": ranks,
-        "primary_rank": primary,
-        "summary": summary(stats.get(primary), mine, total or 0),
-        "training": training_series(mine, marked, total),
-        "phases": phase_series(mine, marked, total),
-        "memory": memory_series(mine, marked, total),
-        "rank_times": rank_times(steps, stats, marked),
-        "modules": slowest_modules(execute),
-        "grad_heatmap": grad_heatmap(execute, primary),
-        "untraced": untraced(execute, total or 0),
-        "diagnoses": diagnoses,
-        "diagnoses_omitted": omitted,
-        "warnings": list(warnings),
-    }
-    return digest
+    return Digest(
+        version=VERSION,
+        source=source,
+        generated=_dt.datetime.now().isoformat(timespec="seconds"),
+        meta=_meta(meta),
+        ranks=ranks,
+        primary_rank=primary,
+        summary=summary(stats.get(primary), mine, total or 0),
+        training=training_series(mine, marked, total),
+        phases=phase_series(mine, marked, total),
+        memory=memory_series(mine, marked, total),
+        rank_times=rank_times(steps, stats, marked),
+        modules=slowest_modules(execute),
+        grad_heatmap=grad_heatmap(execute, primary),
+        untraced=untraced(execute, total or 0),
+        diagnoses=diagnoses,
+        diagnoses_omitted=omitted,
+        warnings=list(warnings),
+    )
 
 
 # -- queries ---------------------------------------------------------------------------------
@@ -176,7 +186,7 @@ def step_columns(block: Block) -> dict[str, np.ndarray]:
     return out
 
 
-def fetch_diagnoses(execute: Execute) -> tuple[list[dict[str, Any]], int]:
+def fetch_diagnoses(execute: Execute) -> tuple[list[Diagnosis], int]:
     """The diagnoses worth showing: the latest report of each (rank, kind, location) (its
     state: resolved, the finding it follows), the most severe first when there are too many;
     and how many were left out."""
@@ -194,25 +204,25 @@ def fetch_diagnoses(execute: Execute) -> tuple[list[dict[str, Any]], int]:
     out = []
     for i, r in enumerate(shown):
         out.append(
-            {
-                "id": i,
-                "kind": r["kind"],
-                "severity": r["severity"],
-                "step": _int(r["step"]),
-                "rank": _int(r["rank"]),
-                "location": r["location"],
-                "summary": r["summary"],
-                "time": _num(r["time"]),
-                "evidence": _evidence(r["evidence"]),
-                "fixes": split_fixes(r["fix"]),
-                "resolved": _int(r["resolved"]),
-                "follows": r["follows"],
-            }
+            Diagnosis(
+                id=i,
+                kind=r["kind"],
+                severity=r["severity"],
+                step=_int(r["step"]),
+                rank=_int(r["rank"]),
+                location=r["location"],
+                summary=r["summary"],
+                time=_num(r["time"]),
+                evidence=_evidence(r["evidence"]),
+                fixes=split_fixes(r["fix"]),
+                resolved=_int(r["resolved"]),
+                follows=r["follows"],
+            )
         )
     return out, len(found) - len(shown)
 
 
-def slowest_modules(execute: Execute) -> dict[str, Any]:
+def slowest_modules(execute: Execute) -> SlowModules:
     """Forward and backward time per traced step of the modules that take most (inclusive of
     their children), pooled over ranks."""
     names, rows = _run(
@@ -233,21 +243,17 @@ def slowest_modules(execute: Execute) -> dict[str, Any]:
     traced = max((_int(r["steps"]) or 0 for r in recs), default=0)
     per = max(traced, 1)
     items = [
-        {
-            "module": r["module"],
-            "type": r["type"],
-            "forward": (_num(r["forward"]) or 0.0) / per,
-            "backward": (_num(r["backward"]) or 0.0) / per,
-            "calls": (_int(r["calls"]) or 0) / per,
-        }
+        ModuleTime(
+            module=r["module"],
+            type=r["type"],
+            forward=(_num(r["forward"]) or 0.0) / per,
+            backward=(_num(r["backward"]) or 0.0) / per,
+            calls=(_int(r["calls"]) or 0) / per,
+        )
         for r in chosen
     ]
-    items.sort(key=lambda m: -(m["forward"] + m["backward"]))
-    return {
-        "traced_steps": traced,
-        "items": items[:MAX_MODULES],
-        "more": max(0, len(items) - MAX_MODULES),
-    }
+    items.sort(key=lambda m: -(m.forward + m.backward))
+    return SlowModules(traced, items[:MAX_MODULES], max(0, len(items) - MAX_MODULES))
 
 
 def untraced(execute: Execute, steps: int) -> str | None:
@@ -269,7 +275,7 @@ def untraced(execute: Execute, steps: int) -> str | None:
     return "short" if steps <= 1 else "off"
 
 
-def grad_heatmap(execute: Execute, rank: int) -> dict[str, Any]:
+def grad_heatmap(execute: Execute, rank: int) -> GradHeatmap:
     """Per-module gradient norms over the traced steps of one rank: log10 of the largest norm
     in each (module, column of steps) cell."""
     names, rows = _run(
@@ -279,9 +285,8 @@ def grad_heatmap(execute: Execute, rank: int) -> dict[str, Any]:
     )
     head = dict(zip(names, rows[0], strict=True)) if rows else {}
     count, lo, hi = _int(head.get("n")) or 0, _int(head.get("lo")), _int(head.get("hi"))
-    empty = {"rank": rank, "steps": [], "width": 1, "modules": [], "cells": [], "more": 0}
     if not count or lo is None or hi is None:
-        return empty
+        return GradHeatmap(rank, [], 1, [], [], 0)
     width = 1 if count <= MAX_HEAT_COLUMNS else -(-(hi - lo + 1) // MAX_HEAT_COLUMNS)
     names, rows = _run(
         execute,
@@ -313,14 +318,7 @@ def grad_heatmap(execute: Execute, rank: int) -> dict[str, Any]:
         else:
             cells.append([xpos[int(r["col"])], y, _round(math.log10(g)), _round(g)])
     cells.sort()
-    return {
-        "rank": rank,
-        "steps": columns,
-        "width": width,
-        "modules": modules,
-        "cells": cells,
-        "more": more,
-    }
+    return GradHeatmap(rank, columns, width, modules, cells, more)
 
 
 # -- series ----------------------------------------------------------------------------------
@@ -370,12 +368,12 @@ def compile_seconds(execute: Execute, rank: int) -> Callable[[np.ndarray], np.nd
 
 def summary(
     stats: dict[str, Any] | None, steps: dict[str, np.ndarray] | None = None, total: int = 0
-) -> dict[str, Any]:
+) -> Summary:
     """The rank's totals. Its time split comes from `steps` (the rank's step rows, compile
     bands in) when they are all of them, else from the totals of SQL (a very long live run,
     its compile time left in the phases)."""
     if not stats or not _int(stats["steps"]):
-        return {"steps": 0}
+        return Summary(0)
     duration = _num(stats["duration"])
     if steps is not None and len(steps["step"]) == total:
         phases = time_split.totals({p: steps[p] for p in time_split.SHOWN})
@@ -384,48 +382,50 @@ def summary(
         phases = {p: _num(stats.get(p)) or 0.0 for p in time_split.SHOWN}
     first = _num(stats["first_loss"])
     last = _num(stats["last_loss"])
-    return {
-        "steps": _int(stats["steps"]),
-        "first_step": _int(stats["first_step"]),
-        "last_step": _int(stats["last_step"]),
-        "duration": duration,
-        "step_time_median": _num(stats["median"]),
-        "phases": phases,
-        "skipped": _int(stats["skipped"]) or 0,
-        "first_loss": None if first is None else _finite_or_text(first),
-        "last_loss": None if last is None else _finite_or_text(last),
-        "peak_memory": _int(stats["peak_memory"]),
-    }
+    return Summary(
+        steps=_int(stats["steps"]) or 0,
+        first_step=_int(stats["first_step"]),
+        last_step=_int(stats["last_step"]),
+        duration=duration,
+        step_time_median=_num(stats["median"]),
+        phases=phases,
+        skipped=_int(stats["skipped"]) or 0,
+        first_loss=None if first is None else _finite_or_text(first),
+        last_loss=None if last is None else _finite_or_text(last),
+        peak_memory=_int(stats["peak_memory"]),
+    )
 
 
 def training_series(
     steps: dict[str, np.ndarray], marked: Sequence[int], total: int | None = None
-) -> dict[str, Any]:
+) -> Series:
     cols = ("loss", "grad_norm", "lr")
     return _series(steps, cols, ("loss", "grad_norm"), marked, log=True, total=total)
 
 
 def phase_series(
     steps: dict[str, np.ndarray], marked: Sequence[int], total: int | None = None
-) -> dict[str, Any]:
+) -> Series:
     shown = ("duration", *time_split.SHOWN)
     return _series(steps, shown, ("duration", "data_wait"), marked, total=total)
 
 
 def memory_series(
     steps: dict[str, np.ndarray], marked: Sequence[int], total: int | None = None
-) -> dict[str, Any]:
+) -> Series:
     cols = ("allocated", "reserved", "max_allocated")
     return _series(steps, cols, cols, marked, total=total)
 
 
 def rank_times(
     steps: dict[str, np.ndarray], stats: dict[int, dict[str, Any]], marked: Sequence[int]
-) -> dict[str, Any]:
+) -> RankTimes:
     """Step time of every rank, for a job; each rank downsampled on its own."""
-    out: dict[str, Any] = {"ranks": [], "series": [], "stats": []}
     if len(stats) < 2:
-        return out
+        return RankTimes([], [], [])
+    ranks: list[int] = []
+    series: list[Series] = []
+    rows: list[RankStat] = []
     budget = max(200, MAX_POINTS // len(stats))
     for rank, st in sorted(stats.items()):
         mine = steps_of_rank(steps, rank)
@@ -435,19 +435,19 @@ def rank_times(
         s = _series(
             mine, ("duration", "data_wait"), ("duration",), marked, budget=budget, total=total
         )
-        out["ranks"].append(rank)
-        out["series"].append(s)
-        out["stats"].append(
-            {
-                "rank": rank,
-                "steps": total,
-                "mean": _num(st["mean"]),
-                "median": _num(st["median"]),
-                "max": _num(st["max"]),
-                "data_wait": _num(st["data_wait_mean"]),
-            }
+        ranks.append(rank)
+        series.append(s)
+        rows.append(
+            RankStat(
+                rank=rank,
+                steps=total,
+                mean=_num(st["mean"]),
+                median=_num(st["median"]),
+                max=_num(st["max"]),
+                data_wait=_num(st["data_wait_mean"]),
+            )
         )
-    return out
+    return RankTimes(ranks, series, rows)
 
 
 def _series(
@@ -458,29 +458,29 @@ def _series(
     log: bool = False,
     budget: int = MAX_POINTS,
     total: int | None = None,
-) -> dict[str, Any]:
+) -> Series:
     """`total`: the rank's steps in all, when `steps` holds a first selection of them."""
     x = steps["step"]
     idx = downsample(x, [steps[c] for c in extremes], budget, keep=marked)
-    out: dict[str, Any] = {
-        "total": len(x) if total is None else total,
-        "kept": len(idx),
-        "step": x[idx].tolist(),
-    }
+    values: dict[str, list[float | int | None]] = {}
     scales: dict[str, str] = {}
     nonfinite: dict[str, list[int]] = {}
     for c in columns:
         v = steps[c][idx]
-        out[c] = [_round(float(f)) if math.isfinite(f) else None for f in v.tolist()]
+        values[c] = [_round(float(f)) if math.isfinite(f) else None for f in v.tolist()]
         bad = ~np.isfinite(steps[c]) & ~_null(steps, c)
         if bad.any():
             nonfinite[c] = x[bad][:MAX_POINTS].tolist()
         if log:
             scales[c] = "log" if spans_decades(steps[c]) else "linear"
-    if log:
-        out["scale"] = scales
-    out["nonfinite"] = nonfinite
-    return out
+    return Series(
+        total=len(x) if total is None else total,
+        kept=len(idx),
+        step=x[idx].tolist(),
+        values=values,
+        scale=scales if log else None,
+        nonfinite=nonfinite,
+    )
 
 
 def spans_decades(values: np.ndarray, decades: float = DECADES_FOR_LOG) -> bool:

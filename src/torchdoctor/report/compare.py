@@ -12,7 +12,10 @@ import html
 from importlib import resources
 from typing import Any
 
+from torchdoctor.compare.record import Comparison, RunInfo
 from torchdoctor.compare.settings import UNKNOWN
+from torchdoctor.compare.stats import Change
+from torchdoctor.digest.record import Digest
 from torchdoctor.report.summary import seconds
 from torchdoctor.units import human
 
@@ -44,45 +47,41 @@ def _bytes(value: float | None, sign: bool = False) -> str:
     return human(value)
 
 
-def _interval(c: dict[str, Any]) -> str:
-    if c.get("interval") is None:
+def _interval(c: Change) -> str:
+    if c.low is None:
         return "-"
-    low, high = c["interval"]
-    return f"{low:.2f}..{high:.2f}"
+    return f"{c.low:.2f}..{c.high:.2f}"
 
 
-def _verdict(c: dict[str, Any]) -> str:
-    if c.get("interval") is None:
+def _verdict(c: Change) -> str:
+    if c.low is None:
         return "too few values"
-    return "REAL" if c["real"] else "noise"
+    return "REAL" if c.real else "noise"
 
 
-def _ratio(c: dict[str, Any]) -> str:
-    return "-" if c.get("ratio") is None else f"{c['ratio']:.2f}"
+def _ratio(c: Change) -> str:
+    return "-" if c.ratio is None else f"{c.ratio:.2f}"
 
 
-def timing_rows(r: dict[str, Any]) -> list[list[str]]:
+def timing_rows(r: Comparison) -> list[list[str]]:
     rows = [["", "A", "B", "B/A", "95% interval", ""]]
-    step = r["step_time"]
-    rows.append(
-        ["step", _s(step["a"]), _s(step["b"]), _ratio(step), _interval(step), _verdict(step)]
-    )
-    for p, c in r["phases"].items():
+    step = r.step_time.change
+    rows.append(["step", _s(step.a), _s(step.b), _ratio(step), _interval(step), _verdict(step)])
+    for p, c in r.phases.items():
         rows.append(
-            [f"  {PHASE_LABELS[p]}", _s(c["a"]), _s(c["b"]), _ratio(c), _interval(c), _verdict(c)]
+            [f"  {PHASE_LABELS[p]}", _s(c.a), _s(c.b), _ratio(c), _interval(c), _verdict(c)]
         )
     return rows
 
 
-def module_rows(r: dict[str, Any]) -> list[list[str]]:
+def module_rows(r: Comparison) -> list[list[str]]:
     rows = [["stage", "module", "A", "B", "change", "share of step", ""]]
-    for m in r["modules"]["changes"][:MODULES_SHOWN]:
-        sa, sb = m["share"]
+    for m in r.modules.changes[:MODULES_SHOWN]:
+        sa, sb = m.share
         share = f"{_pct(sa)} -> {_pct(sb)}"
-        status = {"new": "new in B", "vanished": "only in A"}.get(m["status"], _verdict(m))
-        rows.append(
-            [m["stage"], m["module"], _s(m["a"]), _s(m["b"]), _signed(m["delta"]), share, status]
-        )
+        c = m.change
+        status = {"new": "new in B", "vanished": "only in A"}.get(m.status, _verdict(c))
+        rows.append([m.stage, m.module, _s(c.a), _s(c.b), _signed(c.delta), share, status])
     return rows
 
 
@@ -102,33 +101,30 @@ def _table(rows: list[list[str]], indent: str = "  ") -> list[str]:
     return out
 
 
-def curve_lines(r: dict[str, Any]) -> list[str]:
-    c = r["curves"]
-    out = [
-        f"  steps: A {c['steps'][0]}, B {c['steps'][1]}; {c['common_steps']} with the same number"
-    ]
-    for name, label in (("loss", "loss"), ("grad_norm", "gradient norm")):
-        s = c[name]
-        if not s["recorded"]:
+def curve_lines(r: Comparison) -> list[str]:
+    c = r.curves
+    out = [f"  steps: A {c.steps[0]}, B {c.steps[1]}; {c.common_steps} with the same number"]
+    for s, label in ((c.loss, "loss"), (c.grad_norm, "gradient norm")):
+        if not s.recorded:
             out.append(f"  {label}: not recorded")
             continue
-        final = s["final"]
+        final = s.final
         ends = f"final {_num(final[0])} (A) and {_num(final[1])} (B)"
-        if s.get("final_change") is not None:
-            ends += f", {s['final_change'] * 100:+.1f}%"
-        if s["first_difference"] is None:
-            out.append(f"  {label}: bit-identical over {s['compared']} steps; {ends}")
+        if s.final_change is not None:
+            ends += f", {s.final_change * 100:+.1f}%"
+        first = s.first_difference
+        if first is None or s.at_first is None:
+            out.append(f"  {label}: bit-identical over {s.compared} steps; {ends}")
             continue
-        first = s["first_difference"]
         same = f"bit-identical up to step {first - 1}" if first > 0 else "differs from step 0"
         out.append(
-            f"  {label}: {same}; at step {first}: {_num(s['at_first'][0])} (A), "
-            f"{_num(s['at_first'][1])} (B)"
+            f"  {label}: {same}; at step {first}: {_num(s.at_first[0])} (A), "
+            f"{_num(s.at_first[1])} (B)"
         )
-        if s.get("gap_median") is not None:
+        if s.gap_median is not None and s.gap_max is not None:
             out.append(
-                f"    after it the curves are {s['gap_median'] * 100:.2g}% apart (median), "
-                f"{s['gap_max'] * 100:.2g}% at most; {ends}"
+                f"    after it the curves are {s.gap_median * 100:.2g}% apart (median), "
+                f"{s.gap_max * 100:.2g}% at most; {ends}"
             )
     return out
 
@@ -137,89 +133,85 @@ def _num(value: Any) -> str:
     return f"{value:.6g}" if isinstance(value, float) else "-" if value is None else str(value)
 
 
-def render_compare(r: dict[str, Any]) -> str:
-    a, b = r["a"], r["b"]
+def render_compare(r: Comparison) -> str:
+    a, b = r.a, r.b
     out = [
-        f"A: {a['source']} ({a['steps']} steps{_ranks(a)})",
-        f"B: {b['source']} ({b['steps']} steps{_ranks(b)})",
+        f"A: {a.source} ({a.steps} steps{_ranks(a)})",
+        f"B: {b.source} ({b.steps} steps{_ranks(b)})",
         "",
-        r["headline"],
+        r.headline,
         "",
-        f"Time per step (medians over {r['steps_compared']}; real: the whole 95% interval "
+        f"Time per step (medians over {r.steps_compared}; real: the whole 95% interval "
         "of B/A lies beyond the noise floor)",
         *_table(timing_rows(r)),
         *waiting_lines(r),
     ]
-    mods = r["modules"]
-    if mods["changes"]:
-        ta, tb = mods["traced_steps"]
+    mods = r.modules
+    if mods.changes:
+        ta, tb = mods.traced_steps
         out += [
             "",
             f"Modules that changed most (time per traced step, children included; {ta} and "
             f"{tb} traced steps)",
             *_table(module_rows(r)),
         ]
-        cause = (r.get("cause") or {}).get("module")
+        cause = r.cause.module
         if cause:
-            many = f", {cause['instances']} modules" if cause["instances"] > 1 else ""
+            many = f", {cause.instances} modules" if cause.instances > 1 else ""
             out.append(
-                f"  the change is carried by {cause['stage']} of {cause['module']}"
-                f" ({_signed(cause['delta'])}{many})"
+                f"  the change is carried by {cause.stage} of {cause.module}"
+                f" ({_signed(cause.delta)}{many})"
             )
-    if mods["new"]:
-        out.append(f"  new in B: {', '.join(mods['new'][:20])}")
-    if mods["vanished"]:
-        out.append(f"  only in A: {', '.join(mods['vanished'][:20])}")
+    if mods.new:
+        out.append(f"  new in B: {', '.join(mods.new[:20])}")
+    if mods.vanished:
+        out.append(f"  only in A: {', '.join(mods.vanished[:20])}")
     out += ["", *memory_lines(r)]
-    if r.get("ranks"):
+    if r.ranks:
         out += ["", "Ranks (median step time)"]
-        for row in r["ranks"]:
-            if "step_time" not in row:
-                out.append(f"  rank {row['rank']}: only in {row['in']}")
+        for row in r.ranks:
+            c = row.step_time
+            if c is None:
+                out.append(f"  rank {row.rank}: only in {row.only_in}")
                 continue
-            c = row["step_time"]
             out.append(
-                f"  rank {row['rank']}: {_s(c['a'])} -> {_s(c['b'])} "
+                f"  rank {row.rank}: {_s(c.a)} -> {_s(c.b)} "
                 f"(B/A {_ratio(c)}, {_interval(c)}, {_verdict(c)})"
             )
-    if r.get("collectives"):
+    if r.collectives:
         out += ["", "Collectives (per step and rank; bytes per call)"]
-        for row in r["collectives"]:
-            pa, pb = row["per_step"]
-            ba, bb = row["bytes_per_call"]
+        for col in r.collectives:
+            pa, pb = col.per_step
+            ba, bb = col.bytes_per_call
             out.append(
-                f"  {row['op']} ({row['group']}): {_num(pa)} -> {_num(pb)} per step, "
+                f"  {col.op} ({col.group}): {_num(pa)} -> {_num(pb)} per step, "
                 f"{_bytes(ba)} -> {_bytes(bb)} per call"
             )
     out += ["", "Loss and gradient norm", *curve_lines(r)]
     out += ["", "How they were run", *settings_lines(r)]
-    if r.get("script_diff"):
-        out += ["", "The script's diff", *("  " + x for x in r["script_diff"].splitlines())]
-    found = r["diagnoses"]
-    if found["new"] or found["gone"]:
+    if r.script_diff:
+        out += ["", "The script's diff", *("  " + x for x in r.script_diff.splitlines())]
+    found = r.diagnoses
+    if found.new or found.gone:
         out += ["", "Findings"]
-        for d in found["new"]:
-            out.append(
-                f"  new in B: {d['kind']} ({d['severity']}, rank {d['rank']}): {d['summary']}"
-            )
-        for d in found["gone"]:
-            out.append(
-                f"  only in A: {d['kind']} ({d['severity']}, rank {d['rank']}): {d['summary']}"
-            )
-    if r.get("gates"):
+        for d in found.new:
+            out.append(f"  new in B: {d.kind} ({d.severity}, rank {d.rank}): {d.summary}")
+        for d in found.gone:
+            out.append(f"  only in A: {d.kind} ({d.severity}, rank {d.rank}): {d.summary}")
+    if r.gates:
         out += ["", "Gates (--fail-if)"]
-        for g in r["gates"]:
-            out.append(f"  {'FAILED' if g['exceeded'] else 'passed'}  {g['gate']}: {g['why']}")
+        for g in r.gates:
+            out.append(f"  {'FAILED' if g.exceeded else 'passed'}  {g.gate}: {g.why}")
     return "\n".join(out)
 
 
-def waiting_lines(r: dict[str, Any]) -> list[str]:
-    wa, wb = r["waiting_for_cpu"]
+def waiting_lines(r: Comparison) -> list[str]:
+    wa, wb = r.waiting_for_cpu
     if wa is None or wb is None:
         return [
             "  (how long each run waited for a CPU was not recorded: the verdict is as measured)"
         ]
-    up, down = r["step_time"]["machine_allows"]
+    up, down = r.step_time.machine_allows
     out = [
         f"  waiting for a CPU (the main thread, runnable): {wa:.0%} of A's time, {wb:.0%} of B's"
     ]
@@ -232,56 +224,53 @@ def waiting_lines(r: dict[str, Any]) -> list[str]:
     return out
 
 
-def _ranks(run: dict[str, Any]) -> str:
-    return f", ranks {', '.join(map(str, run['ranks']))}" if len(run["ranks"]) > 1 else ""
+def _ranks(run: RunInfo) -> str:
+    return f", ranks {', '.join(map(str, run.ranks))}" if len(run.ranks) > 1 else ""
 
 
-def memory_lines(r: dict[str, Any]) -> list[str]:
-    m = r["memory"]
-    what = "the caching allocator's" if m["device"] == "cuda" else "CPU: resident set size"
-    peak = m["peak"]
+def memory_lines(r: Comparison) -> list[str]:
+    m = r.memory
+    what = "the caching allocator's" if m.device == "cuda" else "CPU: resident set size"
+    peak = m.peak
     out = [
         f"Memory ({what})",
-        f"  peak: {_bytes(peak['a'])} (A), {_bytes(peak['b'])} (B), {_bytes(peak['delta'], True)}",
+        f"  peak: {_bytes(peak.a)} (A), {_bytes(peak.b)} (B), {_bytes(peak.delta, True)}",
     ]
-    for phase, row in m["phases"].items():
-        out.append(f"  end of {phase}: {_bytes(row['a'])} (A), {_bytes(row['b'])} (B)")
-    if m["kinds"]:
+    for phase, row in m.phases.items():
+        out.append(f"  end of {phase}: {_bytes(row.a)} (A), {_bytes(row.b)} (B)")
+    if m.kinds:
         how = (
             "live census"
-            if m["kinds_from"] == "census"
+            if m.kinds_from == "census"
             else "parameters and gradients counted, activations measured"
         )
         out.append(f"  by kind ({how}):")
-        for kind, row in m["kinds"].items():
-            out.append(
-                f"    {kind}: {_bytes(row['a'])} (A), {_bytes(row['b'])} (B), "
-                f"{_bytes(row['delta'], True)}"
-            )
+        for kind, k in m.kinds.items():
+            out.append(f"    {kind}: {_bytes(k.a)} (A), {_bytes(k.b)} (B), {_bytes(k.delta, True)}")
     return out
 
 
-def settings_lines(r: dict[str, Any]) -> list[str]:
-    differ = [s for s in r["settings"] if s["differs"]]
-    same = [s for s in r["settings"] if not s["differs"]]
+def settings_lines(r: Comparison) -> list[str]:
+    differ = [s for s in r.settings if s.differs]
+    same = [s for s in r.settings if not s.differs]
     out = []
     if not differ:
         out.append("  no recorded setting differs")
     for s in differ:
-        out.append(f"  DIFFERS {s['label']}: {s['a'] or '(none)'} (A) -> {s['b'] or '(none)'} (B)")
-    shown = [s for s in same if not s["key"].startswith("env:") and s["a"] == s["b"]]
+        out.append(f"  DIFFERS {s.label}: {s.a or '(none)'} (A) -> {s.b or '(none)'} (B)")
+    shown = [s for s in same if not s.key.startswith("env:") and s.a == s.b]
     if shown:
-        out.append("  same: " + "; ".join(f"{s['label']} {s['a'] or '(none)'}" for s in shown))
-    unknown = [s["label"] for s in same if UNKNOWN in (s["a"], s["b"])]
-    close = [s for s in same if s["a"] != s["b"] and UNKNOWN not in (s["a"], s["b"])]
+        out.append("  same: " + "; ".join(f"{s.label} {s.a or '(none)'}" for s in shown))
+    unknown = [s.label for s in same if UNKNOWN in (s.a, s.b)]
+    close = [s for s in same if s.a != s.b and UNKNOWN not in (s.a, s.b)]
     for s in close:
-        out.append(f"  close enough: {s['label']} {s['a']} (A), {s['b']} (B)")
+        out.append(f"  close enough: {s.label} {s.a} (A), {s.b} (B)")
     if unknown:
         out.append("  not recorded in one run: " + ", ".join(unknown))
     return out
 
 
-def html_section(r: dict[str, Any]) -> str:
+def html_section(r: Comparison) -> str:
     """The report's "compared with" section (the page's own styles)."""
     e = html.escape
     rows = "".join(
@@ -290,25 +279,25 @@ def html_section(r: dict[str, Any]) -> str:
     mods = "".join(
         "<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in module_rows(r)[1:]
     )
-    diff = [s for s in r["settings"] if s["differs"]]
+    diff = [s for s in r.settings if s.differs]
     settings = (
         "".join(
-            f"<li>{e(s['label'])}: <code>{e(s['a'] or '(none)')}</code> &rarr; "
-            f"<code>{e(s['b'] or '(none)')}</code></li>"
+            f"<li>{e(s.label)}: <code>{e(s.a or '(none)')}</code> &rarr; "
+            f"<code>{e(s.b or '(none)')}</code></li>"
             for s in diff
         )
         or "<li>no recorded setting differs</li>"
     )
     parts = [
         '<section id="compared-with"><h2>Compared with</h2>',
-        f'<p class="note">A (baseline): <code>{e(str(r["a"]["source"]))}</code>; '
-        f"B (this run): <code>{e(str(r['b']['source']))}</code>. The charts above draw the "
+        f'<p class="note">A (baseline): <code>{e(str(r.a.source))}</code>; '
+        f"B (this run): <code>{e(str(r.b.source))}</code>. The charts above draw the "
         "baseline dashed.</p>",
-        f'<p class="headline"><b>{e(r["headline"])}</b></p>',
+        f'<p class="headline"><b>{e(r.headline)}</b></p>',
         '<table class="grid"><tr><th></th><th>A</th><th>B</th><th>B/A</th>'
         f"<th>95% interval</th><th></th></tr>{rows}</table>",
     ]
-    if r["modules"]["changes"]:
+    if r.modules.changes:
         parts.append(
             '<table class="grid"><tr><th>stage</th><th>module</th><th>A</th><th>B</th>'
             f"<th>change</th><th>share of step</th><th></th></tr>{mods}</table>"
@@ -316,24 +305,23 @@ def html_section(r: dict[str, Any]) -> str:
     parts.append(f"<ul>{settings}</ul>")
     loss = "".join(f"<li>{e(x.strip())}</li>" for x in curve_lines(r))
     parts.append(f"<ul>{loss}</ul>")
-    if r.get("script_diff"):
+    if r.script_diff:
         parts.append(
-            "<details><summary>The script's diff</summary>"
-            f"<pre>{e(r['script_diff'])}</pre></details>"
+            f"<details><summary>The script's diff</summary><pre>{e(r.script_diff)}</pre></details>"
         )
     parts.append("</section>")
     return "".join(parts)
 
 
-def baseline_section(digest: dict[str, Any]) -> str:
+def baseline_section(digest: Digest) -> str:
     """The report's "Compared with" section, when the digest has a baseline."""
-    base = digest.get("baseline")
-    return html_section(base["comparison"]) if base else ""
+    base = digest.baseline
+    return html_section(base.comparison) if base else ""
 
 
-def baseline_script(digest: dict[str, Any]) -> str:
+def baseline_script(digest: Digest) -> str:
     """The script element that overlays the baseline's curves, when there is one."""
-    if not digest.get("baseline"):
+    if not digest.baseline:
         return ""
     code = (resources.files("torchdoctor.report") / "assets" / "compare.js").read_text("utf-8")
     if "</script" in code.lower():

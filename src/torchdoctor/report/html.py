@@ -8,6 +8,7 @@ from importlib import resources
 from typing import Any
 
 from torchdoctor._json import dumps
+from torchdoctor.digest.record import Digest, GradHeatmap, SlowModules, Summary
 from torchdoctor.digest.time_split import LABELS, shown
 from torchdoctor.report.compare import baseline_script, baseline_section
 from torchdoctor.report.summary import seconds
@@ -22,9 +23,9 @@ def asset(name: str) -> str:
     return (_ASSETS / name).read_text(encoding="utf-8")
 
 
-def render(digest: dict[str, Any]) -> str:
+def render(digest: Digest) -> str:
     e = html.escape
-    source = str(digest.get("source") or "")
+    source = str(digest.source or "")
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -34,7 +35,7 @@ def render(digest: dict[str, Any]) -> str:
         "</head><body>",
         "<header>",
         "<h1>torchdoctor report</h1>",
-        f'<p class="meta">{_meta_line(digest)}</p>',
+        f'<p class="meta">{_meta_line(digest.source, digest.meta, digest.ranks)}</p>',
         _cards(digest),
         "</header><main>",
         _warnings(digest),
@@ -45,7 +46,7 @@ def render(digest: dict[str, Any]) -> str:
             "Loss and gradient norm",
             "Triangles at the top mark steps whose value was not finite (NaN or infinite). "
             "Scroll on a chart to zoom; the step charts zoom together.",
-            bool(digest["training"]["step"]),
+            bool(digest.training.step),
         ),
         _chart_section(
             digest,
@@ -54,8 +55,8 @@ def render(digest: dict[str, Any]) -> str:
             "data: waiting for the DataLoader; forward; evaluation: model calls with gradients "
             "off (an evaluation pass between steps); compile: torch.compile compiling (taken out "
             "of the phase it happened in); backward; optimizer; other: the rest of the step "
-            "(zero_grad, logging, your code). " + _phase_split(digest["summary"]),
-            bool(digest["phases"]["step"]),
+            "(zero_grad, logging, your code). " + _phase_split(digest.summary),
+            bool(digest.phases.step),
         ),
         _chart_section(
             digest,
@@ -63,30 +64,30 @@ def render(digest: dict[str, Any]) -> str:
             "Memory",
             "On CUDA the caching allocator's allocated, reserved and peak bytes; on CPU the "
             "resident set size (and its peak).",
-            bool(digest["memory"]["step"]),
+            bool(digest.memory.step),
         ),
         _chart_section(
             digest,
             "chart-modules",
             "Slowest modules",
-            _modules_note(digest["modules"], digest.get("untraced")),
-            bool(digest["modules"]["items"]),
-            rows=len(digest["modules"]["items"]),
+            _modules_note(digest.modules, digest.untraced),
+            bool(digest.modules.items),
+            rows=len(digest.modules.items),
         ),
         _chart_section(
             digest,
             "chart-heatmap",
             "Gradient norm per module",
-            _heatmap_note(digest["grad_heatmap"], digest.get("untraced")),
-            bool(digest["grad_heatmap"]["cells"]),
-            rows=len(digest["grad_heatmap"]["modules"]),
+            _heatmap_note(digest.grad_heatmap, digest.untraced),
+            bool(digest.grad_heatmap.cells),
+            rows=len(digest.grad_heatmap.modules),
         ),
         _ranks_section(digest),
         baseline_section(digest),
         '<pre id="td-errors" hidden></pre>',
         "</main>",
         "<footer>Written by torchdoctor from "
-        f"{e(source)} on {e(str(digest.get('generated') or ''))}. Charts drawn with "
+        f"{e(source)} on {e(str(digest.generated or ''))}. Charts drawn with "
         f"Apache ECharts {ECHARTS_VERSION} (Apache License 2.0), included in this file.</footer>",
         f'<script type="application/json" id="td-digest">{embed_json(digest)}</script>',
         f"<script>{_script_safe(asset('echarts.min.js'))}</script>",
@@ -109,12 +110,11 @@ def _script_safe(code: str) -> str:
     return code
 
 
-def _meta_line(digest: dict[str, Any]) -> str:
+def _meta_line(source: str, meta: dict[str, Any], ranks: list[int]) -> str:
     """Paths and the command may break anywhere (they are long); the other parts (a time, the
     host, the status) only between words, never inside a number."""
     e = html.escape
-    meta = digest.get("meta") or {}
-    bits = [f"<code>{e(str(digest.get('source') or ''))}</code>"]
+    bits = [f"<code>{e(str(source or ''))}</code>"]
     if meta.get("command"):
         bits.append(f"<code>{e(str(meta['command']))}</code>")
     words = []
@@ -134,7 +134,6 @@ def _meta_line(digest: dict[str, Any]) -> str:
         if meta.get("exit_code") not in (None, 0):
             status += f" (exit code {meta['exit_code']})"
         words.append(e(status))
-    ranks = digest.get("ranks") or []
     if len(ranks) > 1 or meta.get("world_size"):
         size = meta.get("world_size") or len(ranks)
         words.append(f"job of {size} ranks; read: {', '.join(str(r) for r in ranks)}")
@@ -154,20 +153,20 @@ def _when(started: str, ended: Any) -> str:
     return f"{start} to {end[11:] if same_day else end}"
 
 
-def _cards(digest: dict[str, Any]) -> str:
-    s = digest["summary"]
-    found = digest["diagnoses"]
-    errors = sum(1 for d in found if d["severity"] == "error")
-    cards = [(f"{s.get('steps', 0):,}", "steps" + _rank_note(digest))]
-    if s.get("steps"):
-        total = s["duration"] or 1e-12
-        top = max(s["phases"], key=lambda p: s["phases"][p])
+def _cards(digest: Digest) -> str:
+    s = digest.summary
+    found = digest.diagnoses
+    errors = sum(1 for d in found if d.severity == "error")
+    cards = [(f"{s.steps:,}", "steps" + _rank_note(digest))]
+    if s.steps:
+        total = s.duration or 1e-12
+        top = max(s.phases, key=lambda p: s.phases[p])
         cards += [
-            (seconds(s["duration"]), "step time in all"),
-            (seconds(s["step_time_median"]), "median step"),
-            (f"{LABELS[top]} {100 * s['phases'][top] / total:.0f}%", "largest phase"),
-            (_value(s.get("last_loss")), "last loss"),
-            (_bytes(s.get("peak_memory")), "peak memory"),
+            (_seconds(s.duration), "step time in all"),
+            (_seconds(s.step_time_median), "median step"),
+            (f"{LABELS[top]} {100 * s.phases[top] / total:.0f}%", "largest phase"),
+            (_value(s.last_loss), "last loss"),
+            (_bytes(s.peak_memory), "peak memory"),
         ]
     cards.append((str(len(found)), f"diagnoses ({errors} errors)"))
     return (
@@ -180,30 +179,30 @@ def _cards(digest: dict[str, Any]) -> str:
     )
 
 
-def _phase_split(s: dict[str, Any]) -> str:
-    if not s.get("steps"):
+def _phase_split(s: Summary) -> str:
+    if not s.steps:
         return ""
-    total = s["duration"] or 1e-12
-    phases = s["phases"]
+    total = s.duration or 1e-12
+    phases = s.phases
     split = ", ".join(f"{LABELS[p]} {100 * phases[p] / total:.0f}%" for p in shown(phases))
     return f"Over the whole run: {split}."
 
 
-def _rank_note(digest: dict[str, Any]) -> str:
-    return f" (rank {digest['primary_rank']})" if len(digest.get("ranks") or []) > 1 else ""
+def _rank_note(digest: Digest) -> str:
+    return f" (rank {digest.primary_rank})" if len(digest.ranks) > 1 else ""
 
 
-def _warnings(digest: dict[str, Any]) -> str:
-    warnings = digest.get("warnings") or []
+def _warnings(digest: Digest) -> str:
+    warnings = digest.warnings
     if not warnings:
         return ""
     items = "".join(f"<li>{html.escape(w)}</li>" for w in warnings)
     return f'<section class="warnings"><h2>Read with warnings</h2><ul>{items}</ul></section>'
 
 
-def _diagnoses(digest: dict[str, Any]) -> str:
+def _diagnoses(digest: Digest) -> str:
     e = html.escape
-    found = digest["diagnoses"]
+    found = digest.diagnoses
     out = ['<section id="diagnoses"><h2>Diagnoses</h2>']
     if not found:
         out.append('<p class="empty">No problems found.</p>')
@@ -213,31 +212,31 @@ def _diagnoses(digest: dict[str, Any]) -> str:
             "click a mark to come back here.</p>"
         )
     for d in found:
-        sev = e(str(d["severity"]))
+        sev = e(str(d.severity))
         where = []
-        if d.get("step") is not None:
-            where.append(f"step {d['step']}")
-        if len(digest.get("ranks") or []) > 1 and d.get("rank") is not None:
-            where.append(f"rank {d['rank']}")
-        if d.get("location"):
-            where.append(f"in <code>{e(str(d['location']))}</code>")
+        if d.step is not None:
+            where.append(f"step {d.step}")
+        if len(digest.ranks) > 1 and d.rank is not None:
+            where.append(f"rank {d.rank}")
+        if d.location:
+            where.append(f"in <code>{e(str(d.location))}</code>")
         out.append(
-            f'<div class="diagnosis {sev}" id="diagnosis-{int(d["id"])}" '
-            f'data-kind="{e(str(d["kind"]))}" data-step="{e(str(d.get("step")))}">'
-            f'<h3><span class="badge {sev}">{sev}</span>{e(str(d["kind"]))} '
+            f'<div class="diagnosis {sev}" id="diagnosis-{int(d.id)}" '
+            f'data-kind="{e(str(d.kind))}" data-step="{e(str(d.step))}">'
+            f'<h3><span class="badge {sev}">{sev}</span>{e(str(d.kind))} '
             f"<small>{' '.join(where)}</small></h3>"
         )
-        if d.get("resolved") is not None:
+        if d.resolved is not None:
             out.append(
-                f'<p class="note">Resolved: it no longer holds from step {int(d["resolved"])}.</p>'
+                f'<p class="note">Resolved: it no longer holds from step {int(d.resolved)}.</p>'
             )
-        if d.get("follows"):
+        if d.follows:
             out.append(
-                f'<p class="note">It follows <code>{e(str(d["follows"]))}</code>: one cause, '
+                f'<p class="note">It follows <code>{e(str(d.follows))}</code>: one cause, '
                 "read that finding first.</p>"
             )
-        out.append(f"<p>{e(str(d['summary']))}</p>")
-        evidence = d.get("evidence") or {}
+        out.append(f"<p>{e(str(d.summary))}</p>")
+        evidence = d.evidence or {}
         short = {k: _value(v) for k, v in evidence.items() if len(_value(v)) <= _SHORT}
         if short:
             items = "".join(
@@ -249,13 +248,13 @@ def _diagnoses(digest: dict[str, Any]) -> str:
                 out.append(
                     f"<details><summary>{e(str(k))}</summary><pre>{e(_value(v))}</pre></details>"
                 )
-        if d.get("fixes"):  # a fix with a code block keeps its lines (white-space: pre-wrap)
-            fixes = "".join(f"<li>{e(f)}</li>" for f in d["fixes"])
+        if d.fixes:  # a fix with a code block keeps its lines (white-space: pre-wrap)
+            fixes = "".join(f"<li>{e(f)}</li>" for f in d.fixes)
             out.append(f'<ol class="fixes">{fixes}</ol>')
         out.append("</div>")
-    if digest.get("diagnoses_omitted"):
+    if digest.diagnoses_omitted:
         out.append(
-            f'<p class="note">{digest["diagnoses_omitted"]} less severe diagnoses are not shown: '
+            f'<p class="note">{digest.diagnoses_omitted} less severe diagnoses are not shown: '
             "<code>torchdoctor diagnoses</code> lists them all.</p>"
         )
     out.append("</section>")
@@ -263,7 +262,7 @@ def _diagnoses(digest: dict[str, Any]) -> str:
 
 
 def _chart_section(
-    digest: dict[str, Any], chart_id: str, title: str, note: str, has_data: bool, rows: int = 0
+    digest: Digest, chart_id: str, title: str, note: str, has_data: bool, rows: int = 0
 ) -> str:
     e = html.escape
     if not has_data:
@@ -278,7 +277,7 @@ def _chart_section(
     return f"<section><h2>{e(title)}</h2><p class=note>{e(note)}</p>{body}</section>"
 
 
-# Why a per-module chart is empty (digest["untraced"]).
+# Why a per-module chart is empty (Digest.untraced).
 _UNTRACED = {
     "compile": "Nothing was recorded per module: the run uses torch.compile, and module "
     "tracing stays off under it (module hooks would make Dynamo recompile). Steps, phases, "
@@ -289,45 +288,45 @@ _UNTRACED = {
 }
 
 
-def _modules_note(modules: dict[str, Any], untraced: str | None = None) -> str:
-    if not modules["items"]:
+def _modules_note(modules: SlowModules, untraced: str | None = None) -> str:
+    if not modules.items:
         return _UNTRACED.get(
             untraced or "", "Module calls are timed on traced steps (--trace-every)."
         )
-    more = f" ({modules['more']} more not shown)" if modules.get("more") else ""
+    more = f" ({modules.more} more not shown)" if modules.more else ""
     return (
-        f"Forward and backward time per traced step, averaged over {modules['traced_steps']:,} "
+        f"Forward and backward time per traced step, averaged over {modules.traced_steps:,} "
         f"traced steps; a module's time includes its children's{more}."
     )
 
 
-def _heatmap_note(heat: dict[str, Any], untraced: str | None = None) -> str:
-    if not heat["cells"]:
+def _heatmap_note(heat: GradHeatmap, untraced: str | None = None) -> str:
+    if not heat.cells:
         return _UNTRACED.get(
             untraced or "",
             "Per-module gradient norms are recorded on traced steps (--trace-every).",
         )
     cols = (
         "each column one traced step"
-        if heat["width"] == 1
-        else (f"each column {heat['width']} steps, its largest norm")
+        if heat.width == 1
+        else (f"each column {heat.width} steps, its largest norm")
     )
-    more = f"; {heat['more']} more modules not shown" if heat.get("more") else ""
+    more = f"; {heat.more} more modules not shown" if heat.more else ""
     return (
-        f"log10 of the L2 norm of each module's own gradients (rank {heat['rank']}), {cols}; "
+        f"log10 of the L2 norm of each module's own gradients (rank {heat.rank}), {cols}; "
         f"black: no finite gradient{more}."
     )
 
 
-def _ranks_section(digest: dict[str, Any]) -> str:
-    r = digest["rank_times"]
-    if len(r["ranks"]) < 2:
+def _ranks_section(digest: Digest) -> str:
+    r = digest.rank_times
+    if len(r.ranks) < 2:
         return ""
     rows = "".join(
-        f"<tr><td>{s['rank']}</td><td class=num>{s['steps']:,}</td>"
-        f"<td class=num>{seconds(s['mean'])}</td><td class=num>{seconds(s['median'])}</td>"
-        f"<td class=num>{seconds(s['max'])}</td><td class=num>{seconds(s['data_wait'])}</td></tr>"
-        for s in r["stats"]
+        f"<tr><td>{s.rank}</td><td class=num>{s.steps:,}</td>"
+        f"<td class=num>{_seconds(s.mean)}</td><td class=num>{_seconds(s.median)}</td>"
+        f"<td class=num>{_seconds(s.max)}</td><td class=num>{_seconds(s.data_wait)}</td></tr>"
+        for s in r.stats
     )
     table = (
         '<table class="grid"><tr><th>rank</th><th>steps</th><th>mean</th><th>median</th>'
@@ -339,6 +338,10 @@ def _ranks_section(digest: dict[str, Any]) -> str:
         '<p class="note" id="chart-ranks-note"></p><div class="chart" id="chart-ranks"></div>'
         f"{table}</section>"
     )
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else seconds(value)
 
 
 def _value(v: Any) -> str:

@@ -4,18 +4,18 @@ itself, for scripts)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from torchdoctor._json import dumps
+from torchdoctor.digest.record import Digest
 from torchdoctor.report import html
 
 
-def to_json(digest: dict[str, Any]) -> str:
+def to_json(digest: Digest) -> str:
     return dumps(digest, indent=1)
 
 
-RENDERERS: dict[str, Callable[[dict[str, Any]], str]] = {"html": html.render, "json": to_json}
+RENDERERS: dict[str, Callable[[Digest], str]] = {"html": html.render, "json": to_json}
 
 
-def render(digest: dict[str, Any], fmt: str = "html") -> str:
+def render(digest: Digest, fmt: str = "html") -> str:
     return RENDERERS[fmt](digest)

@@ -77,7 +77,7 @@ def main(args: Any, ctx: Any) -> int:
         from torchdoctor.report.compare import render_compare
 
         ctx.print(render_compare(record))
-    return TARGET_ERROR if record.get("failed") else OK
+    return TARGET_ERROR if record.failed else OK
 
 
 def facts(source: Any) -> Any:

@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 from torchdoctor.cli.errors import OK, TARGET_ERROR, CliError
+from torchdoctor.digest.record import Baseline
 from torchdoctor.report import formats
 
 NAME = "report"
@@ -32,6 +33,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: Any, ctx: Any) -> int:
+    import dataclasses
+
     from torchdoctor.cli.run_source import SourceError, live, open_source
     from torchdoctor.digest.build import build
     from torchdoctor.report.run_report import render
@@ -49,7 +52,8 @@ def main(args: Any, ctx: Any) -> int:
             source = live(ctx.client(), ctx)
         digest = build(source.execute, source.meta, source.label, source.warnings, _steps(source))
         if args.baseline is not None:
-            digest["baseline"] = _baseline(open_source(args.baseline, ctx), source)
+            baseline = _baseline(open_source(args.baseline, ctx), source)
+            digest = dataclasses.replace(digest, baseline=baseline)
     except SourceError as exc:
         ctx.warn(f"torchdoctor: report: {exc}")
         return TARGET_ERROR
@@ -65,8 +69,8 @@ def main(args: Any, ctx: Any) -> int:
         size = len(text.encode())
         ctx.warn(
             f"torchdoctor: wrote {output} ({size / 1e6:.1f} MB) in "
-            f"{time.perf_counter() - started:.1f} s: {digest['summary'].get('steps', 0):,} steps, "
-            f"{len(digest['diagnoses'])} diagnoses"
+            f"{time.perf_counter() - started:.1f} s: {digest.summary.steps:,} steps, "
+            f"{len(digest.diagnoses)} diagnoses"
         )
     return OK
 
@@ -84,17 +88,12 @@ def _steps(source: Any) -> Any:
         raise CliError(str(exc)) from None
 
 
-def _baseline(base: Any, this: Any) -> dict[str, Any]:
+def _baseline(base: Any, this: Any) -> Baseline:
     """The baseline's curves (drawn under this run's) and the comparison, this run as B."""
     from torchdoctor.cli.commands.compare import facts
     from torchdoctor.compare.build import compare
     from torchdoctor.digest.build import build
 
     other = build(base.execute, base.meta, base.label, base.warnings, _steps(base))
-    return {
-        "source": base.label,
-        "training": other["training"],
-        "phases": other["phases"],
-        "memory": other["memory"],
-        "comparison": compare(facts(base), facts(this)),
-    }
+    comparison = compare(facts(base), facts(this))
+    return Baseline(base.label, other.training, other.phases, other.memory, comparison)
