@@ -14,6 +14,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import cli, internal_errors, script, site_of
@@ -131,17 +132,15 @@ def check_census(tmp_path: Path, name: str, ranks: int) -> None:
         assert f"unit up materialises {human(UP)}" in text, text
 
 
-def test_an_fsdp2_layer_never_initialised_is_named(tmp_path: Path) -> None:
-    # pytorch/examples' FSDP2 example on CPU: NaN losses from the first step, because only the
-    # root's own modules are initialised after to_empty(). The model cannot be run again on
-    # one rank (its forward all-gathers), but its weights are read on this rank's shards.
+def _diagnosed_job(tmp_path: Path, *options: str) -> list[dict[str, Any]]:
+    """dist_sharded.py with `options` on 2 ranks under TORCHDOCTOR=1; the job's findings."""
     sockets = Path(tempfile.mkdtemp(prefix="td-"))
     env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHDOCTOR")}
     env.update(OMP_NUM_THREADS="1", TORCHDOCTOR_SOCKET_DIR=str(sockets), TORCHDOCTOR="1")
     env.update(TORCHDOCTOR_QUIET="1", TORCHDOCTOR_RUN_DIR=str(tmp_path / "job"))
     job = Job(tmp_path, env)
     try:
-        job.start(torchrun_argv(2, script("dist_sharded.py"), "--meta-init", "--steps", "2"))
+        job.start(torchrun_argv(2, script("dist_sharded.py"), *options))
         assert job.wait(240) == [0], job.output()
     finally:
         job.end()
@@ -149,7 +148,15 @@ def test_an_fsdp2_layer_never_initialised_is_named(tmp_path: Path) -> None:
     assert not internal_errors(job.output()), job.output()
     out = cli("diagnoses", str(tmp_path / "job"), "--format", "json")
     assert out.returncode == 0, out.stderr
-    nans = [d for d in json.loads(out.stdout) if d["kind"] == "nan"]
+    return list(json.loads(out.stdout))
+
+
+def test_an_fsdp2_layer_never_initialised_is_named(tmp_path: Path) -> None:
+    # pytorch/examples' FSDP2 example on CPU: NaN losses from the first step, because only the
+    # root's own modules are initialised after to_empty(). The model cannot be run again on
+    # one rank (its forward all-gathers), but its weights are read on this rank's shards.
+    found = _diagnosed_job(tmp_path, "--meta-init", "--steps", "2")
+    nans = [d for d in found if d["kind"] == "nan"]
     assert sorted(d["rank"] for d in nans) == [0, 1], nans  # each rank, from its own shard
     for nan in nans:
         assert (nan["step"], nan["location"]) == (0, "up"), nan
@@ -162,20 +169,7 @@ def test_an_fsdp2_layer_never_initialised_is_named(tmp_path: Path) -> None:
 def test_fsdp2_gradients_never_cleared_are_seen(tmp_path: Path) -> None:
     # FSDP2 runs no tensor hook on its sharded parameters: it sets their .grad after its
     # reduce-scatter (adding to the one there). The check reads what each backward() added.
-    sockets = Path(tempfile.mkdtemp(prefix="td-"))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHDOCTOR")}
-    env.update(OMP_NUM_THREADS="1", TORCHDOCTOR_SOCKET_DIR=str(sockets), TORCHDOCTOR="1")
-    env.update(TORCHDOCTOR_QUIET="1", TORCHDOCTOR_RUN_DIR=str(tmp_path / "job"))
-    job = Job(tmp_path, env)
-    try:
-        job.start(torchrun_argv(2, script("dist_sharded.py"), "--no-zero-grad", "--steps", "5"))
-        assert job.wait(240) == [0], job.output()
-    finally:
-        job.end()
-        shutil.rmtree(sockets, ignore_errors=True)
-    assert not internal_errors(job.output()), job.output()
-    out = cli("diagnoses", str(tmp_path / "job"), "--format", "json")
-    assert out.returncode == 0, out.stderr
-    found = [d for d in json.loads(out.stdout) if d["kind"] == "grad_not_cleared"]
-    assert sorted(d["rank"] for d in found) == [0, 1], out.stdout
-    assert {d["location"] for d in found} == {site_of("dist_sharded.py", "optimizer.step()")}
+    found = _diagnosed_job(tmp_path, "--no-zero-grad", "--steps", "5")
+    cleared = [d for d in found if d["kind"] == "grad_not_cleared"]
+    assert sorted(d["rank"] for d in cleared) == [0, 1], found
+    assert {d["location"] for d in cleared} == {site_of("dist_sharded.py", "optimizer.step()")}
