@@ -33,6 +33,8 @@ SCHED = "silent_scheduler_unused.py"
 LOSS = "silent_loss_inputs.py"
 CASES = [
     case("silent_zero_grad.py", "grad_not_cleared", at("silent_zero_grad.py", ".step()"), 2),
+    case("silent_zero_grad.py --clip-huge", "grad_not_cleared",
+         at("silent_zero_grad.py", ".step()"), 2, untouched=True),
     case(ACC, "accumulation", at(ACC, ".backward()"), 3, problem="not_divided"),
     case(f"{ACC} --wrong-divisor", "accumulation", at(ACC, ".backward()"), 3, divisor=8),
     case(f"{ACC} --clear-each", "accumulation", at(ACC, "optimizer.step()"), 8,

@@ -1,6 +1,8 @@
 """An MNIST-style classifier whose loop lost its optimizer.zero_grad() (TrainCheck's
 stackoverflow-60335387): gradients add up across steps, and every update applies all the
-earlier ones again. --fixed clears them before each backward()."""
+earlier ones again. --fixed clears them before each backward(). --clip-huge: a loss a million
+times larger, its gradients clipped to a norm of 1 (the old, clipped gradients then vanish in
+the sum with the new ones, and only their being untouched tells the bug)."""
 
 import sys
 
@@ -8,6 +10,7 @@ import torch
 from torch import nn
 
 FIXED = "--fixed" in sys.argv
+CLIP = "--clip-huge" in sys.argv
 torch.manual_seed(0)
 model = nn.Sequential(nn.Linear(20, 32), nn.ReLU(), nn.Linear(32, 4))
 optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
@@ -18,5 +21,9 @@ for _epoch in range(3):
         if FIXED:
             optimizer.zero_grad()
         loss = nn.functional.cross_entropy(model(x), y)
-        loss.backward()
+        if CLIP:
+            (loss * 1e6).backward()
+            nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
+        else:
+            loss.backward()
         optimizer.step()

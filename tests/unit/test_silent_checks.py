@@ -41,7 +41,9 @@ def test_readings_tell_kept_from_cleared_gradients(case: str, expected: tuple[in
     before, older, last = _vectors(0)
     total = older + last
     g = {"kept": 0.5 * (before + total), "cleared": 2.0 * total, "last": 0.7 * last}[case]
-    kept, cleared, last_r, factor, _share, _incoming = _readings(np, g, before, total, last)
+    readings = _readings(np, g, before, total, last, np.zeros(()))
+    kept, cleared, last_r, factor, _share, _incoming, untouched = readings
+    assert untouched == 0
     # the residuals come from dot products: a match reads about 1e-8 (the product's MATCH is 1e-3)
     small = [kept < 1e-6, cleared < 1e-6]
     assert small == [bool(e == 0) for e in expected], (kept, cleared)
@@ -54,9 +56,10 @@ def test_readings_tell_kept_from_cleared_gradients(case: str, expected: tuple[in
 def test_readings_are_the_same_in_numpy_and_torch() -> None:
     before, total, last = _vectors(1)
     g = 0.3 * (before + total) + 1e-4 * last
-    as_numpy = _readings(np, g, before, total, last)
+    as_numpy = _readings(np, g, before, total, last, np.ones(()))
     t = [torch.from_numpy(v) for v in (g, before, total, last)]
-    as_torch = _readings(torch, *t)
+    as_torch = _readings(torch, *t, torch.ones(()))  # float32: read as float64 with the rest
+    assert as_torch.dtype == torch.float64 and float(as_torch[-1]) == 1.0
     assert [float(x) for x in as_torch] == pytest.approx([float(x) for x in as_numpy], rel=1e-9)
 
 

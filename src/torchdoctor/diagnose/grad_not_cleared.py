@@ -4,14 +4,17 @@
 Told apart from gradient accumulation in the live process (telemetry/silent/grad_reset.py):
 the gradients at an update equal, up to one common factor, the gradients left after the
 previous update plus everything backward() brought in since. Accumulation clears them after
-each update, so its gradients are what came in since, alone.
+each update, so its gradients are what came in since, alone. When clipping scales huge new
+gradients down to a norm of 1, the old ones vanish in that sum and both readings match: then
+the gradients the update applied, found unchanged when the next backward() began and never
+cleared before this update, decide.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from torchdoctor.diagnose.evidence import Evidence, kind
+from torchdoctor.diagnose.evidence import Evidence, kind, optional
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
 from torchdoctor.frames import short_site
@@ -30,6 +33,9 @@ class GradNotClearedEvidence(Evidence):
     residual_cleared: float
     residual_last: float
     previous_share: float
+    # the next backward() began with the gradients the update applied, and nothing cleared
+    # them before this one: said where clipping made both readings match
+    untouched: bool | None = optional()
 
 
 def diagnose(inputs: Inputs) -> list[Diagnosis]:
@@ -39,6 +45,11 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
         name = d.get("optimizer", "the optimizer")
         where = short_site(d.get("site"))
         at = f" (its step() at {where})" if where else ""
+        how = (
+            "they were still there, unchanged, when the next backward() began"
+            if d.get("untouched")
+            else f"matched to a residual of {d.get('residual_kept', 0):.0e}"
+        )
         out.append(
             Diagnosis(
                 kind="grad_not_cleared",
@@ -48,9 +59,8 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
                 summary=(
                     f"Gradients are never cleared between updates of {name}{at}: the gradients "
                     f"applied at step {d.get('step')} are those of step "
-                    f"{d.get('previous_step')} plus the new ones (matched to a residual of "
-                    f"{d.get('residual_kept', 0):.0e}), so every update applies all earlier "
-                    "gradients again. optimizer.zero_grad() is missing."
+                    f"{d.get('previous_step')} plus the new ones ({how}), so every update "
+                    "applies all earlier gradients again. optimizer.zero_grad() is missing."
                 ),
                 evidence=GradNotClearedEvidence.from_json(d),
                 fix=[

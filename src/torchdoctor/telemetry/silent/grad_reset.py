@@ -51,6 +51,11 @@ class Probe:
     sharded: list[int] = dataclasses.field(default_factory=list)  # probe indexes
     pre: dict[int, Any] = dataclasses.field(default_factory=dict)  # index -> slice or None
     hooked: set[int] = dataclasses.field(default_factory=set)  # indexes a tensor hook reached
+    # The probes' gradients as each backward() call began (None: some were None, cleared):
+    # when clipping scales huge new gradients to a norm of 1, the old ones (B) vanish in
+    # G = c(B + F) and both readings match; B untouched when the next backward() begins, and
+    # never cleared before the update, tells them apart.
+    starts: list[Any] = dataclasses.field(default_factory=list)
 
     def remove(self) -> None:
         for handle in self.handles:
@@ -68,9 +73,11 @@ class GradientResets:
     def on_backward(self) -> None:
         self.backwards += 1
         for probe in self.armed.values():
+            grads = [p.grad for p in probe.params]
+            cleared = any(g is None for g in grads)
+            probe.starts.append(None if cleared else _slices(self.host.torch, grads))
             for i in probe.sharded:
-                grad = probe.params[i].grad
-                probe.pre[i] = None if grad is None else _slice(grad)
+                probe.pre[i] = None if grads[i] is None else _slice(grads[i])
 
     def after_update(self, optimizer: Any, step: int, next_sampled: bool) -> None:
         if not next_sampled or id(optimizer) in self.done:
@@ -150,7 +157,7 @@ class GradientResets:
             total[starts[i] : starts[i] + sizes[i]] += part
             if call == final:
                 last[starts[i] : starts[i] + sizes[i]] += part
-        values = _readings(xp, g, before, total, last)
+        values = _readings(xp, g, before, total, last, _untouched(xp, probe, on_cpu))
         rec = self.host.rec
         micro = int(rec.state.micro) if primary else 0
         site = self.host.user_site()
@@ -175,7 +182,7 @@ class GradientResets:
         fetches: int,
         v: list[float],
     ) -> None:
-        kept, cleared, last, factor, share, _incoming = v
+        kept, cleared, last, factor, share, _incoming, untouched = v
         if not all(math.isfinite(x) for x in v) or key in self.done:
             return
         data = {
@@ -190,7 +197,9 @@ class GradientResets:
             "residual_last": last,
             "previous_share": share,
         }
-        if kept < MATCH and cleared > MISS and factor > 0:
+        if untouched:
+            data["untouched"] = True  # the readings alone did not tell (clipping)
+        if kept < MATCH and (cleared > MISS or untouched) and factor > 0:
             self.done.add(key)
             self.host.emit("grad_not_cleared", data, key=probe.label)
         elif micro >= 2 and last < MATCH and cleared > MISS:
@@ -216,10 +225,26 @@ def _slice(tensor: Any) -> Any:
     return copy.clone() if copy is part else copy  # float64 already: .double() is itself
 
 
-def _readings(xp: Any, g: Any, before: Any, total: Any, last: Any) -> Any:
-    """[residual kept, residual cleared, residual last, factor kept, |B|/|G|, |F|] (numpy
-    arrays or torch tensors alike): each residual |g - c b| / |g| at the best c, from dot
-    products, in a handful of operations whatever the number of probes."""
+def _untouched(xp: Any, probe: Probe, on_cpu: bool) -> Any:
+    """1 when the first backward() since the update began with the gradients the update
+    applied, bit for bit, and no later one began with them cleared (None or all zero); else
+    0 (a scalar of `xp`, read back with the rest)."""
+    starts = probe.starts
+    if not starts or any(s is None or s.shape != probe.before.shape for s in starts):
+        return xp.zeros(())
+    first, before = (
+        (starts[0].numpy(), probe.before.numpy()) if on_cpu else (starts[0], probe.before)
+    )
+    same = (first == before).all()
+    for s in starts[1:]:
+        same = same & (s.numpy() if on_cpu else s).any()
+    return same * 1.0
+
+
+def _readings(xp: Any, g: Any, before: Any, total: Any, last: Any, untouched: Any) -> Any:
+    """[residual kept, residual cleared, residual last, factor kept, |B|/|G|, |F|, untouched]
+    (numpy arrays or torch tensors alike): each residual |g - c b| / |g| at the best c, from
+    dot products, in a handful of operations whatever the number of probes."""
     rows = xp.stack([before + total, total, last, before])
     dots = rows @ g
     norms2 = (rows * rows).sum(1).clip(min=1e-300)
@@ -227,4 +252,6 @@ def _readings(xp: Any, g: Any, before: Any, total: Any, last: Any) -> Any:
     residual = ((g2 - dots * dots / norms2).clip(min=0) / g2) ** 0.5
     factor = dots[0] / norms2[0]
     share = (norms2[3] / g2) ** 0.5
-    return xp.stack([residual[0], residual[1], residual[2], factor, share, norms2[1] ** 0.5])
+    return xp.stack(
+        [residual[0], residual[1], residual[2], factor, share, norms2[1] ** 0.5, untouched + 0.0]
+    )
