@@ -118,7 +118,8 @@ def test_a_module_that_sleeps_is_named(runs: Callable[..., Path]) -> None:
     # too, the change is said of the group they form (blocks.*), which holds it
     assert r["cause"]["module"]["module"] in ("blocks.1", "blocks.*")
     assert r["cause"]["module"]["delta"] > 0.015  # most of the 20 ms
-    assert re.search(r"B is \d+% slower per step .*: forward of `blocks\.[1*]` \+\d", r["headline"])
+    headline = r"B is \d+% slower per step .*: forward of `blocks\.[1*]`( \(\d modules\))? \+\d"
+    assert re.search(headline, r["headline"]), r["headline"]
     top = r["modules"]["changes"][0]
     assert (top["module"], top["stage"], top["real"]) in (
         ("blocks.1", "forward", True),
@@ -253,7 +254,8 @@ def test_report_overlays_the_baseline_in_chromium(
     out = td("report", b, "-o", page, "--baseline", a)
     assert out.returncode == 0, out.stderr
     text = page.read_text()
-    assert 'id="compared-with"' in text and "forward of `blocks.1`" in text
+    # blocks.1 sleeps (said of the group blocks.* when a busy machine slowed its siblings too)
+    assert 'id="compared-with"' in text and re.search(r"forward of `blocks\.[1*]`", text)
     shown = browser(binary, "--virtual-time-budget=5000", "--dump-dom", page.as_uri())
     dom = shown.stdout
     assert 'data-report="ready"' in dom and 'data-baseline="drawn"' in dom, shown.stderr[-2000:]

@@ -16,7 +16,8 @@ _SKIP = [os.path.abspath(random.__file__)]
 # replay, the repro watchers): what runs under them is the script's work, not torchdoctor's
 PASS_THROUGH = frozenset(
     {"backward", "__next__", "__iter__", "_get_iterator", "scale", "step", "clip_grad_norm_",
-     "compile", "loss", "draw", "seed", "default_rng"}
+     "compile", "loss", "draw", "seed", "default_rng",
+     "init_call", "generate"}  # telemetry/silent: torch.nn.init's functions, generate()
 )  # fmt: skip
 
 

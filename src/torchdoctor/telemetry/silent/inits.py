@@ -97,7 +97,7 @@ class Initialisations:
         inits = self
 
         @functools.wraps(original)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
+        def init_call(*args: Any, **kwargs: Any) -> Any:
             tensor = args[0] if args else kwargs.get("tensor")
             if zero_warns and 0 in getattr(tensor, "shape", (1,)) and not has_tf(tensor):
                 # What the original does here, from this frame: its stacklevel=2 would name
@@ -122,7 +122,7 @@ class Initialisations:
                 inits.host.fail(exc)
             return out
 
-        return wrapper
+        return init_call
 
     def note(self, tensor: Any, where: tuple[str, Any], seconds: float) -> None:
         torch = self.host.torch
