@@ -45,17 +45,15 @@ class Probe:
     incoming: list[tuple[int, int, Any]] = dataclasses.field(default_factory=list)
     # (backward() call, probe index, its slice) for every gradient brought in since
     broken: bool = False
-    # Sharded parameters (DTensor): FSDP2 never runs a tensor hook on them, it sets their .grad
-    # after its reduce-scatter and then runs their post-accumulate hooks. What came in is then
-    # the slice after minus the slice before the backward() call (`pre`, taken as it begins).
-    sharded: list[int] = dataclasses.field(default_factory=list)  # probe indexes
-    pre: dict[int, Any] = dataclasses.field(default_factory=dict)  # index -> slice or None
+    # The probes' gradient slices as each backward() call began (None for a gradient that was
+    # None, cleared). When clipping scales huge new gradients to a norm of 1, the old ones (B)
+    # vanish in G = c(B + F) and both readings match; B untouched when the next backward()
+    # begins, and never cleared before the update, tells them apart. Sharded parameters
+    # (DTensor): FSDP2 never runs a tensor hook on them, it sets their .grad after its
+    # reduce-scatter and then runs their post-accumulate hooks; what came in is then the
+    # slice after less the slice this backward() began with.
+    starts: list[list[Any]] = dataclasses.field(default_factory=list)
     hooked: set[int] = dataclasses.field(default_factory=set)  # indexes a tensor hook reached
-    # The probes' gradients as each backward() call began (None: some were None, cleared):
-    # when clipping scales huge new gradients to a norm of 1, the old ones (B) vanish in
-    # G = c(B + F) and both readings match; B untouched when the next backward() begins, and
-    # never cleared before the update, tells them apart.
-    starts: list[Any] = dataclasses.field(default_factory=list)
 
     def remove(self) -> None:
         for handle in self.handles:
@@ -73,11 +71,7 @@ class GradientResets:
     def on_backward(self) -> None:
         self.backwards += 1
         for probe in self.armed.values():
-            grads = [p.grad for p in probe.params]
-            cleared = any(g is None for g in grads)
-            probe.starts.append(None if cleared else _slices(self.host.torch, grads))
-            for i in probe.sharded:
-                probe.pre[i] = None if grads[i] is None else _slice(grads[i])
+            probe.starts.append([None if p.grad is None else _slice(p.grad) for p in probe.params])
 
     def after_update(self, optimizer: Any, step: int, next_sampled: bool) -> None:
         if not next_sampled or id(optimizer) in self.done:
@@ -99,8 +93,7 @@ class GradientResets:
         probe = Probe(self.host.label(optimizer), step, params, before, [])
         for i, p in enumerate(params):
             probe.handles.append(p.register_hook(functools.partial(self._incoming, probe, i)))
-            if p.__class__ not in PLAIN:
-                probe.sharded.append(i)
+            if p.__class__ not in PLAIN:  # sharded: see Probe.starts
                 hook = functools.partial(self._accumulated, probe, i)
                 probe.handles.append(p.register_post_accumulate_grad_hook(hook))
         old = self.armed.pop(id(optimizer), None)
@@ -124,7 +117,7 @@ class GradientResets:
             return
         try:
             after = _slice(param.grad)
-            before = probe.pre.get(i)
+            before = probe.starts[-1][i] if probe.starts else None
             probe.incoming.append((self.backwards, i, after if before is None else after - before))
         except Exception:  # never break the user's backward(): this probe decides nothing
             probe.broken = True
@@ -229,15 +222,19 @@ def _untouched(xp: Any, probe: Probe, on_cpu: bool) -> Any:
     """1 when the first backward() since the update began with the gradients the update
     applied, bit for bit, and no later one began with them cleared (None or all zero); else
     0 (a scalar of `xp`, read back with the rest)."""
-    starts = probe.starts
-    if not starts or any(s is None or s.shape != probe.before.shape for s in starts):
+    if not probe.starts or any(s is None for parts in probe.starts for s in parts):
         return xp.zeros(())
-    first, before = (
-        (starts[0].numpy(), probe.before.numpy()) if on_cpu else (starts[0], probe.before)
+    joined = (
+        [xp.concatenate([s.numpy() for s in parts]) for parts in probe.starts]
+        if on_cpu
+        else [xp.cat(parts) for parts in probe.starts]
     )
-    same = (first == before).all()
-    for s in starts[1:]:
-        same = same & (s.numpy() if on_cpu else s).any()
+    before = probe.before.numpy() if on_cpu else probe.before
+    if joined[0].shape != before.shape:
+        return xp.zeros(())
+    same = (joined[0] == before).all()
+    for s in joined[1:]:
+        same = same & s.any()
     return same * 1.0
 
 
