@@ -122,12 +122,16 @@ def moment() -> Moment:
     return Moment(time.time(), load, cpu, wait)
 
 
-def facts(script: Script | None, start: Moment, env: dict[str, str]) -> dict[str, Any]:
+def facts(
+    script: Script | None, start: Moment, steps: Moment | None, env: dict[str, str]
+) -> dict[str, Any]:
     """What meta.json gets: `environment` (`env`, as it was when the run started: not what the
-    script or torch set since), `torch`, `machine` (a Moment when the run started and one at
-    this write) and, when known, `script`."""
+    script or torch set since), `torch`, `machine` (a Moment when the run started, one when its
+    first step ended, and one at this write) and, when known, `script`."""
     build = machine.torch_build()
     busy = {"start": dataclasses.asdict(start), "last": dataclasses.asdict(moment())}
+    if steps is not None:
+        busy["steps"] = dataclasses.asdict(steps)
     out: dict[str, Any] = {"environment": env, "torch": build, "machine": busy}
     if script is not None:
         out["script"] = script.facts()

@@ -184,6 +184,7 @@ class Session:
         self._held: list[str] = []
         self._script_copied: str | None = None  # the hash of the script copied into run_dir
         self._at_start = run_setup.moment()  # how busy the machine was when it started
+        self._at_steps: run_setup.Moment | None = None  # ... and when its first step ended
         self._environment = run_setup.environment(secrets=[config.token])  # as it started
 
     # -- life cycle --------------------------------------------------------------------------
@@ -389,12 +390,20 @@ class Session:
             rank = self.identity.rank if self.identity is not None else identities.rank_from_env()
             self.telemetry = Recorder(self, rank=rank)
             self.telemetry.install()
+            self.telemetry.step_listeners.append(self._first_step_ended)
             from torchdoctor.telemetry import process_group
 
             process_group.install(on_rank)  # init_process_group tells the rank
             self.telemetry.hooks.on_remove(process_group.remove)
         except Exception as exc:
             warn_once("telemetry", f"training telemetry is off: {type(exc).__name__}: {exc}")
+
+    def _first_step_ended(self, _state: Any, _step: int) -> None:
+        """How busy the machine was as the steps began: `compare` judges step times by the
+        wait for a CPU from here on, not over the imports and set-up before."""
+        self._at_steps = run_setup.moment()
+        if self.telemetry is not None:
+            self.telemetry.step_listeners.remove(self._first_step_ended)
 
     def stop(self, exit_code: int | None = None) -> None:
         if os.getpid() != self.pid:  # atexit in a forked child: the parent's probe is not ours
@@ -486,7 +495,7 @@ class Session:
         # How it was started (for `compare`): read again at each write, since `__main__` is
         # the script only once `torchdoctor run` has handed over to it.
         script = run_setup.main_script([self.config.token, self.token])
-        meta.update(run_setup.facts(script, self._at_start, self._environment))
+        meta.update(run_setup.facts(script, self._at_start, self._at_steps, self._environment))
         self._copy_script(script)
         if status != "running":
             meta["ended"] = _dt.datetime.now().isoformat()

@@ -64,9 +64,11 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
 
 def test_identical_runs_read_as_no_real_difference(tmp_path: Path) -> None:
     """The unchanged script twice, in two processes that step at the same time (a barrier
-    before the first step), so that the machine's moods fall on both alike."""
+    before the first step), so that the machine's moods fall on both alike: 150 steps, long
+    enough for the scheduler to share the CPUs fairly between them (over 40, about 0.1 s, one
+    got 24% less on a busy CI machine)."""
     env = clean_env(tmp_path / "s")
-    argv = [script(SUBJECT), "--barrier", str(tmp_path)]
+    argv = [script(SUBJECT), "--barrier", str(tmp_path), "--steps", "150"]
     procs = [
         subprocess.Popen(
             td_run("--quiet", "--run-dir", str(tmp_path / name), *TRACING, *argv),
@@ -94,8 +96,8 @@ def test_identical_runs_read_as_no_real_difference(tmp_path: Path) -> None:
     assert not r["step_time"]["real"]
     assert r["step_time"]["interval"] is not None  # judged, not left unjudged
     assert r["curves"]["loss"]["first_difference"] is None
-    assert r["curves"]["loss"]["compared"] == 40
-    assert "bit-identical over 40 steps" in r["headline"]
+    assert r["curves"]["loss"]["compared"] == 150
+    assert "bit-identical over 150 steps" in r["headline"]
     # how they were run: recorded in both, and the same
     settings = {s["key"]: s for s in r["settings"]}
     assert settings["script"]["a"] == settings["script"]["b"] != "not recorded"
@@ -180,6 +182,9 @@ def test_script_diff_and_environment(tmp_path: Path) -> None:
     assert meta["environment"]["NCCL_ALGO"] == "Ring"
     assert meta["environment"]["TORCH_HUB_TOKEN"] == "***"  # never the secret
     assert "hunter2" not in (b / "meta.json").read_text()
+    # the machine's moments: the steps' began after the run's start and before its last write
+    moments = meta["machine"]
+    assert moments["start"]["time"] < moments["steps"]["time"] <= moments["last"]["time"]
     assert (b / "script.py").read_text() == second.read_text()
     result = td("compare", a, b)
     assert result.returncode == 0, result.stderr

@@ -134,6 +134,9 @@ def test_a_longer_wait_for_a_cpu_can_explain_a_slowdown() -> None:
     meta = {"machine": {"start": {"time": 0.0, "wait": 1.0}, "last": {"time": 10.0, "wait": 3.5}}}
     assert waiting_share(meta) == pytest.approx(0.25)
     assert waiting_share({"machine": {"start": {"time": 0.0, "wait": 1.0}}}) is None
+    # from the end of the first step when recorded: the steps' share, not the imports'
+    meta["machine"]["steps"] = {"time": 5.0, "wait": 1.0}
+    assert waiting_share(meta) == pytest.approx(0.5)
 
 
 def _facts(source: str, ranks: tuple[int, ...], loss_from: int | None = None) -> RunFacts:

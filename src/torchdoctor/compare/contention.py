@@ -1,6 +1,7 @@
 """What a busy machine may have done to each run's step times, from meta.json's `machine`
-(run_setup.py): the scheduler's count of how long the main thread waited, runnable, for a CPU,
-and the machine's load.
+(run_setup.py): the scheduler's count of how long the main thread waited, runnable, for a CPU
+(from the end of the first step, the steps' own share, where the run recorded it), and the
+machine's load.
 
 A step's wall time is the time its code ran on a CPU, the time it waited for something (data,
 the GPU, a sleep) and the time it waited for a CPU while other processes had them: the last is
@@ -26,11 +27,12 @@ MIN_WALL = 0.1  # seconds between the two readings: fewer say nothing
 
 
 def waiting_share(meta: dict[str, Any]) -> float | None:
-    """The share of the run's wall time its main thread spent waiting for a CPU."""
+    """The share of the run's wall time its main thread spent waiting for a CPU: from the end
+    of its first step where recorded (the steps compared, not the imports before them)."""
     m = meta.get("machine")
     if not isinstance(m, dict):
         return None
-    start, last = m.get("start") or {}, m.get("last") or {}
+    start, last = m.get("steps") or m.get("start") or {}, m.get("last") or {}
     try:
         wall = float(last["time"]) - float(start["time"])
         wait = float(last["wait"]) - float(start["wait"])

@@ -377,7 +377,7 @@ class Recorder(RunView):
         if plan.discovering or self.roots.pending:
             self._after_discovery()
         plan.next_step(self.step, self.host.config.trace_every, self.compiled)
-        for listener in self.step_listeners:
+        for listener in tuple(self.step_listeners):  # one may remove itself
             listener(state, step)
         if self.safe_point.pending:
             self.safe_point.drain(step, self.switch)  # queued evals, the telemetry off
