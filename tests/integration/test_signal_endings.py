@@ -100,10 +100,11 @@ def test_a_signal_the_main_thread_cannot_handle_still_ends_the_process(tmp_path:
 
 def test_an_ending_that_never_finishes_does_not_keep_the_process(tmp_path: Path) -> None:
     """Our handler is stuck writing the ending: the signal ends the process after the watcher's
-    deadline, with the signal's status, and says why on stderr."""
+    deadline, with the signal's status, and says why on stderr. (signal_end.py sets the
+    deadline to 3 s: the 15 s of signal_watch.DEADLINE would be waited out here.)"""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHDOCTOR")}
     env.update(TORCHDOCTOR="1", TORCHDOCTOR_QUIET="1", TORCHDOCTOR_RUN_DIR=str(tmp_path / "r"))
     argv = [sys.executable, script("signal_end.py"), "stuck_ending"]
     out = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == -signal.SIGTERM, out.stderr
-    assert "torchdoctor: saving the ending took over 15 s" in out.stderr
+    assert "torchdoctor: saving the ending took over 3 s" in out.stderr

@@ -8,7 +8,8 @@ python signal_end.py during_stop            the exception, and SIGTERM lands whi
                                              writes the run's ending (as torchrun's does when
                                              it stops the ranks after one failed)
 python signal_end.py stuck_ending           SIGTERM, and torchdoctor's writing of the ending
-                                             never returns (the signal ends the process anyway)
+                                             never returns (the signal ends the process anyway,
+                                             after a watcher deadline of 3 s)
 python signal_end.py other_thread           SIGTERM delivered to another thread while the main
                                              thread sleeps in C (no Python handler runs there)
 """
@@ -44,7 +45,10 @@ elif how == "stuck_ending":
     import threading
 
     from torchdoctor.store import rundir
+    from torchdoctor.telemetry import signal_watch
 
+    # the watcher's deadline, read when the signal comes: 3 s instead of 15 (the test waits it)
+    signal_watch.DEADLINE = 3.0
     real_write_meta = rundir.write_meta
 
     def write_meta(run_dir: object, meta: dict) -> None:
