@@ -255,11 +255,13 @@ def test_batch_size_cli_answer_runs_and_the_next_size_does_not(env, tmp_path) ->
         assert roomier.returncode == 0, (too_big.stderr, roomier.stderr)
 
 
+# bytes(n) is calloc's block of zero pages, mapped and never written: the address-space cap
+# refuses it as it would a written one, without the tries writing gigabytes (seconds of CPU).
 _ALLOCATES = """
 import sys
 size = int(sys.argv[1])
 try:
-    block = bytearray(size * 2**20)
+    block = bytes(size * 2**20)
 except MemoryError:
     sys.exit("native: could not set up the kernel")  # a library's own words for no memory
 if size >= int(sys.argv[2]):
