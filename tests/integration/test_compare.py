@@ -272,3 +272,9 @@ def test_report_overlays_the_baseline_in_chromium(
     training = dom[dom.index('id="chart-training"') :]
     training = training[: training.index("</section>")]
     assert re.search(r"<text[^>]*>loss \(baseline\)</text>", training)
+    # As JSON: the baseline's series in the digest, the comparison beside it (compare's record).
+    out = td("report", b, "--format", "json", "--baseline", a)
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["baseline"]["training"]["kept"] > 0 and "comparison" not in data["baseline"]
+    assert data["comparison"]["headline"] == record_json(a, b)["headline"]

@@ -8,12 +8,24 @@ from typing import Any
 
 import pytest
 
+from torchdoctor import native
 from torchdoctor.telemetry.gap_sampler import Sample, judge
-from torchdoctor.telemetry.phases import PhaseTimer, zero
+from torchdoctor.telemetry.phases import PhaseTimer, new_timer, zero
 
 
-def test_forward_is_the_models_calls_and_the_rest_is_a_gap() -> None:
-    timer, totals = PhaseTimer(), zero()
+def _compiled() -> PhaseTimer:
+    kernels = native.load()
+    assert kernels is not None, "make test builds it: python -m torchdoctor.native"
+    return new_timer()
+
+
+# every test of the timer runs on both: this module's class and the compiled one (phases.cpp)
+TIMERS = pytest.mark.parametrize("make", [PhaseTimer, _compiled], ids=["python", "native"])
+
+
+@TIMERS
+def test_forward_is_the_models_calls_and_the_rest_is_a_gap(make: Any) -> None:
+    timer, totals = make(), zero()
     assert timer.begin_forward(1.0, totals)
     assert not timer.begin_forward(1.5, totals)  # a model called inside the model
     timer.end_forward(2.0, totals)  # ... returns: the outer call goes on
@@ -32,8 +44,9 @@ def test_forward_is_the_models_calls_and_the_rest_is_a_gap() -> None:
     assert timer.gap == "backward"
 
 
-def test_an_input_functions_share_of_its_gap_is_data() -> None:
-    timer, totals = PhaseTimer(), zero()
+@TIMERS
+def test_an_input_functions_share_of_its_gap_is_data(make: Any) -> None:
+    timer, totals = make(), zero()
     timer.input_shares = {"forward": 0.9, "start": 1.0}
     timer.step_ended(0.0, totals)  # a step begins: its opening gap
     timer.begin_forward(2.0, totals)  # 2 s of the opening gap
@@ -48,16 +61,18 @@ def test_an_input_functions_share_of_its_gap_is_data() -> None:
     assert timer.gap == "start"
 
 
-def test_a_call_left_open_closes_at_the_step_end() -> None:
-    timer, totals = PhaseTimer(), zero()
+@TIMERS
+def test_a_call_left_open_closes_at_the_step_end(make: Any) -> None:
+    timer, totals = make(), zero()
     timer.begin_forward(0.0, totals)
     timer.step_ended(4.0, totals)
     assert totals["forward"] == 4.0 and timer.phase == "other"
 
 
-def test_phases_nest_inside_the_optimizer() -> None:
+@TIMERS
+def test_phases_nest_inside_the_optimizer(make: Any) -> None:
     """LBFGS: the closure's forward and backward run inside optimizer.step()."""
-    timer, totals = PhaseTimer(), zero()
+    timer, totals = make(), zero()
     timer.enter("optimizer", 0.0, totals)
     timer.begin_forward(1.0, totals)
     timer.end_forward(2.0, totals)
@@ -71,6 +86,48 @@ def test_phases_nest_inside_the_optimizer() -> None:
         "backward": 2.0,
         "optimizer": 2.0,
     }
+
+
+def test_the_compiled_timer_does_what_the_python_one_does() -> None:
+    """Both driven by the same 3,000 random events (phases opened and closed out of order,
+    models called inside models, input shares, resets): the same results, totals, phase and
+    gap after each, to the last bit."""
+    import random
+
+    rng = random.Random(7)
+    timers = [PhaseTimer(), _compiled()]
+    totals = [zero(), zero()]
+    now = 0.0
+    names = ["data", "forward", "evaluation", "backward", "optimizer", "nonsense"]
+    events = ["enter", "exit", "begin", "end", "step", "inside", "shares", "reset"]
+    for _ in range(3000):
+        now += rng.random()
+        event = rng.choice(events)
+        name = rng.choice(names[:-1] if event == "enter" else names)
+        segment = rng.choice(["forward", "evaluation"])
+        shares = rng.choice([{}, {"forward": 0.5, "start": 1.0}, {"backward": 0.25}])
+        results: list[Any] = []
+        for timer, total in zip(timers, totals, strict=True):
+            if event == "enter":
+                results.append(timer.enter(name, now, total))
+            elif event == "exit":
+                results.append(timer.exit(name, now, total))
+            elif event == "begin":
+                results.append(timer.begin_forward(now, total, segment))
+            elif event == "end":
+                results.append(timer.end_forward(now, total))
+            elif event == "step":
+                results.append(timer.step_ended(now, total))
+            elif event == "inside":
+                results.append(timer.inside(name))
+            elif event == "shares":
+                timer.input_shares = dict(shares)
+            elif segment == "forward" and name == "data":  # now and then
+                timer.reset()
+        assert len(set(map(repr, results))) <= 1, event
+        assert totals[0] == totals[1], event
+        assert (timers[0].phase, timers[0].gap) == (timers[1].phase, timers[1].gap), event
+    assert all(totals[0].values())  # every phase was timed
 
 
 # -- judging samples -------------------------------------------------------------------------

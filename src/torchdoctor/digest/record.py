@@ -123,14 +123,13 @@ class Diagnosis:
 
 @dataclasses.dataclass(frozen=True)
 class Baseline:
-    """`report --baseline RUN`: that run's series, drawn under this run's, and the comparison
-    with this run as B (compare's Comparison: a layer above the digest's, so not named here)."""
+    """`report --baseline RUN`: that run's series, drawn under this run's (the comparison with
+    this run as B is compare's, a layer above: the report renders it beside the digest)."""
 
     source: str
     training: Series
     phases: Series
     memory: Series
-    comparison: Any
 
 
 @dataclasses.dataclass(frozen=True)

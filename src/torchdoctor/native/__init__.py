@@ -1,14 +1,16 @@
-"""torchdoctor's compiled part: a Python module built from the C++ here, for the two places
-where Python costs too much per call: the kernel that records python.collectives
-(collectives.cpp, its Python half telemetry/collectives_native.py) and the step's gradient norm
-of a few small tensors (squares.cpp: sum_of_squares).
+"""torchdoctor's compiled part: a Python module built from the C++ here, for the places where
+Python costs too much per call: the kernel that records python.collectives (collectives.cpp,
+its Python half telemetry/collectives_native.py), the step's gradient norm of a few small
+tensors (squares.cpp: sum_of_squares) and the phase timer the hooks call a few times a step
+(phases.cpp: PhaseTimer, the same as telemetry/phases.py's).
 
 Optional: used wherever it is built (TORCHDOCTOR_NATIVE=0 turns it off). Built once per torch
 and Python version, by `python -m torchdoctor.native` (which `make install`, `make test` and
 `make bench` run), with the system's C++ compiler, into a private cache directory. Without it,
 collective tracing runs its Python kernel (telemetry/collectives.py): the same rows, at several
-times the cost per call (docs/benchmarks.md), and sum_of_squares answers None (the caller asks
-torch). Nothing is ever compiled inside a training process: a probe only loads what is built.
+times the cost per call (docs/benchmarks.md), sum_of_squares answers None (the caller asks
+torch), and the phase timer is telemetry/phases.py's own. Nothing is ever compiled inside a
+training process: a probe only loads what is built.
 
 The boundary is typed: the module's functions (listed once, with their signatures, in
 module.cpp) are `Kernels` below; the journal line the kernel writes has the layout of
@@ -40,7 +42,7 @@ from torchdoctor.native import layout
 
 HERE = Path(__file__).parent
 # compiled each on its own (in parallel), then linked; -O3 where a loop is worth vectorizing
-UNITS = {"collectives.cpp": "-O2", "squares.cpp": "-O3", "module.cpp": "-O2"}
+UNITS = {"collectives.cpp": "-O2", "squares.cpp": "-O3", "phases.cpp": "-O2", "module.cpp": "-O2"}
 HEADERS = ("native.h",)
 LIBRARY = "_kernels.so"
 MODULE = "torchdoctor.native._kernels"  # module.cpp's PyInit__kernels
@@ -66,6 +68,7 @@ class Kernels(Protocol):
     def close(self) -> None: ...
     def take_failure(self) -> str: ...
     def sum_of_squares(self, tensors: Sequence[Any], /) -> float | None: ...
+    def PhaseTimer(self) -> object: ...  # telemetry/phases.py's PhaseTimer (phases.cpp)
 
 
 class BuildError(Exception):

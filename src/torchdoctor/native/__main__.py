@@ -18,7 +18,7 @@ def main() -> int:
     if path is not None and not args.force:
         print(f"torchdoctor: the compiled module is built: {path}")
         return 0
-    print("torchdoctor: building the compiled module (the collectives kernel)...", flush=True)
+    print("torchdoctor: building the compiled module (collectives, phase timer)...", flush=True)
     started = time.monotonic()
     try:
         path = native.build(force=args.force)

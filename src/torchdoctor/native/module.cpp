@@ -41,7 +41,8 @@ PyMethodDef kMethods[] = {
 
 PyModuleDef kModule = {
     PyModuleDef_HEAD_INIT, "_kernels",
-    "torchdoctor's compiled part: the c10d kernels of python.collectives, sum_of_squares.", -1,
+    "torchdoctor's compiled part: the c10d kernels of python.collectives, sum_of_squares,\n"
+    "PhaseTimer.", -1,
     kMethods,
 };
 
@@ -49,5 +50,7 @@ PyModuleDef kModule = {
 
 PyMODINIT_FUNC PyInit__kernels() {
   td::at_load();
-  return PyModule_Create(&kModule);
+  PyObject* module = PyModule_Create(&kModule);
+  if (module != nullptr && !td::add_phase_timer(module)) Py_CLEAR(module);
+  return module;
 }

@@ -1,6 +1,6 @@
-// The functions of torchdoctor's compiled module that Python calls: defined in collectives.cpp
-// and squares.cpp, made Python functions (with their signatures) in module.cpp, the one place
-// that lists the boundary; torchdoctor/native/__init__.py's Kernels protocol is its typed
+// The functions of torchdoctor's compiled module that Python calls: defined in collectives.cpp,
+// squares.cpp and phases.cpp (its PhaseTimer type), made Python functions (with their
+// signatures) in module.cpp, the one place that lists the boundary; torchdoctor/native/__init__.py's Kernels protocol is its typed
 // Python side, and tests/unit/test_native.py checks that the two name the same parameters.
 #pragma once
 
@@ -21,5 +21,8 @@ void at_load();
 
 // squares.cpp: the step's gradient norm, for the tensors it can read directly
 PyObject* sum_of_squares(PyObject* self, PyObject* tensors);
+
+// phases.cpp: telemetry/phases.py's PhaseTimer as a type of the module (False: an error is set)
+bool add_phase_timer(PyObject* module);
 
 }  // namespace td

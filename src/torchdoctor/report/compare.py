@@ -313,10 +313,9 @@ def html_section(r: Comparison) -> str:
     return "".join(parts)
 
 
-def baseline_section(digest: Digest) -> str:
-    """The report's "Compared with" section, when the digest has a baseline."""
-    base = digest.baseline
-    return html_section(base.comparison) if base else ""
+def baseline_section(comparison: Comparison | None) -> str:
+    """The report's "Compared with" section, with `report --baseline`."""
+    return html_section(comparison) if comparison is not None else ""
 
 
 def baseline_script(digest: Digest) -> str:

@@ -8,6 +8,7 @@ from importlib import resources
 from typing import Any
 
 from torchdoctor._json import dumps
+from torchdoctor.compare.record import Comparison
 from torchdoctor.digest.record import Digest, GradHeatmap, SlowModules, Summary
 from torchdoctor.digest.time_split import LABELS, shown
 from torchdoctor.report.compare import baseline_script, baseline_section
@@ -23,7 +24,8 @@ def asset(name: str) -> str:
     return (_ASSETS / name).read_text(encoding="utf-8")
 
 
-def render(digest: Digest) -> str:
+def render(digest: Digest, comparison: Comparison | None = None) -> str:
+    """The page; `comparison`: `report --baseline`'s, its "Compared with" section."""
     e = html.escape
     source = str(digest.source or "")
     parts = [
@@ -83,7 +85,7 @@ def render(digest: Digest) -> str:
             rows=len(digest.grad_heatmap.modules),
         ),
         _ranks_section(digest),
-        baseline_section(digest),
+        baseline_section(comparison),
         '<pre id="td-errors" hidden></pre>',
         "</main>",
         "<footer>Written by torchdoctor from "

@@ -13,11 +13,17 @@ A gap is the time while no phase is open; it is named by the phase that closed l
 for the gap that opens the step). When stack samples found that a gap is spent in an input
 function that is not a DataLoader (gap_sampler.py), `input_shares` holds that gap's share, and
 that share of each such gap is booked as data_wait from then on.
+
+The hooks call the timer a few times a step: `new_timer()` gives the compiled one
+(native/phases.cpp, the same methods and results: tests/unit/test_phases.py runs both) where the
+native module is built, this class elsewhere.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
+
+from torchdoctor import native
 
 # phase name -> the python.steps column its time goes to
 COLUMN = {
@@ -157,3 +163,9 @@ class PhaseTimer:
     def reset(self) -> None:
         self._open.clear()
         self.after = START
+
+
+def new_timer() -> PhaseTimer:
+    """The compiled timer where the native module is built, else PhaseTimer."""
+    kernels = native.load()
+    return PhaseTimer() if kernels is None else cast(PhaseTimer, kernels.PhaseTimer())

@@ -44,7 +44,7 @@ from torchdoctor.telemetry.models import Models
 from torchdoctor.telemetry.nonfinite import NonFinite, late
 from torchdoctor.telemetry.optimizers import Optimizers, learning_rate
 from torchdoctor.telemetry.patches import Hooks
-from torchdoctor.telemetry.phases import PhaseTimer
+from torchdoctor.telemetry.phases import new_timer
 from torchdoctor.telemetry.readback import Readback
 from torchdoctor.telemetry.run_view import Host, RunView
 from torchdoctor.telemetry.safe_point import SafePoint
@@ -80,7 +80,7 @@ class Recorder(RunView):
         self.readback = Readback(torch)
         self.rows = StepRows(torch, self.tables, self.readback, functools.partial(late, self))
         self.gradients = GradientCheck(torch)
-        self.timer = PhaseTimer()
+        self.timer = new_timer()
         self.rank = rank
         self.train_thread = threading.main_thread().ident
         self.mode = CYCLE

@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 from torchdoctor.cli.errors import OK, TARGET_ERROR, CliError
+from torchdoctor.compare.record import Comparison
 from torchdoctor.digest.record import Baseline
 from torchdoctor.report import formats
 
@@ -51,13 +52,14 @@ def main(args: Any, ctx: Any) -> int:
         else:
             source = live(ctx.client(), ctx)
         digest = build(source.execute, source.meta, source.label, source.warnings, _steps(source))
+        comparison = None
         if args.baseline is not None:
-            baseline = _baseline(open_source(args.baseline, ctx), source)
+            baseline, comparison = _baseline(open_source(args.baseline, ctx), source)
             digest = dataclasses.replace(digest, baseline=baseline)
     except SourceError as exc:
         ctx.warn(f"torchdoctor: report: {exc}")
         return TARGET_ERROR
-    text = render(digest, args.format)
+    text = render(digest, args.format, comparison)
     if output == "-":
         ctx.print(text)
     else:
@@ -88,7 +90,7 @@ def _steps(source: Any) -> Any:
         raise CliError(str(exc)) from None
 
 
-def _baseline(base: Any, this: Any) -> Baseline:
+def _baseline(base: Any, this: Any) -> tuple[Baseline, Comparison]:
     """The baseline's curves (drawn under this run's) and the comparison, this run as B."""
     from torchdoctor.cli.commands.compare import facts
     from torchdoctor.compare.build import compare
@@ -96,4 +98,4 @@ def _baseline(base: Any, this: Any) -> Baseline:
 
     other = build(base.execute, base.meta, base.label, base.warnings, _steps(base))
     comparison = compare(facts(base), facts(this))
-    return Baseline(base.label, other.training, other.phases, other.memory, comparison)
+    return Baseline(base.label, other.training, other.phases, other.memory), comparison
