@@ -67,7 +67,7 @@ def main() -> None:
     t = interleave(tiny, {"plain": plain, "telemetry": lambda: instrumented(0)}, blocks, 300)
     fixed = (t["telemetry"] - t["plain"]) * 1e6
     print(f"tiny model step: plain {t['plain'] * 1e6:.0f} us")
-    print(f"  fixed cost per step            {fixed:.1f} us  (budget <= 50 us)")
+    print(f"  fixed cost per step            {fixed:.1f} us  (budget <= 30 us)")
     print(f"  ratio                          {t['telemetry'] / t['plain']:.4f}")
 
     query_1m(probe)
