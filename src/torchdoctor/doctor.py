@@ -225,6 +225,7 @@ class Doctor:
         inputs = Inputs.of(
             lambda name: tables[name].snapshot(), self.host.config, now, cpus=os.cpu_count()
         )
+        inputs.final = final
         if not final:
             inputs.hang = self._watch(inputs.steps, inputs.last_step_time, now)
             inputs.job = self.host.job()

@@ -83,3 +83,39 @@ def test_a_generator_of_the_loop_is_data(
     assert booked == pytest.approx(sum(said["fetch"][start:]), rel=0.2)
     bound = [d for d in found if d["kind"] == "dataloader_bound"][-1]
     assert bound["location"].endswith(f"input_generator.py:{_line('input_generator.py', 'next(')}")
+
+
+def test_time_no_phase_claims_is_named_where_it_goes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A loop whose steps spend most of their time in work of its own that is not its input
+    (a metrics call after each update): not data, and not "no problems found" either."""
+    _run, _said, found = _recorded(
+        "input_get_batch.py", tmp_path, capsys, "--delay", "0", "--metrics-delay", "0.01"
+    )
+    assert not [d for d in found if d["kind"] == "dataloader_bound"], found
+    said = [d for d in found if d["kind"] == "unattributed_time"][-1]
+    assert said["severity"] == "info"
+    assert "mostly in log_metrics()" in said["summary"], said["summary"]
+    assert said["location"].endswith(
+        f"input_get_batch.py:{_line('input_get_batch.py', '  log_metrics(loss)')}"
+    )
+    assert "every N steps" in said["fix"]
+
+
+def test_a_short_run_says_what_its_unclaimed_time_is_or_that_it_is_unknown(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """15 steps with a slow fetch, over before the doctor has looked (or just after): either
+    the sampler's window, judged at the run's end, found get_batch, or the time is said to be
+    unknown; never nothing."""
+    _run, _said, found = _recorded(
+        "input_get_batch.py", tmp_path, capsys, "--steps", "15", "--delay", "0.02"
+    )
+    kinds = {d["kind"]: d for d in found}
+    if "dataloader_bound" in kinds:
+        assert "get_batch()" in kinds["dataloader_bound"]["summary"]
+    else:
+        unknown = kinds["unattributed_time"]["summary"]
+        assert "was not sampled" in unknown and "not known" in unknown, unknown
+        assert "backtrace" in kinds["unattributed_time"]["fix"]

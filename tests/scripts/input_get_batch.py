@@ -1,7 +1,9 @@
 """A nanoGPT-shaped loop: the model computes its own loss, the next batch is fetched from a
 memory-mapped token file by `get_batch` between the forward pass and backward(), and the fetch
 is slow (a cold disk: --delay seconds a batch). No DataLoader. Prints one JSON line: the
-seconds the loop itself spent in the model's call and in get_batch, step by step."""
+seconds the loop itself spent in the model's call and in get_batch, step by step.
+--metrics-delay S: after each update the loop also calls log_metrics(), which takes S seconds
+(work of the loop's own that is not its input)."""
 
 import argparse
 import json
@@ -16,6 +18,7 @@ from torch import nn
 parser = argparse.ArgumentParser()
 parser.add_argument("--steps", type=int, default=300)
 parser.add_argument("--delay", type=float, default=0.008)
+parser.add_argument("--metrics-delay", type=float, default=0.0)
 args = parser.parse_args()
 
 VOCAB, BLOCK, BATCH = 64, 16, 8
@@ -31,6 +34,11 @@ def get_batch():
     y = torch.stack([torch.from_numpy(data[i + 1 : i + 1 + BLOCK].astype(np.int64)) for i in ix])
     time.sleep(args.delay)  # the read a page cache miss costs
     return x, y
+
+
+def log_metrics(loss):
+    time.sleep(args.metrics_delay)  # a metrics server's round trip
+    return float(loss)
 
 
 class TinyGPT(nn.Module):
@@ -59,5 +67,7 @@ for _ in range(args.steps):
     fetch.append(time.perf_counter() - t0)
     loss.backward()
     optimizer.step()
+    if args.metrics_delay:
+        log_metrics(loss)
     optimizer.zero_grad(set_to_none=True)
 print(json.dumps({"model": calls, "fetch": fetch}))

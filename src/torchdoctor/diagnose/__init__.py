@@ -18,6 +18,7 @@ MODULES: tuple[str, ...] = (
     "no_gradient",
     "not_learning",
     "dataloader_bound",
+    "unattributed_time",
     "hang",
     "memory_leak",
     "oom",

@@ -97,10 +97,15 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
 def _before_found(inputs: Inputs, wait: np.ndarray, found: dict[str, Any]) -> np.ndarray:
     """The window's data wait with the steps before the input function was found counted as
     they are after it: its share of the time no phase claimed (`other`), where the rows booked
-    its time (a short run: a few slow fetches before the samples, a few after)."""
+    its time (a short run: a few slow fetches before the samples, a few after). The share is
+    of all the gaps' samples (`of_other`), not only of the gaps it runs in: other work of the
+    loop (a metrics call) stays in `other`. (Runs recorded before `of_other`: the largest share
+    of a gap.)"""
     steps = inputs.column("step")[WARMUP:][-WINDOW:]
     other = inputs.column("other")[WARMUP:][-WINDOW:]
-    share = max((float(v) for v in (found.get("gaps") or {}).values()), default=0.0)
+    share = found.get("of_other")
+    if share is None:
+        share = max((float(v) for v in (found.get("gaps") or {}).values()), default=0.0)
     before = steps <= int(found["from_step"])
     return np.where(before, wait + np.nan_to_num(other) * share, wait)
 

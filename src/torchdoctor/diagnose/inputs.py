@@ -41,6 +41,9 @@ class Inputs:
     hang: HangCapture | None = None  # the watchdog's capture when no step came for long
     compile: Block | None = None  # python.compile: torch.compile events
     job: JobInputs | None = None  # the ranks of the job side by side (job-level diagnoses)
+    # The run as it ended (a saved run, the last pass): what a live pass may still learn (the
+    # stack samples asked for) will not come.
+    final: bool = True
     # CPUs of the machine that ran the training (meta.json's "cpus"), not of the one judging a
     # saved run; None when the record does not say
     cpus: int | None = None

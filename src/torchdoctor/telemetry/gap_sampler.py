@@ -39,6 +39,7 @@ from collections import Counter, defaultdict
 from typing import Any
 
 from torchdoctor._failsafe import warn_once
+from torchdoctor.diagnose.unattributed_time import MIN_OTHER, OTHER_SHARE
 from torchdoctor.frames import is_library, is_torch, is_user_file, short_path
 
 RATE = 200.0  # samples a second
@@ -51,11 +52,10 @@ SPREAD = 0.5  # ... and no one step holds this share of them
 MAX_WINDOWS = 3
 SPACING = 120.0  # seconds between two windows
 DEPTH = 64  # frames read per sample
-# When the doctor asks: `other` over the recent steps.
+# When the doctor asks: `other` over the recent steps, past the share and the seconds a step
+# from which diagnose/unattributed_time.py says the time unexplained.
 RECENT = 20
 WARMUP = 3
-OTHER_SHARE = 0.3
-MIN_OTHER = 0.001  # seconds a step
 # A function with a word of its name that starts with one of these is not the input (it is
 # checked by name only: the samples cannot tell a slow metric from a slow batch).
 NOT_INPUT: tuple[str, ...] = ("loss", "criterion", "log", "print", "save", "checkpoint", "ckpt")
@@ -172,7 +172,10 @@ def judge(samples: list[Sample], sites: tuple[tuple[str, int] | None, ...] = ())
     if chosen is not None:
         total = sum(gap_total[g] for g in shares)
         steps = len(set().union(*(gap_steps[g] for g in shares)))
-        out["input"] = {**chosen.describe(total, steps), "gaps": shares}
+        # its share of all the time outside phases (the gaps it runs in and those it does not):
+        # what a row recorded before it was found holds of it in `other`
+        of_other = sum(shares[g] * gap_total[g] for g in shares) / sum(gap_total.values())
+        out["input"] = {**chosen.describe(total, steps), "gaps": shares, "of_other": of_other}
     return out
 
 
@@ -282,7 +285,9 @@ class GapSampler:
     def _run(self) -> None:
         try:
             samples = self.sample()
-            if len({s.step for s in samples}) < MIN_STEPS or self._stop.is_set():
+            # A run that ends while the window is open is judged on what it saw (the last pass
+            # of diagnoses comes after this thread is joined): a short run is judged too.
+            if len({s.step for s in samples}) < MIN_STEPS:
                 return
             rec = self.rec
             verdict = judge(samples, (rec.roots.call_site, rec.state.backward_site))

@@ -1,0 +1,138 @@
+"""`unattributed_time`: much of each step runs outside every phase (not the models' forward,
+not backward(), not optimizer.step(), not waiting for a DataLoader) and no input function
+claims it: what the loop does there is said, or that it is not known.
+
+The time is the steps' `other` column. Stack samples of it (telemetry/gap_sampler.py, taken
+when a run spends OTHER_SHARE of its steps there) name the function it goes to; when that is
+the loop's own input function, dataloader_bound reports it, from the step it was found (the
+rows before it are left to dataloader_bound). Without samples (a run that ended before the
+sampler looked) the run's last pass says the time is unexplained rather than let the run read as
+having no problem: where torchdoctor cannot see, it says so (a live pass waits: the doctor has
+asked for samples). Info only: the time may be the loop's
+own legitimate work (an environment's steps between updates, logging), and the finding says
+where it goes."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from torchdoctor.diagnose.dataloader_bound import input_function
+from torchdoctor.diagnose.evidence import Evidence, kind, optional
+from torchdoctor.diagnose.inputs import Inputs
+from torchdoctor.diagnose.record import Diagnosis
+
+RESOLVES = True  # it describes the recent steps: when they change, it no longer holds
+
+# The share of step time outside every phase, and the seconds a step, from which the time is
+# worth sampling (gap_sampler.worth_sampling) and, unexplained, worth saying.
+OTHER_SHARE = 0.3
+MIN_OTHER = 0.001
+WARMUP = 3
+WINDOW = 50
+MIN_STEPS = 10
+
+
+@kind("unattributed_time")
+@dataclasses.dataclass(kw_only=True)
+class UnattributedTimeEvidence(Evidence):
+    other_share: float  # of the window's step time
+    other_per_step: float  # seconds
+    steps: int
+    gap: str | None = optional()  # the phase the sampled gap follows (phases.py)
+    top: list[dict[str, Any]] | None = optional()  # what its samples spent the time in
+
+
+def diagnose(inputs: Inputs) -> list[Diagnosis]:
+    steps = inputs.column("step")[WARMUP:][-WINDOW:]
+    other = np.nan_to_num(inputs.column("other")[WARMUP:][-WINDOW:])
+    duration = inputs.column("duration")[WARMUP:][-WINDOW:]
+    found = input_function(inputs)
+    if found is not None and found.get("from_step") is not None:
+        after = steps > int(found["from_step"])  # before it, its time is still in `other`
+        other, duration = other[after], duration[after]
+    total = float(duration.sum())
+    if other.size < MIN_STEPS or total <= 0:
+        return []
+    share = float(other.sum()) / total
+    per_step = float(other.mean())
+    if share < OTHER_SHARE or per_step < MIN_OTHER:
+        return []
+    evidence = UnattributedTimeEvidence(
+        other_share=share, other_per_step=per_step, steps=other.size
+    )
+    head = (
+        f"{share:.0%} of step time ({per_step * 1e3:.1f} ms a step) runs outside the model's "
+        "forward pass, backward() and optimizer.step()"
+    )
+    sampled = _largest_gap(inputs)
+    if sampled is None:
+        if not inputs.final:
+            return []  # the doctor has asked for samples: they name it
+        return [
+            _finding(
+                inputs,
+                f"{head}, and it was not sampled (the run ended before the stack sampler "
+                "looked), so what the loop does there is not known.",
+                None,
+                evidence,
+                [
+                    "see where it goes while the run runs: torchdoctor PID backtrace, a few "
+                    "times (or py-spy dump --pid PID)",
+                    f"run longer: torchdoctor samples that time once the steps spend "
+                    f"{OTHER_SHARE:.0%} there, and names the function",
+                ],
+            )
+        ]
+    gap, top = sampled
+    evidence.gap, evidence.top = gap, top
+    first = top[0]
+    what = f"{first['function']}()" if first.get("function") else "the loop's own line"
+    line = f" (`{first['code']}`)" if first.get("code") else ""
+    return [
+        _finding(
+            inputs,
+            f"{head}: mostly in {what} called at {first['site']}{line}, {first['share']:.0%} "
+            f"of the samples taken after {_after(gap)}.",
+            first["site"],
+            evidence,
+            [
+                f"if {what} need not run every step, run it every N steps (logging, metrics, "
+                "checkpoints), or move it off the training thread",
+                "if it feeds the model (the batch), fetch it ahead: a DataLoader with workers, "
+                "or a background thread filling a queue",
+            ],
+        )
+    ]
+
+
+def _finding(
+    inputs: Inputs, summary: str, location: str | None, evidence: Evidence, fix: list[str]
+) -> Diagnosis:
+    return Diagnosis(
+        kind="unattributed_time",
+        severity="info",
+        step=int(inputs.column("step")[-1]),
+        summary=summary,
+        location=location,
+        evidence=evidence,
+        fix=fix,
+        key="unattributed_time",
+    )
+
+
+def _largest_gap(inputs: Inputs) -> tuple[str, list[dict[str, Any]]] | None:
+    """The gap the latest samples saw most of, and what its samples spent the time in."""
+    for event in reversed(inputs.events_of("gap_samples")):
+        gaps = event["data"].get("gaps") or {}
+        ranked = sorted(gaps.items(), key=lambda item: -int(item[1].get("samples") or 0))
+        for gap, seen in ranked:
+            if seen.get("top"):
+                return gap, list(seen["top"])
+    return None
+
+
+def _after(gap: str) -> str:
+    return "the step began" if gap == "start" else f"the {gap} phase ended"
