@@ -300,6 +300,23 @@ def test_sum_of_squares_leaves_what_it_cannot_read_to_torch() -> None:
     assert native.sum_of_squares(iter([good])) is None  # type: ignore[arg-type]
 
 
+def test_grad_squares_reads_the_parameters_gradients_as_sum_of_squares_does() -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.ReLU(), torch.nn.Linear(7, 2))
+    model(torch.randn(3, 5)).pow(2).sum().backward()
+    params = list(model.parameters())
+    grads = [p.grad for p in params]
+    assert native.grad_squares(params, 1000) == (native.sum_of_squares(grads), 4)
+    model[2].bias.grad = None  # a parameter without a gradient is left out and counted out
+    squares = native.sum_of_squares([g for g in grads[:3]])
+    assert native.grad_squares(params, 1000) == (squares, 3)
+    assert native.grad_squares([], 10) == (0.0, 0)
+    # More elements than the limit, a gradient it cannot read, a subclass: Python's way then
+    assert native.grad_squares(params, 40) is None
+    model[0].weight.grad = torch.ones(5, 7).t()  # not contiguous
+    assert native.grad_squares(params, 1000) is None
+    assert native.grad_squares([torch.ones(2).as_subclass(Subclass)], 10) is None
+
+
 def test_a_dtensors_sum_of_squares_is_torchs(world: None) -> None:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Shard, distribute_tensor

@@ -68,6 +68,7 @@ class Kernels(Protocol):
     def close(self) -> None: ...
     def take_failure(self) -> str: ...
     def sum_of_squares(self, tensors: Sequence[Any], /) -> float | None: ...
+    def grad_squares(self, params: list[Any], limit: int, /) -> tuple[float, int] | None: ...
     def PhaseTimer(self) -> object: ...  # telemetry/phases.py's PhaseTimer (phases.cpp)
 
 
@@ -220,6 +221,11 @@ def _not_built(tensors: Sequence[Any]) -> float | None:
     return None
 
 
+def _grads_not_built(params: list[Any], limit: int) -> tuple[float, int] | None:
+    """grad_squares where the module is not built: torch is asked instead."""
+    return None
+
+
 if TYPE_CHECKING:
 
     def sum_of_squares(tensors: Sequence[Any]) -> float | None:
@@ -229,13 +235,26 @@ if TYPE_CHECKING:
         else (another device, sparse, not contiguous, a subclass such as DTensor, an integer
         dtype), or where the module is not built: the caller asks torch then."""
 
+    def grad_squares(params: list[Any], limit: int) -> tuple[float, int] | None:
+        """(the sum of the squares of the gradients of `params`, as sum_of_squares reads them;
+        how many of them have a gradient). None when a parameter is a subclass (DTensor), a
+        gradient cannot be read so, they hold more than `limit` elements, or the module is not
+        built: the caller collects the gradients in Python then."""
+
+
+_FALLBACKS: dict[str, Callable[..., Any]] = {
+    "sum_of_squares": _not_built,
+    "grad_squares": _grads_not_built,
+}
+
 
 def __getattr__(name: str) -> Any:
-    # sum_of_squares: the compiled function itself (no Python frame between the caller and
-    # it), bound at the first use, or _not_built
-    if name != "sum_of_squares":
+    # sum_of_squares, grad_squares: the compiled function itself (no Python frame between the
+    # caller and it), bound at the first use, or its fallback
+    fallback = _FALLBACKS.get(name)
+    if fallback is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     kernels = load()
-    function = kernels.sum_of_squares if kernels is not None else _not_built
+    function = getattr(kernels, name) if kernels is not None else fallback
     globals()[name] = function
     return function

@@ -36,6 +36,12 @@ PyMethodDef kMethods[] = {
      "sum_of_squares($module, tensors, /)\n--\n\n"
      "The sum of the squares of every element of a list of CPU, dense, contiguous float32,\n"
      "float64, bfloat16 or float16 tensors, accumulated in double; None for anything else."},
+    {"grad_squares", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(td::grad_squares)),
+     METH_FASTCALL,
+     "grad_squares($module, params, limit, /)\n--\n\n"
+     "(the sum of the squares of the gradients of a list of Tensors or Parameters, how many\n"
+     "have one), read as sum_of_squares reads; None when one cannot be read so or they hold\n"
+     "more than `limit` elements."},
     {nullptr, nullptr, 0, nullptr},
 };
 

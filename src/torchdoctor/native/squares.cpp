@@ -6,7 +6,8 @@
 // element squared and summed in double; no dispatch, no allocation, the GIL held throughout (the
 // tensors stay as they are meanwhile). Anything this does not read directly (a tensor on
 // another device, sparse, strided, a subclass, an integer dtype) answers None: the caller asks
-// torch instead.
+// torch instead. grad_squares does the same for the gradients of the optimizer's parameters,
+// read from each parameter in C++: no Python list of gradients built every step.
 
 #include "native.h"
 
@@ -61,6 +62,31 @@ bool readable(const at::Tensor& t) {
          !impl->is_neg() && !impl->is_conj();
 }
 
+// The squares of one readable tensor added to `total`; false for one this cannot read.
+bool add_squares(const at::Tensor& t, double* total) {
+  if (!readable(t)) return false;
+  int64_t n = t.numel();
+  if (n == 0) return true;
+  const void* data = t.unsafeGetTensorImpl()->data();
+  if (data == nullptr) return false;
+  switch (t.scalar_type()) {
+    case c10::ScalarType::Float:
+      *total += squares(static_cast<const float*>(data), n);
+      return true;
+    case c10::ScalarType::Double:
+      *total += squares(static_cast<const double*>(data), n);
+      return true;
+    case c10::ScalarType::BFloat16:
+      *total += squares(static_cast<const c10::BFloat16*>(data), n);
+      return true;
+    case c10::ScalarType::Half:
+      *total += squares(static_cast<const c10::Half*>(data), n);
+      return true;
+    default:
+      return false;
+  }
+}
+
 }  // namespace
 
 namespace td {
@@ -75,32 +101,36 @@ PyObject* sum_of_squares(PyObject*, PyObject* tensors) {
       // a Tensor or a Parameter: no subclass (a DTensor's local part is not the whole)
       if (!THPVariable_CheckExact(items[k])) Py_RETURN_NONE;
       const at::Tensor& t = THPVariable_Unpack(items[k]);
-      if (!t.defined() || !readable(t)) Py_RETURN_NONE;
-      int64_t n = t.numel();
-      if (n == 0) continue;
-      const void* data = t.unsafeGetTensorImpl()->data();
-      if (data == nullptr) Py_RETURN_NONE;
-      switch (t.scalar_type()) {
-        case c10::ScalarType::Float:
-          total += squares(static_cast<const float*>(data), n);
-          break;
-        case c10::ScalarType::Double:
-          total += squares(static_cast<const double*>(data), n);
-          break;
-        case c10::ScalarType::BFloat16:
-          total += squares(static_cast<const c10::BFloat16*>(data), n);
-          break;
-        case c10::ScalarType::Half:
-          total += squares(static_cast<const c10::Half*>(data), n);
-          break;
-        default:
-          Py_RETURN_NONE;
-      }
+      if (!t.defined() || !add_squares(t, &total)) Py_RETURN_NONE;
     }
   } catch (const std::exception&) {  // a tensor torch would not let us read: ask torch
     Py_RETURN_NONE;
   }
   return PyFloat_FromDouble(total);
+}
+
+PyObject* grad_squares(PyObject*, PyObject* const* args, Py_ssize_t n) {
+  if (n != 2 || !PyList_Check(args[0])) Py_RETURN_NONE;
+  long long limit = PyLong_AsLongLong(args[1]);
+  if (limit == -1 && PyErr_Occurred()) return nullptr;
+  PyObject** items = PySequence_Fast_ITEMS(args[0]);
+  Py_ssize_t count = PySequence_Fast_GET_SIZE(args[0]);
+  double total = 0;
+  long long elements = 0;
+  Py_ssize_t with_grad = 0;
+  try {
+    for (Py_ssize_t k = 0; k < count; ++k) {
+      if (!THPVariable_CheckExact(items[k])) Py_RETURN_NONE;  // a DTensor: its shard, in Python
+      const at::Tensor& grad = THPVariable_Unpack(items[k]).grad();
+      if (!grad.defined()) continue;
+      elements += grad.numel();
+      if (elements > limit || !add_squares(grad, &total)) Py_RETURN_NONE;
+      ++with_grad;
+    }
+  } catch (const std::exception&) {
+    Py_RETURN_NONE;
+  }
+  return Py_BuildValue("(dn)", total, with_grad);
 }
 
 }  // namespace td

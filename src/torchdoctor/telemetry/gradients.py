@@ -52,7 +52,7 @@ def parameters(optimizer: Any) -> list[Any]:
 
 
 _FEW = 32
-_NATIVE_MAX = 1 << 18  # elements summed natively in one pass (sum_of_squares)
+NATIVE_MAX = 1 << 18  # elements summed natively in one pass (sum_of_squares, grad_squares)
 _SMALL = 1 << 20
 
 
@@ -79,7 +79,7 @@ class NormPlan:
     def _decide(self, grads: list[Any]) -> None:
         self._count = len(grads)
         self._cat = _cat_fits(grads)
-        self._small = sum(g.numel() for g in grads) <= _NATIVE_MAX
+        self._small = sum(g.numel() for g in grads) <= NATIVE_MAX
 
     def __call__(self, torch: Any, grads: list[Any]) -> Any:
         if len(grads) != self._count:
