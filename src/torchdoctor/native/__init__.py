@@ -1,16 +1,17 @@
 """torchdoctor's compiled part: a Python module built from the C++ here, for the places where
 Python costs too much per call: the kernel that records python.collectives (collectives.cpp,
 its Python half telemetry/collectives_native.py), the step's gradient norm of a few small
-tensors (squares.cpp: sum_of_squares) and the phase timer the hooks call a few times a step
-(phases.cpp: PhaseTimer, the same as telemetry/phases.py's).
+tensors (squares.cpp: sum_of_squares, and grad_squares that reads them from the parameters)
+and the phase timer the hooks call a few times a step (phases.cpp: PhaseTimer, the same as
+telemetry/phases.py's).
 
 Optional: used wherever it is built (TORCHDOCTOR_NATIVE=0 turns it off). Built once per torch
 and Python version, by `python -m torchdoctor.native` (which `make install`, `make test` and
 `make bench` run), with the system's C++ compiler, into a private cache directory. Without it,
 collective tracing runs its Python kernel (telemetry/collectives.py): the same rows, at several
-times the cost per call (docs/benchmarks.md), sum_of_squares answers None (the caller asks
-torch), and the phase timer is telemetry/phases.py's own. Nothing is ever compiled inside a
-training process: a probe only loads what is built.
+times the cost per call (docs/benchmarks.md), sum_of_squares and grad_squares answer None
+(the caller asks torch), and the phase timer is telemetry/phases.py's own. Nothing is ever
+compiled inside a training process: a probe only loads what is built.
 
 The boundary is typed: the module's functions (listed once, with their signatures, in
 module.cpp) are `Kernels` below; the journal line the kernel writes has the layout of
