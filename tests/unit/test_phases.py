@@ -70,6 +70,18 @@ def test_a_call_left_open_closes_at_the_step_end(make: Any) -> None:
 
 
 @TIMERS
+def test_a_call_open_at_the_step_end_leaves_no_gap_booked_twice(make: Any) -> None:
+    """The opening gap is input (booked as data when the model's call begins); a call still
+    open when the step ends closes there, and the gap before it is not booked again."""
+    timer, totals = make(), zero()
+    timer.input_shares = {"start": 1.0}
+    timer.step_ended(0.0, totals)
+    timer.begin_forward(2.0, totals)
+    timer.step_ended(4.0, totals)
+    assert totals["data_wait"] == 2.0 and totals["forward"] == 2.0
+
+
+@TIMERS
 def test_phases_nest_inside_the_optimizer(make: Any) -> None:
     """LBFGS: the closure's forward and backward run inside optimizer.step()."""
     timer, totals = make(), zero()

@@ -100,6 +100,15 @@ void resume(Timer* t, int closed, double now) {
   }
 }
 
+// The innermost open model call closes: its time is booked, what it paused runs again.
+bool close_segment(Timer* t, double now, PyObject* totals) {
+  Open closed = t->open->back();
+  t->open->pop_back();
+  if (closed.since >= 0 && !add(totals, closed.phase, now - closed.since)) return false;
+  resume(t, closed.phase, now);
+  return true;
+}
+
 bool enter(Timer* t, int phase, double now, PyObject* totals) {
   auto& open = *t->open;
   if (!open.empty()) {
@@ -210,10 +219,7 @@ PyObject* timer_end_forward(PyObject* self, PyObject* const* args, Py_ssize_t n)
       top.calls -= 1;
       Py_RETURN_NONE;
     }
-    Open closed = top;
-    open.pop_back();
-    if (closed.since >= 0 && !add(args[1], closed.phase, now - closed.since)) return nullptr;
-    resume(t, closed.phase, now);
+    if (!close_segment(t, now, args[1])) return nullptr;
     Py_RETURN_NONE;
   }
   if (!exit(t, kForward, now, args[1])) return nullptr;
@@ -226,11 +232,8 @@ PyObject* timer_step_ended(PyObject* self, PyObject* const* args, Py_ssize_t n) 
   Timer* t = reinterpret_cast<Timer*>(self);
   auto& open = *t->open;
   PyObject* totals = args[1];
-  if (!open.empty() && segment(open.back().phase)) {
-    Open closed = open.back();
-    open.pop_back();
-    if (closed.since >= 0 && !add(totals, closed.phase, now - closed.since)) return nullptr;
-    if (!open.empty()) open.back().since = now;
+  if (!open.empty() && segment(open.back().phase) && !close_segment(t, now, totals)) {
+    return nullptr;
   }
   if (open.empty()) {
     if (!book_gap(t, now, totals)) return nullptr;

@@ -152,6 +152,8 @@ class PhaseTimer:
                 totals[name] += now - since
             if opened:
                 opened[-1][1] = now
+            else:  # the gap after it begins now: nothing of it is booked below
+                self.after, self.since = name, now
         if not opened:
             if self.input_shares:
                 share = self.input_shares.get(self.after)
