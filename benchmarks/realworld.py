@@ -229,6 +229,8 @@ def run_once(
     if program.ranks:
         # torchrun: the way the README runs a job under torchdoctor (every rank probed, the
         # job directory at TORCHDOCTOR_RUN_DIR).
+        logs = where.parent / f"{where.name}.torchrun-logs"
+        shutil.rmtree(logs, ignore_errors=True)
         argv = [
             sys.executable,
             "-m",
@@ -237,6 +239,12 @@ def run_once(
             str(program.ranks),
             "--master-port",
             str(free_port()),
+            # each rank's lines through torchrun's own tail, "[rankN]:" before each: whole
+            # lines, where two ranks printing to one pipe can cut into each other's line
+            "--tee",
+            "3",
+            "--log-dir",
+            str(logs),
             program.script,
             *args,
         ]
@@ -282,8 +290,9 @@ def normalise(text: str, patterns: tuple[str, ...]) -> str:
 
 def comparable(text: str, program: Program) -> str:
     """An output as compared: torch's log lines without time and pid, the program's timing
-    fields normalised; a torchrun job's lines sorted (its ranks write to one pipe, in an order
-    that differs between two runs: what is compared is the set of lines, with repeats)."""
+    fields normalised; a torchrun job's lines sorted (its ranks' lines come through torchrun's
+    tail, whole and marked with the rank, in an order that differs between two runs: what is
+    compared is the set of lines, with repeats)."""
     text = normalise(TORCH_LOG.sub(r"\1 ", text), program.timing)
     return "\n".join(sorted(text.splitlines())) if program.ranks else text
 
@@ -806,8 +815,9 @@ def render(
         "and stderr (listed per program below) and the time and pid of torch's own log lines,",
         "nothing else; both runs get PYTHONHASHSEED=0. A torchrun job (`ranks` in programs.py,",
         "run under torchdoctor as `TORCHDOCTOR=1 TORCHDOCTOR_RUN_DIR=DIR python -m",
-        "torch.distributed.run ...`) has its stdout and stderr compared as sorted line sets (its",
-        "ranks write to one pipe, in no fixed order) and must record every step on every rank.",
+        "torch.distributed.run --tee 3 ...`: each rank's lines whole, marked `[rankN]:`) has its",
+        "stdout and stderr compared as sorted line sets (its ranks' lines come in no fixed",
+        "order) and must record every step on every rank.",
         "A program with bugs of its own runs healthy with them fixed (`fixes` in programs.py);",
         "what torchdoctor says about them as they are: the section Real bugs below.",
         "",

@@ -99,10 +99,11 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
             first["site"],
             evidence,
             [
-                f"if {what} need not run every step, run it every N steps (logging, metrics, "
-                "checkpoints), or move it off the training thread",
-                "if it feeds the model (the batch), fetch it ahead: a DataLoader with workers, "
-                "or a background thread filling a queue",
+                f"if {what} is bookkeeping (logging, metrics, checkpoints), run it every N "
+                "steps or off the training thread",
+                "if the step needs it (an environment's steps, a batch built by hand), that is "
+                "where the step's time goes: make it cheaper, or overlap it with the model (a "
+                "DataLoader with workers, a background thread filling a queue)",
             ],
         )
     ]
