@@ -94,8 +94,9 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
     return [
         _finding(
             inputs,
-            f"{head}: mostly in {what} called at {first['site']}{line}, {first['share']:.0%} "
-            f"of the samples taken after {_after(gap)}.",
+            f"{head}: {'mostly' if first['share'] >= 0.5 else 'the largest part'} in {what} "
+            f"called at {first['site']}{line}, {first['share']:.0%} of the samples taken after "
+            f"{_after(gap)}.",
             first["site"],
             evidence,
             [
