@@ -2,7 +2,7 @@
 (`parallelize_module`), for the tests of DTensor-aware telemetry.
 
     torchrun --nproc_per_node=N dist_sharded.py [--tp] [--steps N] [--clip] [--count OUT]
-                                                [--meta-init] [--no-zero-grad]
+                                                [--meta-init] [--no-zero-grad] [--log-act]
 
 Each step: forward, backward (FSDP2's reduce-scatters), optionally clip_grad_norm_ (the
 script's own collective on DTensor gradients), an AdamW step. `--count OUT` records every
@@ -15,6 +15,8 @@ gradients still held), inside the counted region, and writes it to census.rank<R
 `torchdoctor PID memory` shows, as data and as text. `--meta-init` builds the FSDP2 model as
 pytorch/examples' FSDP2 example does and keeps its bug: a layer never initialised.
 `--no-zero-grad` never clears the gradients (FSDP2 then adds each step's to the last).
+`--log-act` takes the log of the ReLU's output between the two layers (the tensor-parallel
+planted bug of benchmarks/realworld: log(0) = -inf, then NaN from the first step).
 """
 
 from __future__ import annotations
@@ -39,22 +41,26 @@ def parse() -> argparse.Namespace:
     p.add_argument("--twice", default="", metavar="RUN_DIR")
     p.add_argument("--meta-init", action="store_true", help="pytorch/examples' FSDP2 bug")
     p.add_argument("--no-zero-grad", action="store_true", help="never clear the gradients")
+    p.add_argument("--log-act", action="store_true", help="log(relu(x)) between the layers")
     return p.parse_args()
 
 
 class Net(nn.Module):
-    def __init__(self) -> None:
+    def __init__(self, log_act: bool = False) -> None:
         super().__init__()
         self.up = nn.Linear(16, 32)
         self.act = nn.ReLU()
         self.down = nn.Linear(32, 4)
+        self.log_act = log_act
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.log_act:
+            return self.down(torch.log(self.act(self.up(x))))
         return self.down(self.act(self.up(x)))
 
 
-def build(tp: bool, world: int) -> nn.Module:
-    model = Net()
+def build(tp: bool, world: int, log_act: bool = False) -> nn.Module:
+    model = Net(log_act)
     if tp:
         mesh = init_device_mesh("cpu", (world,))
         from torch.distributed.tensor.parallel import (
@@ -94,7 +100,7 @@ def build_on_meta(world: int) -> nn.Module:
 
 def train(args: argparse.Namespace, rank: int, world: int, census: bool = False) -> None:
     torch.manual_seed(0)
-    model = build_on_meta(world) if args.meta_init else build(args.tp, world)
+    model = build_on_meta(world) if args.meta_init else build(args.tp, world, args.log_act)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     gen = torch.Generator().manual_seed(1 if args.tp else rank + 1)
     for step in range(args.steps):

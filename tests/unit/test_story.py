@@ -112,6 +112,26 @@ def test_a_sqrt_nan_is_not_blamed_on_the_learning_rate() -> None:
     assert d.fix == fixes
 
 
+def test_the_graph_of_a_step_not_replayed_names_its_risky_ops() -> None:
+    """A sharded model is not run again: the ops of the step's graph that make NaN/Inf of
+    ordinary values stand for the op (nearest the loss first), not the safe look-alikes."""
+    import torch
+
+    from torchdoctor.telemetry.nan_replay import _risky_nodes
+
+    x = torch.randn(4, 3, requires_grad=True)
+    hidden = torch.log(torch.relu(x)) / x.sum()  # LogBackward0, then DivBackward0
+    safe = torch.softmax(hidden, -1).pow(2) + x.sigmoid()
+    loss = safe.mean() + torch.log_softmax(x, -1).mean()
+    assert _risky_nodes(loss) == ["DivBackward0", "LogBackward0"]
+    assert _risky_nodes(x.pow(2).sum()) == [] and _risky_nodes(None) == []
+    origin = NanOrigin(stage="unknown", step=0, sharded=True, graph_ops=["LogBackward0"])
+    d = from_origin(origin)
+    assert "graph holds LogBackward0" in d.summary
+    assert d.fix[0].startswith("clamp before the log"), d.fix
+    assert not any(story.LOWER_LR in f for f in d.fix)  # step 0: no update has run
+
+
 # -- the doctor: resolved findings and the story, live ----------------------------------------
 class _Host:
     def __init__(self) -> None:

@@ -58,6 +58,9 @@ class NanOrigin:
     note: str | None = None
     replay_seconds: float | None = None
     sharded: bool | None = None  # True: a model holds DTensor shards (FSDP2, TP): not replayed
+    # not replayed: the step's graph's ops that make NaN/Inf of ordinary values, nearest the
+    # loss first (LogBackward0)
+    graph_ops: list[str] = dataclasses.field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
@@ -99,6 +102,7 @@ class NanEvidence(Evidence):
     loss_graph: list[str] | None = optional()
     note: str | None = optional()
     replay_seconds: float | None = optional()
+    graph_ops: list[str] | None = optional()
     history: dict[str, Any] | None = optional()
     causes: list[dict[str, Any]] | None = optional()
 
@@ -188,7 +192,13 @@ def _summary(o: NanOrigin) -> str:
             f"Step {step}: the input batch itself contains "
             f"{_count(bad_input.get('nan'), bad_input.get('inf'))}."
         )
-    return f"Step {step} went non-finite; the origin could not be found ({o.note or ''})."
+    found = f"Step {step} went non-finite; the origin could not be found ({o.note or ''})."
+    if o.graph_ops:
+        found += (
+            f" The step's graph holds {', '.join(o.graph_ops[:3])}: ops that make NaN or Inf "
+            "of ordinary values (a log or a root of zero, a division by zero)."
+        )
+    return found
 
 
 def _count(nan: int | None, inf: int | None) -> str:
@@ -211,11 +221,13 @@ def rank_causes(o: NanOrigin, history: dict[str, Any] | None = None) -> list[dic
     def add(weight: float, cause: str, fix: str) -> None:
         causes.append((weight, cause, fix))
 
-    name = op + " " + node
+    # Not replayed (a sharded model): the graph's risky ops stand for the op, as candidates.
+    graph = stage == "unknown" and bool(o.graph_ops)
+    name = " ".join([op, node, *(g.lower() for g in o.graph_ops if graph)])
     if any(k in name for k in _LOG):
         zeros = first_in.get("zeros", 0) + first_in.get("negatives", 0)
         add(
-            0.9 if zeros or stage == "forward" else 0.7,
+            0.9 if zeros or stage == "forward" or graph else 0.7,
             "log of zero or negative values" + (f" ({zeros} inputs <= 0)" if zeros else ""),
             "clamp before the log: torch.log(x.clamp(min=1e-8)); for probabilities use "
             "F.log_softmax / F.cross_entropy on logits instead of log(softmax(x))",

@@ -18,6 +18,7 @@ synchronous check so the next occurrence is caught before its update.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import sys
 import time
@@ -96,6 +97,9 @@ class NanLocalizer:
                 "forward again on this rank alone would issue collectives the other ranks never "
                 "join; its weights and the batch are finite on this rank"
             )
+            # What can be read without running anything: the ops of the step's graph that
+            # make NaN or Inf of ordinary values (a log of a zero).
+            origin.graph_ops = _risky_nodes(state.loss_ref)
             return origin
         was_on = rec.switch.on
         rec.switch.on = False  # our own hooks must not record the replay as training
@@ -384,6 +388,42 @@ def _describe(torch: Any, t: Any) -> dict[str, Any]:
             negatives=int((t < 0).sum()),
         )
     return out
+
+
+# Autograd nodes of ops that turn ordinary values into NaN or Inf (a log or a root of zero, a
+# division by a tensor that can be zero). Not x.pow(2), softmax or a norm with its eps.
+RISKY_NODES = frozenset(
+    {
+        "LogBackward0",
+        "Log2Backward0",
+        "Log10Backward0",
+        "Log1PBackward0",
+        "XlogyBackward0",
+        "SqrtBackward0",
+        "RsqrtBackward0",
+        "DivBackward0",
+        "ReciprocalBackward0",
+    }
+)
+
+
+def _risky_nodes(loss: Any, limit: int = 5000) -> list[str]:
+    """The names of RISKY_NODES in the graph of `loss`, nearest the loss first (breadth
+    first, at most `limit` nodes looked at), each once."""
+    node = getattr(loss, "grad_fn", None)
+    found: list[str] = []
+    seen: set[int] = set()
+    todo = collections.deque([node])
+    while todo and len(seen) < limit:
+        node = todo.popleft()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        name = node.name()
+        if name in RISKY_NODES and name not in found:
+            found.append(name)
+        todo.extend(n for n, _ in node.next_functions)
+    return found
 
 
 def _graph_names(loss: Any, limit: int = 12) -> list[str]:
