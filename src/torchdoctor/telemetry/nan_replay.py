@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import itertools
 import sys
 import time
 from collections.abc import Iterator
@@ -408,38 +409,31 @@ RISKY_NODES = frozenset(
 
 
 def _risky_nodes(loss: Any, limit: int = 5000) -> list[str]:
-    """The names of RISKY_NODES in the graph of `loss`, nearest the loss first (breadth
-    first, at most `limit` nodes looked at), each once."""
-    node = getattr(loss, "grad_fn", None)
+    """The names of RISKY_NODES in the graph of `loss`, nearest the loss first (at most
+    `limit` nodes looked at), each once."""
     found: list[str] = []
-    seen: set[int] = set()
-    todo = collections.deque([node])
-    while todo and len(seen) < limit:
-        node = todo.popleft()
-        if node is None or id(node) in seen:
-            continue
-        seen.add(id(node))
-        name = node.name()
+    for name in itertools.islice(_node_names(loss), limit):
         if name in RISKY_NODES and name not in found:
             found.append(name)
-        todo.extend(n for n, _ in node.next_functions)
     return found
 
 
 def _graph_names(loss: Any, limit: int = 12) -> list[str]:
     """Names of the autograd nodes from the loss back towards the model, breadth first."""
-    node = getattr(loss, "grad_fn", None)
-    names: list[str] = []
+    return list(itertools.islice(_node_names(loss), limit))
+
+
+def _node_names(loss: Any) -> Iterator[str]:
+    """The names of the autograd nodes of `loss`'s graph, breadth first, each node once."""
     seen: set[int] = set()
-    todo = [node]
-    while todo and len(names) < limit:
-        node = todo.pop(0)
+    todo = collections.deque([getattr(loss, "grad_fn", None)])
+    while todo:
+        node = todo.popleft()
         if node is None or id(node) in seen:
             continue
         seen.add(id(node))
-        names.append(node.name())
+        yield node.name()
         todo.extend(n for n, _ in node.next_functions)
-    return names
 
 
 def _flatten(obj: Any) -> list[Any]:
