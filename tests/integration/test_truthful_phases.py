@@ -90,8 +90,13 @@ def test_time_no_phase_claims_is_named_where_it_goes(
 ) -> None:
     """A loop whose steps spend most of their time in work of its own that is not its input
     (a metrics call after each update): not data, and not "no problems found" either."""
+    # 500 steps of about 12 ms: the doctor's first look, then a window of samples, with room
+    # for a busy machine
     _run, _said, found = _recorded(
-        "input_get_batch.py", tmp_path, capsys, "--delay", "0", "--metrics-delay", "0.01"
+        "input_get_batch.py",
+        tmp_path,
+        capsys,
+        *("--steps", "500", "--delay", "0", "--metrics-delay", "0.01"),
     )
     assert not [d for d in found if d["kind"] == "dataloader_bound"], found
     said = [d for d in found if d["kind"] == "unattributed_time"][-1]
