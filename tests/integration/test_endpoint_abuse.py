@@ -22,13 +22,10 @@ from typing import Any
 import pytest
 from helpers import free_port, script, td_run, wait_for
 
-from torchdoctor.probe.server import MAX_BODY, MAX_CONNECTIONS
+from torchdoctor.probe.server import MAX_BODY, MAX_CONNECTIONS, REQUEST_TIMEOUT
 
 TOKEN = "abuse-token"
 BUDGET = 8.0  # seconds of abuse
-# The target's probe.server.REQUEST_TIMEOUT (paced.py --request-timeout): the tests wait for
-# clients that never finish their request to be cut, which takes this long (10 s by default).
-REQUEST_TIMEOUT = 4.0
 
 
 class Endpoint:
@@ -164,8 +161,6 @@ def target(shared_launch):  # type: ignore[no-untyped-def]
             "--token",
             TOKEN,
             script("paced.py"),
-            "--request-timeout",
-            str(REQUEST_TIMEOUT),
         )
     )
     entry = run.wait_probe()
@@ -321,8 +316,6 @@ def test_connections_over_the_cap_wait_and_slow_ones_are_cut(target) -> None:  #
             s.settimeout(REQUEST_TIMEOUT + 10)
             answer = s.recv(1024)
             assert answer == b"" or _status_of(answer) == 408, answer
-            if answer:  # after the target's own timeout (paced.py --request-timeout)
-                assert f"within {REQUEST_TIMEOUT:g} s".encode() in answer, answer
     finally:
         for s in idle:
             s.close()

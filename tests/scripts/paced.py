@@ -1,21 +1,11 @@
 """A small training loop that keeps a steady pace and prints each step's wall-clock time, so a
-test can tell whether anything slowed it down. Stops when the file `stop` exists.
-
---request-timeout S: the probe's REQUEST_TIMEOUT (read at each request) set to S seconds, so
-that a test of clients that never finish their request waits S for them to be cut, not 10 s.
-"""
+test can tell whether anything slowed it down. Stops when the file `stop` exists."""
 
 import os
-import sys
 import time
 
 import torch
 from torch import nn
-
-if "--request-timeout" in sys.argv:
-    from torchdoctor.probe import server
-
-    server.REQUEST_TIMEOUT = float(sys.argv[sys.argv.index("--request-timeout") + 1])
 
 torch.manual_seed(0)
 model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1))
