@@ -323,6 +323,12 @@ class Session:
 
         return census_rows(self.telemetry)
 
+    def on_first_step(self) -> None:
+        """How busy the machine was as the steps began: `compare` judges step times by the
+        wait for a CPU from here on, not over the imports and set-up before."""
+        if self._at_steps is None:
+            self._at_steps = run_setup.moment()
+
     def on_cuda_detected(self) -> None:
         """Telemetry saw the run use CUDA: start the bounded allocator history."""
         from torchdoctor.memory.cuda_history import start_history
@@ -390,20 +396,12 @@ class Session:
             rank = self.identity.rank if self.identity is not None else identities.rank_from_env()
             self.telemetry = Recorder(self, rank=rank)
             self.telemetry.install()
-            self.telemetry.step_listeners.append(self._first_step_ended)
             from torchdoctor.telemetry import process_group
 
             process_group.install(on_rank)  # init_process_group tells the rank
             self.telemetry.hooks.on_remove(process_group.remove)
         except Exception as exc:
             warn_once("telemetry", f"training telemetry is off: {type(exc).__name__}: {exc}")
-
-    def _first_step_ended(self, _state: Any, _step: int) -> None:
-        """How busy the machine was as the steps began: `compare` judges step times by the
-        wait for a CPU from here on, not over the imports and set-up before."""
-        self._at_steps = run_setup.moment()
-        if self.telemetry is not None:
-            self.telemetry.step_listeners.remove(self._first_step_ended)
 
     def stop(self, exit_code: int | None = None) -> None:
         if os.getpid() != self.pid:  # atexit in a forked child: the parent's probe is not ours

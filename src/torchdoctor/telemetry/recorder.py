@@ -377,17 +377,17 @@ class Recorder(RunView):
         if plan.discovering or self.roots.pending:
             self._after_discovery()
         plan.next_step(self.step, self.host.config.trace_every, self.compiled)
-        for listener in tuple(self.step_listeners):  # one may remove itself
+        for listener in self.step_listeners:
             listener(state, step)
         if self.safe_point.pending:
             self.safe_point.drain(step, self.switch)  # queued evals, the telemetry off
 
     def _after_discovery(self) -> None:
-        """The first step is over: its outermost module calls were the models; hook them, and
-        learn from it whether the run is on a GPU."""
+        """The first step is over: hook its models, learn whether it ran on a GPU, tell the host."""
         self.roots.step_ended(self.model_hook)
         if self.plan.discovering:
             self.plan.discovering = False
+            self.host.on_first_step()
             if self.memory.on_cuda():
                 self.clock = CudaClock(self.torch)
                 self.rows.cuda = True

@@ -21,6 +21,7 @@ class Host(Protocol):
     config: Any  # config.Config, read live (trace_every and guard change on a running probe)
 
     def on_cuda_detected(self) -> None: ...
+    def on_first_step(self) -> None: ...  # again after a rediscovery
 
 
 class RunView:
