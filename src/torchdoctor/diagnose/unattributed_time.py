@@ -8,9 +8,8 @@ the loop's own input function, dataloader_bound reports it, from the step it was
 rows before it are left to dataloader_bound). Without samples (a run that ended before the
 sampler looked) the run's last pass says the time is unexplained rather than let the run read as
 having no problem: where torchdoctor cannot see, it says so (a live pass waits: the doctor has
-asked for samples). Info only: the time may be the loop's
-own legitimate work (an environment's steps between updates, logging), and the finding says
-where it goes."""
+asked for samples). Info only: the time may be the loop's own legitimate work (an
+environment's steps between updates, logging), and the finding says where it goes."""
 
 from __future__ import annotations
 
@@ -19,7 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from torchdoctor.diagnose.dataloader_bound import input_function
+# the same window of recent steps as dataloader_bound, which claims the input function's share
+from torchdoctor.diagnose.dataloader_bound import MIN_STEPS, WARMUP, WINDOW, input_function
 from torchdoctor.diagnose.evidence import Evidence, kind, optional
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
@@ -30,9 +30,6 @@ RESOLVES = True  # it describes the recent steps: when they change, it no longer
 # worth sampling (gap_sampler.worth_sampling) and, unexplained, worth saying.
 OTHER_SHARE = 0.3
 MIN_OTHER = 0.001
-WARMUP = 3
-WINDOW = 50
-MIN_STEPS = 10
 
 
 @kind("unattributed_time")
