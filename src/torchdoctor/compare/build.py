@@ -53,21 +53,10 @@ def compare(
     differing = sorted((s for s in setup if s.differs), key=lambda s: -s.weight)
     series = curves.compare_curves(sa, sb)
     mem = memory.compare_memory(a, b, sa, sb)
-    found_a = {(d["rank"], d["kind"]) for d in a.diagnoses}
-    found_b = {(d["rank"], d["kind"]) for d in b.diagnoses}
     ranks = timing.ranks(a, b, noise)
     straggler = timing.straggler(ranks)
     collectives = timing.collectives(a, b)
-    new_findings = [
-        Finding.of(d)
-        for d in b.diagnoses
-        if (d["rank"], d["kind"]) not in found_a and d.get("severity") in _SEVERE
-    ]
-    gone = [
-        Finding.of(d)
-        for d in a.diagnoses
-        if (d["rank"], d["kind"]) not in found_b and d.get("severity") in _SEVERE
-    ]
+    new_findings, gone = _only_in(b, a), _only_in(a, b)
     record = Comparison(
         version=VERSION,
         a=_run(a),
@@ -127,6 +116,16 @@ def _run(f: RunFacts) -> RunInfo:
         if isinstance(meta.get("command"), list)
         else meta.get("command"),
     )
+
+
+def _only_in(f: RunFacts, other: RunFacts) -> list[Finding]:
+    """`f`'s warnings and errors of a (rank, kind) that `other` has not."""
+    there = {(d["rank"], d["kind"]) for d in other.diagnoses}
+    return [
+        Finding.of(d)
+        for d in f.diagnoses
+        if (d["rank"], d["kind"]) not in there and d.get("severity") in _SEVERE
+    ]
 
 
 def _traced(f: RunFacts) -> int:
