@@ -29,6 +29,12 @@ def clean(value: Any) -> Any:
     return str(value) if plain is value else clean(plain)
 
 
+def fields(record: Any) -> dict[str, Any]:
+    """A record's fields in order, by name: its JSON object unless its `to_json()` says
+    otherwise (which starts from this)."""
+    return {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
+
+
 def _record(value: Any) -> Any:
     """A record's JSON object (its `to_json()`, else its fields in order; nested records are
     met again by the encoder); the value itself when it is no record."""
@@ -36,7 +42,7 @@ def _record(value: Any) -> Any:
     if callable(to_json):
         return to_json()
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+        return fields(value)
     return value
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Literal
 
+from torchdoctor._json import fields
 from torchdoctor.checkpoint.keys import Remap
 
 
@@ -196,7 +197,7 @@ class CheckpointReport:
     status: str = "ok"  # ok, needs_code, mismatch, fixed, not_fixed, no_state_dict
 
     def to_json(self) -> dict[str, Any]:
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out = fields(self)
         if self.problem is None:
             del out["problem"]
         return out

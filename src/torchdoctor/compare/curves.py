@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from torchdoctor._json import float_text
+from torchdoctor._json import fields, float_text
 
 FINAL_STEPS = 10
 SERIES = ("loss", "grad_norm")
@@ -36,7 +36,7 @@ class Series:
     gap_max: float | None = None
 
     def to_json(self) -> dict[str, Any]:
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out = fields(self)
         if self.first_difference is None:  # nothing after a difference to say
             for key in ("at_first", "gap_median", "gap_max"):
                 del out[key]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from torchdoctor._json import fields
 from torchdoctor.compare.curves import Curves
 from torchdoctor.compare.memory import MemoryChange
 from torchdoctor.compare.settings import Setting
@@ -118,7 +119,7 @@ class Comparison:
     failed: bool | None = None  # a gate's limit exceeded
 
     def to_json(self) -> dict[str, Any]:
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out = fields(self)
         if self.gates is None:
             del out["gates"], out["failed"]
         return out

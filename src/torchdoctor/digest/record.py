@@ -8,9 +8,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-
-def _fields(record: Any) -> dict[str, Any]:
-    return {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
+from torchdoctor._json import fields
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,7 +48,7 @@ class Summary:
     peak_memory: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return _fields(self) if self.steps else {"steps": 0}
+        return fields(self) if self.steps else {"steps": 0}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,7 +152,7 @@ class Digest:
     baseline: Baseline | None = None
 
     def to_json(self) -> dict[str, Any]:
-        out = _fields(self)
+        out = fields(self)
         if self.baseline is None:
             del out["baseline"]
         return out

@@ -11,6 +11,8 @@ import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from torchdoctor._json import fields
+
 PHASES_SQL = """
 SELECT step, phase, allocated, max_allocated, reserved
 FROM python.memory
@@ -43,7 +45,7 @@ class PhaseMemory:
     peak: bool | None = None
 
     def to_json(self) -> dict[str, Any]:
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out = fields(self)
         if self.peak is None:
             del out["peak"]
         return out

@@ -9,6 +9,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from torchdoctor._json import fields
 from torchdoctor.memory.phases import (
     MODULES_SQL,
     PHASES_SQL,
@@ -136,7 +137,7 @@ class MemoryView:
     oom: list[OomRecord]
 
     def to_json(self) -> dict[str, Any]:
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out = fields(self)
         if self.census is None:
             del out["census"]
         return out
