@@ -30,6 +30,14 @@ class Switch:
 
     def fail(self, exc: BaseException) -> None:
         self.on = False
+        text = str(exc).strip()
+        if text.startswith("CUDA error"):  # the device's error, met first by a hook: not ours
+            warn_once(
+                f"hook:{self.name}",
+                f"{self.name} stopped: the GPU reported an error to it "
+                f"({text.splitlines()[0]}); the training meets it at its next GPU call",
+            )
+            return
         warn_once(
             f"hook:{self.name}",
             f"{self.name} failed ({type(exc).__name__}: {exc}) and was switched off; "

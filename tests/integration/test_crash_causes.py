@@ -43,3 +43,13 @@ def test_bce_out_of_range_after_a_divergence_is_the_learning_rate(
     crash = [d for d in recorded.diagnoses() if d["kind"] == "crash"]
     assert crash, recorded.diagnoses()
     assert crash[-1]["fix"].splitlines()[0].startswith(first), crash[-1]["fix"]
+
+
+def test_a_device_assert_in_a_model_with_embeddings_names_the_embedding(tmp_path: Path) -> None:
+    recorded = record("crash_device_assert_text.py", run_dir=tmp_path / "run")
+    assert recorded.code == 1
+    (crash,) = [d for d in recorded.diagnoses() if d["kind"] == "crash"]
+    ev = crash["evidence"]
+    assert ev["category"] == "cuda.device_assert"
+    assert "embedding" in ev["causes"][0], ev["causes"]  # not the class labels, the default
+    assert "Keep ids inside the embedding" in crash["fix"].splitlines()[0], crash["fix"]

@@ -4,9 +4,11 @@ float16 overflow under autocast found and localized."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
-from helpers import cli, script, td_run
+from helpers import cli, script, strip_ours, td_run
 
 pytestmark = pytest.mark.cuda
 
@@ -62,3 +64,49 @@ def test_fp16_overflow_without_guard_is_still_named(launch, tmp_path) -> None:
     found = [json.loads(line) for line in (d / "diagnoses.jsonl").read_text().splitlines()]
     nan = next(f for f in found if f["kind"] == "nan")
     assert nan["location"] in {"proj", "body.1", "head"}
+
+
+def test_device_side_assert_ends_as_it_does_without_torchdoctor(launch, env, tmp_path) -> None:
+    # Found on a real H100 (torch 2.11): under torchdoctor the process aborted at exit (a
+    # pinned buffer freed in a broken context), a false detached_loss was said (a graph walk
+    # stopped short), and a silent check stacked a CPU scalar with GPU values.
+    plain = subprocess.run(
+        [sys.executable, script("cuda_device_assert.py")],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+    )
+    d = tmp_path / "run"
+    run = launch(td_run("--run-dir", str(d), script("cuda_device_assert.py")))
+    assert run.wait(180) == plain.returncode == 1, run.output()
+    assert run.stdout() == plain.stdout
+    # the same traceback (strip_ours drops the blank line before our block: the message's own)
+    assert strip_ours(run.stderr()) == strip_ours(plain.stderr).rstrip("\n") + "\n"
+    assert "terminate called" not in run.stderr()
+    found = [json.loads(line) for line in (d / "diagnoses.jsonl").read_text().splitlines()]
+    assert [f["kind"] for f in found if f["severity"] == "error"] == ["crash"], found
+    crash = found[0]["evidence"]
+    assert crash["category"] == "cuda.device_assert"
+    assert "embedding" in crash["causes"][0], crash["causes"]
+
+
+def test_a_cpu_model_beside_an_initialized_gpu_keeps_the_cpu_path(tmp_path) -> None:
+    # A process that touched CUDA once (a library, an earlier model) training a CPU model: the
+    # step's values are read at once, with no copies to a GPU and back (which cost 560 us a
+    # step on an H100 machine's CPU).
+    import torch
+
+    import torchdoctor
+
+    torch.zeros(1, device="cuda")
+    model = torch.nn.Linear(8, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with torchdoctor.Session(tmp_path / "run", quiet=True) as s:
+        for _ in range(5):
+            loss = model(torch.randn(4, 8)).pow(2).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        assert s.telemetry is not None and not s.telemetry.rows.cuda
+        assert len(s.telemetry.readback) == 0

@@ -72,7 +72,8 @@ class Net(nn.Module):
 torch.manual_seed(0)
 device = torch.device(args.device)
 if device.type == "cuda" and args.memory_fraction:
-    torch.cuda.set_per_process_memory_fraction(args.memory_fraction, device)
+    # an index: torch before 2.12 refuses a bare "cuda" device here
+    torch.cuda.set_per_process_memory_fraction(args.memory_fraction, device.index or 0)
 model = Net().to(device)
 optimizer = torch.optim.Adam(model.parameters(), lr=1e-3) if args.optimizer == "adam" else None
 losses = []

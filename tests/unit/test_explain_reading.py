@@ -45,6 +45,20 @@ def test_a_hint_naming_an_error_is_not_one() -> None:
     assert (e.category, e.line) == ("cuda.device_assert", 1)
 
 
+def test_an_embedding_lookup_past_the_end_on_new_torch_ranks_the_embedding_first() -> None:
+    # As torch 2.11 printed it on an H100 (tests/scripts/cuda_device_assert.py): nn.Embedding's
+    # index_select asserts in the vectorized gather kernel, a name that says "gather" only.
+    text = (
+        "/pytorch/aten/src/ATen/native/cuda/IndexKernelUtils.cu:16: vectorized_gather_kernel: "
+        "block: [0,0,0], thread: [0,0,0] Assertion `ind >=0 && ind < ind_dim_size && "
+        '"vectorized gather kernel index out of bounds"` failed.\n'
+        "torch.AcceleratorError: CUDA error: device-side assert triggered\n"
+    )
+    e = explain_text(text)
+    assert e.category == "cuda.device_assert" and e.fields["kernel"] == "vectorized_gather_kernel"
+    assert "embedding" in e.causes[0]
+
+
 def test_no_exception_class() -> None:
     for text, category in (
         ("GET was unable to find an engine to execute this computation", "cudnn.error"),

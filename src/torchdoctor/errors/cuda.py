@@ -71,7 +71,10 @@ DEVICE_ASSERT = Entry(
             "vocabularies differ, added special tokens without resizing the embeddings, or "
             "sequences longer than the position embeddings).",
             weight=2,
-            signals=(r"srcIndex < srcSelectDimSize|indexSelect|embedding",),
+            # nn.Embedding's index_select asserts in the vectorized gather kernel on new torch
+            signals=(
+                r"srcIndex < srcSelectDimSize|indexSelect|embedding|vectorized gather kernel",
+            ),
         ),
         Cause(
             "index",

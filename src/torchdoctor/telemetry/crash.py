@@ -26,7 +26,7 @@ _CONFIG = {
 
 
 def capture(exc: BaseException, training: TrainingView | None) -> CrashEvidence:
-    explanation = explain_exception(exc, process=_process_findings(training))
+    explanation = explain_exception(exc, process=_process_findings(training, exc))
     torch = sys.modules.get("torch")
     frames = frames_of(exc)
     place: dict[str, Any] = {}
@@ -75,10 +75,11 @@ def capture(exc: BaseException, training: TrainingView | None) -> CrashEvidence:
     )
 
 
-def _process_findings(training: TrainingView | None) -> list[Finding]:
+def _process_findings(training: TrainingView | None, exc: BaseException) -> list[Finding]:
     """What this process knows that a pasted text does not: for a backward() on a tensor with
     no grad_fn, whether the step's forward ran with grad on and whether any parameter trains
-    decide between the graph cut before the loss, no_grad, frozen weights and checkpointing."""
+    decide between the graph cut before the loss, no_grad, frozen weights and checkpointing;
+    for a device-side assert, whether the model looks ids up in an embedding."""
     if training is None:
         return []
     try:
@@ -86,6 +87,12 @@ def _process_findings(training: TrainingView | None) -> list[Finding]:
     except Exception:
         return []
     out = []
+    lookups = facts.get("embeddings") or []
+    if lookups and "device-side assert" in _message(exc):
+        # The message alone cannot tell an id past an embedding's end from a label past the
+        # classes; a model that looks ids up runs that kernel first, in its forward.
+        names = ", ".join(f"{name} ({size} ids)" for name, size in lookups)
+        out.append(Finding(f"the model looks ids up in {names}", rule_in=("embedding",)))
     diverged = _diverged(
         facts.get("losses") or [],
         facts.get("nonfinite_weights") or [],

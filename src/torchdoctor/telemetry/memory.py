@@ -54,16 +54,31 @@ class MemoryReader:
         """(allocated, max_allocated, reserved, rss) in bytes, read now."""
         rss = self.rss()
         if self.on_cuda():
-            cuda = self._torch.cuda
-            device = self.device if self.device is not None else cuda.current_device()
-            stats = cuda.memory_stats(device)
-            return (
-                int(stats.get("allocated_bytes.all.current", 0)),
-                int(stats.get("allocated_bytes.all.peak", 0)),
-                int(stats.get("reserved_bytes.all.current", 0)),
-                rss,
-            )
+            return (*self._cuda_figures(), rss)
         return rss, max(rss, self.peak_rss()), rss, rss
+
+    def _cuda_figures(self) -> tuple[int, int, int]:
+        """(allocated, peak allocated, reserved) of the GPU, in one call: the allocator's
+        nested statistics read directly, since memory_stats() flattens all of them in Python
+        (about 400 calls, 0.4 ms on an H100 machine's CPU) and memory_allocated() and
+        max_memory_allocated() each call it."""
+        cuda = self._torch.cuda
+        device = self.device if self.device is not None else cuda.current_device()
+        raw = getattr(self._torch._C, "_cuda_memoryStats", None)
+        if raw is not None:
+            try:
+                stats = raw(device)
+                used = stats["allocated_bytes"]["all"]
+                reserved = stats["reserved_bytes"]["all"]["current"]
+                return int(used["current"]), int(used["peak"]), int(reserved)
+            except (KeyError, TypeError, RuntimeError):
+                pass
+        flat = cuda.memory_stats(device)
+        return (
+            int(flat.get("allocated_bytes.all.current", 0)),
+            int(flat.get("allocated_bytes.all.peak", 0)),
+            int(flat.get("reserved_bytes.all.current", 0)),
+        )
 
     def row(self, step: int, phase: str, rank: int) -> tuple[Any, ...]:
         """A python.memory row: the figures now, at a phase boundary of a traced step."""
@@ -78,8 +93,8 @@ class MemoryReader:
     def allocated(self) -> tuple[int, int]:
         """(allocated, max_allocated) now: the figures per module call in torch_trace."""
         if self.on_cuda():
-            cuda = self._torch.cuda
-            return int(cuda.memory_allocated()), int(cuda.max_memory_allocated())
+            allocated, peak, _reserved = self._cuda_figures()
+            return allocated, peak
         rss = self.rss()
         return rss, max(rss, self.peak_rss())
 

@@ -6,7 +6,8 @@ rows in python.modules; a root without parameters (a loss module) gets a pre-hoo
 its calls for a NaN replay.
 
 Whether the models draw random numbers (dropout) is known once they are found: only then does
-each step keep the CPU random state, which a NaN replay needs to draw the same masks.
+each step keep the state of the generator they draw from (the CPU's; the GPU's once the first
+step is seen to run there), which a NaN replay needs to draw the same masks.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ class ModelRoots:
         self._hooked: set[int] = set()  # ids of the roots hooked
         self.pending: list[Any] = []  # found in the step in progress: hooked once it ends
         self.random = True  # keep the random state per step (until the models are known)
+        self.rng_source: Any = None  # the generator dropout draws from (None: the CPU's)
         self._random_known = False
         self.scanned = False  # looked for models in the training code's frames
         self.call_site: tuple[str, int] | None = None  # the line that called the first model
@@ -78,6 +80,17 @@ class ModelRoots:
         if caller is not None and (mine or self.call_site is None):
             return (caller.f_code.co_filename, caller.f_lineno)
         return self.call_site
+
+    @property
+    def generator(self) -> Any:
+        """The generator whose state a step keeps for a replay; None when no model draws."""
+        if not self.random:
+            return None
+        if self.rng_source is None:
+            import torch
+
+            self.rng_source = torch.default_generator
+        return self.rng_source
 
     def is_hooked(self, module: Any) -> bool:
         return id(module) in self._hooked

@@ -279,13 +279,13 @@ def _backward_origin(
             numel=int(g.numel()),
         )
 
-    seen: set[int] = set()
+    seen: dict[int, Any] = {}  # the nodes themselves: an id is unique only while its object lives
     todo = [t.grad_fn for t in outputs if t.grad_fn is not None]
     while todo:
         node = todo.pop()
         if node is None or id(node) in seen:
             continue
-        seen.add(id(node))
+        seen[id(node)] = node
         handles.append(node.register_hook(lambda gi, go, n=node: check(n, gi, go)))
         todo.extend(n for n, _ in node.next_functions if n is not None)
     try:
@@ -304,19 +304,19 @@ def _backward_origin(
 @contextlib.contextmanager
 def _preserved(rec: Any, rng: Any) -> Iterator[None]:
     """Replay with the step's random state; put random state and buffers back afterwards."""
-    torch = rec.torch
-    saved_rng = torch.get_rng_state()
+    generator, state = rng if rng is not None else (rec.torch.default_generator, None)
+    saved_rng = generator.get_state()
     buffers = []
     for module, _label in rec.models.roots():
         for buf in module.buffers():
             buffers.append((buf, buf.detach().clone()))
-    if rng is not None:
-        torch.set_rng_state(rng)
+    if state is not None:
+        generator.set_state(state)
     try:
         yield
     finally:
-        torch.set_rng_state(saved_rng)
-        with torch.no_grad():
+        generator.set_state(saved_rng)
+        with rec.torch.no_grad():
             for buf, copy in buffers:
                 buf.copy_(copy)
 
@@ -425,13 +425,13 @@ def _graph_names(loss: Any, limit: int = 12) -> list[str]:
 
 def _node_names(loss: Any) -> Iterator[str]:
     """The names of the autograd nodes of `loss`'s graph, breadth first, each node once."""
-    seen: set[int] = set()
+    seen: dict[int, Any] = {}  # the nodes themselves: an id is unique only while its object lives
     todo = collections.deque([getattr(loss, "grad_fn", None)])
     while todo:
         node = todo.popleft()
         if node is None or id(node) in seen:
             continue
-        seen.add(id(node))
+        seen[id(node)] = node
         yield node.name()
         todo.extend(n for n, _ in node.next_functions)
 

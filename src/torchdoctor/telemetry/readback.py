@@ -1,46 +1,98 @@
 """Device values read back without waiting for the device.
 
-A tensor on a GPU is copied to pinned host memory asynchronously and an event is recorded
-after the copy; `poll()` hands the values to their callback once the event has completed.
-Callbacks run in submission order. CPU tensors are handed over at once.
+GPU values are gathered on the device while steps come quickly and copied back together: one
+concatenation, one asynchronous copy to pinned host memory and one event for up to BATCH
+submissions, since on a launch-bound GPU step each extra op costs as much host time as the
+reading itself (docs/benchmarks.md, "On a GPU"). Submissions that come slowly (a step of more
+than MAX_DELAY) go at once, so a slow run's values are no later than before. `poll()` hands the
+values to their callbacks once the copy's event has completed, in submission order. CPU tensors
+are handed over at once.
 """
 
 from __future__ import annotations
 
+import ctypes
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from torchdoctor._failsafe import warn_once
+
 Done = Callable[[list[float]], None]
+
+BATCH = 16  # submissions copied back together at most
+MAX_DELAY = 0.1  # seconds a submission may wait for others before it is copied back
 
 
 class Readback:
     def __init__(self, torch: Any) -> None:
         self._torch = torch
-        self._pending: deque[tuple[Any, Any, Done]] = deque()
+        self._batch: list[tuple[Any, Done]] = []  # on the device, not copied yet
+        self._batch_started = 0.0
+        self._last_submit = 0.0
+        self._pending: deque[tuple[Any, Any, list[tuple[int, Done]]]] = deque()
 
     def submit(self, values: Any, done: Done) -> None:
         """`values`: a 1-D float tensor; `done(list_of_floats)` runs when it is readable."""
         if values.device.type != "cuda":
             done(values.tolist())
             return
+        if self._batch and self._batch[0][0].device != values.device:
+            self._copy_batch()  # one device per copy
+        now = time.perf_counter()
+        slow = now - self._last_submit >= MAX_DELAY
+        self._last_submit = now
+        if not self._batch:
+            self._batch_started = now
+        self._batch.append((values, done))
+        if slow or len(self._batch) >= BATCH or now - self._batch_started >= MAX_DELAY:
+            self._copy_batch()
+
+    def _copy_batch(self) -> None:
+        batch, self._batch = self._batch, []
+        if not batch:
+            return
         torch = self._torch
+        parts = [v.reshape(-1) for v, _done in batch]
+        values = torch.cat(parts) if len(parts) > 1 else parts[0]
         host = torch.empty(values.shape, dtype=values.dtype, pin_memory=True)
         host.copy_(values, non_blocking=True)
         event = torch.cuda.Event()
         event.record()
-        self._pending.append((host, event, done))
+        sizes = [(p.numel(), done) for p, (_v, done) in zip(parts, batch, strict=True)]
+        self._pending.append((host, event, sizes))
 
     def poll(self, force: bool = False) -> None:
-        """Hand over what has landed; `force` waits for the rest (at the end of a run)."""
+        """Hand over what has landed; `force` copies and waits for the rest (a run's end)."""
+        if self._batch and (force or time.perf_counter() - self._batch_started >= MAX_DELAY):
+            self._copy_batch()
         while self._pending:
-            host, event, done = self._pending[0]
+            host, event, dones = self._pending[0]
             if force:
                 event.synchronize()
             elif not event.query():
                 return
             self._pending.popleft()
-            done(host.tolist())
+            values, at = host.tolist(), 0
+            for n, done in dones:
+                done(values[at : at + n])
+                at += n
+
+    def poll_at_end(self) -> None:
+        """Wait for the rest; a GPU context an error broke (a device-side assert) has lost
+        them: said in one line, and the run's other last rows are still written."""
+        try:
+            self.poll(force=True)
+        except Exception as exc:
+            # Freeing a pinned buffer asks the broken context about its event, and an error
+            # thrown there ends the process (std::terminate): they are kept to the exit.
+            for entry in self._pending:
+                ctypes.pythonapi.Py_IncRef(ctypes.py_object(entry))
+            self._pending.clear()
+            self._batch.clear()
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            warn_once("readback-lost", f"the last steps' loss and gradient norm are lost: {first}")
 
     def __len__(self) -> int:
-        return len(self._pending)
+        return len(self._pending) + len(self._batch)

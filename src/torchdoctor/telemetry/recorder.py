@@ -89,9 +89,7 @@ class Recorder(RunView):
         self.steps_done = 0
         self.state = StepState(None)
         self.plan = TracePlan(self)  # which steps see every module call
-        # Called with (finished StepState, its step) at the end of every step: the overfit and
-        # repro recipes count and judge steps here; empty in a normal run.
-        self.step_listeners: list[Any] = []
+        self.step_listeners: list[Any] = []  # (StepState, step) at each end: the recipes' counts
         self.compiled = False  # torch.compile is in use: no global module hooks from now on
         self.nonfinite = NonFinite()  # non-finite steps and what runs when one is seen
         self.skipped_steps = 0
@@ -130,7 +128,7 @@ class Recorder(RunView):
                 self.cycle.flush(merge=False)
                 if self.state.micro:  # the last step has no next one
                     self.end_step(self.cycle.backward_end, skipped=False)
-            self.readback.poll(force=True)
+            self.readback.poll_at_end()
             self.settle_collectives()  # the last works, their errors read (the hot path does not)
             self.tracer.flush(force=True)
             self.shapes.end()  # a step cut short (a crash): its calls so far
@@ -242,7 +240,7 @@ class Recorder(RunView):
         if self.cycle is not None:
             self.cycle.activity(now)
         state = self.state
-        state.keep_call(module, args, kwargs, self.torch, self.roots.random)
+        state.keep_call(module, args, kwargs, self.torch, self.roots.generator)
         segment = "forward" if self.torch.is_grad_enabled() else "evaluation"
         if self.timer.begin_forward(now, state.phases, segment) and state.start is None:
             state.start = now
@@ -256,7 +254,7 @@ class Recorder(RunView):
     def on_loss_call(self, module: Any, args: Any, kwargs: Any) -> None:
         """A root module without parameters (a loss module) is called: no phase of its own (a
         loss computed outside the model is `other`); kept for a NaN replay."""
-        self.state.keep_call(module, args, kwargs, self.torch, self.roots.random)
+        self.state.keep_call(module, args, kwargs, self.torch, self.roots.generator)
 
     def on_backward(self, tensors: Any, now: float) -> None:
         loss = tensors  # the one scalar tensor backward() ran on, if that is what it got
@@ -375,23 +373,25 @@ class Recorder(RunView):
         self.step = step + 1
         self.steps_done += 1
         if plan.discovering or self.roots.pending:
-            self._after_discovery()
+            self._after_discovery(state)
         plan.next_step(self.step, self.host.config.trace_every, self.compiled)
         for listener in self.step_listeners:
             listener(state, step)
         if self.safe_point.pending:
             self.safe_point.drain(step, self.switch)  # queued evals, the telemetry off
 
-    def _after_discovery(self) -> None:
+    def _after_discovery(self, first: StepState) -> None:
         """The first step is over: hook its models, learn whether it ran on a GPU, tell the host."""
         self.roots.step_ended(self.model_hook)
         if self.plan.discovering:
             self.plan.discovering = False
             self.host.on_first_step()
-            if self.memory.on_cuda():
+            # a GPU run is one whose step ran there, not any process that touched CUDA once
+            if self.memory.on_cuda() and first.ran_on_cuda(self.torch, self.models):
                 self.clock = CudaClock(self.torch)
                 self.rows.cuda = True
                 self.memory.device = self.torch.cuda.current_device()
+                self.roots.rng_source = self.torch.cuda.default_generators[self.memory.device]
                 self.host.on_cuda_detected()
 
     # -- helpers -----------------------------------------------------------------------------

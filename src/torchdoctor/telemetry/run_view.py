@@ -111,7 +111,10 @@ class RunView:
         models = [m for m, _label in self.models.models()]
         trainable = sum(1 for m in models for p in m.parameters() if p.requires_grad)
         checkpointing = any(getattr(m, "is_gradient_checkpointing", False) for m in models)
-        nonfinite, largest = _weight_extremes(self.models, models)
+        try:
+            nonfinite, largest = _weight_extremes(self.models, models)
+        except Exception:  # a GPU context a device-side assert broke: no kernel runs any more
+            nonfinite, largest = [], 0.0
         steps = self.tables["steps"].snapshot()
         losses = [float(v) for v in steps.data["loss"][-200:]] if steps.rows else []
         return {
@@ -123,7 +126,21 @@ class RunView:
             "lr": self.lr(),
             "nonfinite_weights": [".".join(n) for n in nonfinite[:5]],
             "largest_weight": largest,
+            "embeddings": _embeddings(models),
         }
+
+
+def _embeddings(models: list[Any]) -> list[tuple[str, int]]:
+    """The models' id lookups (nn.Embedding and its kind): name and number of ids, a few."""
+    out = []
+    for m in models:
+        for name, module in m.named_modules():
+            size = getattr(module, "num_embeddings", None)
+            if isinstance(size, int):
+                out.append((name or type(module).__name__, size))
+                if len(out) == 3:
+                    return out
+    return out
 
 
 def _weight_extremes(names: Any, models: list[Any]) -> tuple[list[tuple[str, str]], float]:

@@ -23,7 +23,7 @@ class StepState:
     grad_norm_value: float | None = None  # ... read back, when it was read at once
     skip = False  # --guard dropped this step's update
     scaled: tuple[Any, Any] | None = None  # (scaled loss, loss) from GradScaler.scale
-    rng: Any = None  # CPU random state at the first model call (for a replay)
+    rng: Any = None  # (generator, its state) at the first model call (for a replay)
     autocast: tuple[tuple[str, Any], ...] | list[tuple[str, Any]] = ()  # at the first call
     update: tuple[Any, float] | None = None  # (primary optimizer, seconds in its step())
     grad_enabled: bool | None = None  # grad mode at the step's first model call
@@ -35,13 +35,14 @@ class StepState:
         self.closure_losses: list[Any] = []  # ... inside it (an LBFGS closure)
         self.tape: list[tuple[Any, tuple[Any, ...], dict[str, Any]]] = []  # model calls
 
-    def keep_call(self, module: Any, args: Any, kwargs: Any, torch: Any, random: bool) -> None:
-        """A model call of this step, kept for a NaN replay; the first with the CPU random
-        state (when the models draw random numbers) and the autocast contexts it ran in."""
+    def keep_call(self, module: Any, args: Any, kwargs: Any, torch: Any, generator: Any) -> None:
+        """A model call of this step, kept for a NaN replay; the first with the state of the
+        generator its dropout draws from (None: the models draw no random numbers) and the
+        autocast contexts it ran in."""
         tape = self.tape
         if not tape:
-            if random:
-                self.rng = torch.get_rng_state()
+            if generator is not None:
+                self.rng = (generator, generator.get_state())
             self.autocast = _autocast_now(torch)
             self.grad_enabled = torch.is_grad_enabled()  # a crash in backward asks
         if len(tape) < TAPE_LIMIT:
@@ -90,6 +91,16 @@ class StepState:
         if later.grad_norm_value is not None:
             self.grad_norm_value = later.grad_norm_value
         return self
+
+    def ran_on_cuda(self, torch: Any, models: Any) -> bool:
+        """This step's loss was on a GPU (without a loss: its models' parameters; without
+        those, the process's CUDA is the best guess)."""
+        if isinstance(self.loss_ref, torch.Tensor):
+            return bool(self.loss_ref.is_cuda)
+        for model, _label in models.roots():
+            for p in model.parameters():
+                return bool(p.is_cuda)
+        return True
 
 
 def _autocast_now(torch: Any) -> list[tuple[str, Any]]:

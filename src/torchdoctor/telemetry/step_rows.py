@@ -46,6 +46,7 @@ class StepRows:
         self.late = late
         self.cuda = False  # the values are on a GPU (set once the first step has run)
         self.last: Any = None  # the latest python.steps row appended
+        self._nan: dict[Any, Any] = {}  # device -> a NaN scalar there (a value not known)
 
     def step(
         self, row: Any, losses: list[Any], norm: Any, primary: str | None, seconds: float | None
@@ -138,12 +139,18 @@ class StepRows:
         norm: Any,
         done: Callable[[float | None, float | None], None],
     ) -> None:
+        # Few ops: on a launch-bound GPU step each one costs about as much host time as a
+        # layer's (stack promotes the dtypes; a missing value is a NaN made once per device).
         torch = self.torch
         device = torch.device("cuda", torch.cuda.current_device())
-        nan = torch.full((), float("nan"), device=device)
-        tensors = [torch.as_tensor(v, device=device).float().reshape(()) for v in losses]
-        loss = torch.stack(tensors).mean() if tensors else nan
-        value = torch.as_tensor(norm).float().reshape(()).to(device) if norm is not None else nan
+        nan = self._nan.get(device)
+        if nan is None:
+            nan = self._nan[device] = torch.full((), float("nan"), device=device)
+        tensors = [torch.as_tensor(v, device=device).reshape(()) for v in losses]
+        loss = (
+            (tensors[0] if len(tensors) == 1 else torch.stack(tensors).mean()) if tensors else nan
+        )
+        value = torch.as_tensor(norm).reshape(()).to(device) if norm is not None else nan
         has_loss, has_norm = bool(losses), norm is not None
 
         def landed(values: list[float]) -> None:

@@ -222,8 +222,10 @@ def _untouched(xp: Any, probe: Probe, on_cpu: bool) -> Any:
     """1 when the first backward() since the update began with the gradients the update
     applied, bit for bit, and no later one began with them cleared (None or all zero); else
     0 (a scalar of `xp`, read back with the rest)."""
+    # zeros where the readings are: a CPU scalar would not stack with a GPU's
+    zero = xp.zeros(()) if on_cpu else probe.before.new_zeros(())
     if not probe.starts or any(s is None for parts in probe.starts for s in parts):
-        return xp.zeros(())
+        return zero
     joined = (
         [xp.concatenate([s.numpy() for s in parts]) for parts in probe.starts]
         if on_cpu
@@ -231,7 +233,7 @@ def _untouched(xp: Any, probe: Probe, on_cpu: bool) -> Any:
     )
     before = probe.before.numpy() if on_cpu else probe.before
     if joined[0].shape != before.shape:
-        return xp.zeros(())
+        return zero
     same = (joined[0] == before).all()
     for s in joined[1:]:
         same = same & s.any()

@@ -284,12 +284,12 @@ class LossGraphs:
 
 def _walk(root: Any, limit: int) -> Iterator[Any]:
     stack: list[Any] = [root]
-    seen: set[int] = set()
+    seen: dict[int, Any] = {}  # the nodes themselves: an id is unique only while its object lives
     while stack and len(seen) < limit:
         node = stack.pop()
         if node is None or id(node) in seen:
             continue
-        seen.add(id(node))
+        seen[id(node)] = node
         yield node
         stack.extend(n for n, _ in node.next_functions)
 
@@ -297,12 +297,12 @@ def _walk(root: Any, limit: int) -> Iterator[Any]:
 def _near(root: Any, limit: int) -> Iterator[tuple[Any, Any]]:
     """(node, the node that leads to it), breadth first from the root."""
     queue: deque[tuple[Any, Any]] = deque([(root, None)])
-    seen: set[int] = set()
+    seen: dict[int, Any] = {}  # the nodes themselves: an id is unique only while its object lives
     while queue and len(seen) < limit:
         node, parent = queue.popleft()
         if node is None or id(node) in seen:
             continue
-        seen.add(id(node))
+        seen[id(node)] = node
         yield node, parent
         queue.extend((n, node) for n, _ in node.next_functions)
 
@@ -327,7 +327,7 @@ def _reaches(root: Any, ids: set[int], parameter: type) -> tuple[bool | None, li
             leaves.append({"shape": list(variable.shape), "parameter": is_parameter})
         if is_parameter:
             return False, leaves
-    if count >= WALK:
+    if count >= WALK or not leaves:  # no leaf at all: a graph we cannot read, not a detached one
         return None, []
     return False, leaves
 
