@@ -110,3 +110,5 @@ def test_a_cpu_model_beside_an_initialized_gpu_keeps_the_cpu_path(tmp_path) -> N
             optimizer.step()
         assert s.telemetry is not None and not s.telemetry.rows.cuda
         assert len(s.telemetry.readback) == 0
+        # memory is the process's (hundreds of MB), not the GPU allocator's 512 bytes
+        assert s.telemetry.memory.read_now()[0] > 50 * 2**20

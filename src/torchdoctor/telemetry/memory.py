@@ -25,6 +25,7 @@ class MemoryReader:
     def __init__(self, torch: Any) -> None:
         self._torch = torch
         self.device: int | None = None  # the training thread's CUDA device, once known
+        self.gpu: bool | None = None  # the steps run on a GPU (None: not known before one ends)
         self._latest: tuple[int, int, int, int] | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -50,10 +51,21 @@ class MemoryReader:
         # is_initialized() is a flag read; is_available() would ask the driver every time.
         return bool(self._torch.cuda.is_initialized())
 
+    def settle(self, ran_on_gpu: bool) -> bool:
+        """The first step has ended: the run's figures are the GPU allocator's when that step
+        ran on a GPU, else the process's (a CPU model in a process that touched CUDA)."""
+        self.gpu = ran_on_gpu and self.on_cuda()
+        if self.gpu:
+            self.device = self._torch.cuda.current_device()
+        return self.gpu
+
+    def _on_gpu(self) -> bool:
+        return self.gpu if self.gpu is not None else self.on_cuda()
+
     def read_now(self) -> tuple[int, int, int, int]:
         """(allocated, max_allocated, reserved, rss) in bytes, read now."""
         rss = self.rss()
-        if self.on_cuda():
+        if self._on_gpu():
             return (*self._cuda_figures(), rss)
         return rss, max(rss, self.peak_rss()), rss, rss
 
@@ -92,7 +104,7 @@ class MemoryReader:
 
     def allocated(self) -> tuple[int, int]:
         """(allocated, max_allocated) now: the figures per module call in torch_trace."""
-        if self.on_cuda():
+        if self._on_gpu():
             allocated, peak, _reserved = self._cuda_figures()
             return allocated, peak
         rss = self.rss()

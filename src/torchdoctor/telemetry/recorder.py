@@ -387,11 +387,10 @@ class Recorder(RunView):
             self.plan.discovering = False
             self.host.on_first_step()
             # a GPU run is one whose step ran there, not any process that touched CUDA once
-            if self.memory.on_cuda() and first.ran_on_cuda(self.torch, self.models):
+            if self.memory.settle(first.ran_on_cuda(self.torch, self.models)):
                 self.clock = CudaClock(self.torch)
                 self.rows.cuda = True
-                self.memory.device = self.torch.cuda.current_device()
-                self.roots.rng_source = self.torch.cuda.default_generators[self.memory.device]
+                self.roots.rng_source = self.torch.cuda.default_generators[self.memory.device or 0]
                 self.host.on_cuda_detected()
 
     # -- helpers -----------------------------------------------------------------------------
