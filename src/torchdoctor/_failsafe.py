@@ -3,8 +3,10 @@ failed turns itself off."""
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import sys
+from typing import Any
 
 log = logging.getLogger("torchdoctor")
 _said: set[str] = set()
@@ -21,6 +23,17 @@ def warn_once(key: str, message: str) -> None:
     log.debug("torchdoctor: %s", message, exc_info=True)
 
 
+def keep_to_exit(obj: Any) -> None:
+    """Never free `obj`: for what holds GPU events and pinned buffers of a context an error
+    broke, whose destructors would print torch's warnings or end the process."""
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 class Switch:
     """An on/off flag a group of hooks consults; a failure in any of them turns it off."""
 
@@ -30,12 +43,11 @@ class Switch:
 
     def fail(self, exc: BaseException) -> None:
         self.on = False
-        text = str(exc).strip()
-        if text.startswith("CUDA error"):  # the device's error, met first by a hook: not ours
+        if str(exc).strip().startswith("CUDA error"):  # the device's, met first by a hook
             warn_once(
                 f"hook:{self.name}",
                 f"{self.name} stopped: the GPU reported an error to it "
-                f"({text.splitlines()[0]}); the training meets it at its next GPU call",
+                f"({first_line(exc)}); the training meets it at its next GPU call",
             )
             return
         warn_once(

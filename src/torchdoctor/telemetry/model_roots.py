@@ -24,7 +24,13 @@ _RANDOM_MODULES = ("Dropout", "RReLU", "Transformer", "MultiheadAttention")
 
 
 class ModelRoots:
-    def __init__(self, models: Any, tables: Any, event: Callable[[str, dict[str, Any]], None]):
+    def __init__(
+        self,
+        models: Any,
+        tables: Any,
+        event: Callable[[str, dict[str, Any]], None],
+        generator: Any = None,
+    ) -> None:
         self.models = models
         self.tables = tables
         self.event = event
@@ -32,7 +38,8 @@ class ModelRoots:
         self._hooked: set[int] = set()  # ids of the roots hooked
         self.pending: list[Any] = []  # found in the step in progress: hooked once it ends
         self.random = True  # keep the random state per step (until the models are known)
-        self.rng_source: Any = None  # the generator dropout draws from (None: the CPU's)
+        self._source = generator  # the generator dropout draws from: the CPU's, or the GPU's
+        self.generator: Any = generator  # what a step keeps the state of (None: nothing)
         self._random_known = False
         self.scanned = False  # looked for models in the training code's frames
         self.call_site: tuple[str, int] | None = None  # the line that called the first model
@@ -49,6 +56,7 @@ class ModelRoots:
             else:
                 self.hooks.handle(module.register_forward_pre_hook(hooks.loss, with_kwargs=True))
             self.random = self.random or _has_randomness(module)
+            self._draws()
             for root, label in self.models.models():
                 if root is module:
                     self.tables["modules"].extend(self.models.module_rows(module, label))
@@ -81,16 +89,13 @@ class ModelRoots:
             return (caller.f_code.co_filename, caller.f_lineno)
         return self.call_site
 
-    @property
-    def generator(self) -> Any:
-        """The generator whose state a step keeps for a replay; None when no model draws."""
-        if not self.random:
-            return None
-        if self.rng_source is None:
-            import torch
+    def draw_from(self, generator: Any) -> None:
+        """The steps run on a GPU: dropout draws from its generator."""
+        self._source = generator
+        self._draws()
 
-            self.rng_source = torch.default_generator
-        return self.rng_source
+    def _draws(self) -> None:
+        self.generator = self._source if self.random else None
 
     def is_hooked(self, module: Any) -> bool:
         return id(module) in self._hooked
@@ -100,6 +105,7 @@ class ModelRoots:
             roots, self.pending = self.pending, []
             if not self._random_known:
                 self.random, self._random_known = False, True
+                self._draws()
             self.hook(roots, hooks)
 
     def scan_frames(self, module_cls: Any, frame: Any, hooks: Any) -> None:

@@ -11,13 +11,12 @@ are handed over at once.
 
 from __future__ import annotations
 
-import ctypes
 import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from torchdoctor._failsafe import warn_once
+from torchdoctor._failsafe import first_line, keep_to_exit, warn_once
 
 Done = Callable[[list[float]], None]
 
@@ -87,12 +86,10 @@ class Readback:
         except Exception as exc:
             # Freeing a pinned buffer asks the broken context about its event, and an error
             # thrown there ends the process (std::terminate): they are kept to the exit.
-            for entry in self._pending:
-                ctypes.pythonapi.Py_IncRef(ctypes.py_object(entry))
-            self._pending.clear()
-            self._batch.clear()
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            warn_once("readback-lost", f"the last steps' loss and gradient norm are lost: {first}")
+            keep_to_exit((self._pending, self._batch))
+            self._pending, self._batch = deque(), []
+            lost = first_line(exc)
+            warn_once("readback-lost", f"the last steps' loss and gradient norm are lost: {lost}")
 
     def __len__(self) -> int:
         return len(self._pending) + len(self._batch)

@@ -29,7 +29,7 @@ import threading
 import time
 from typing import Any
 
-from torchdoctor._failsafe import Switch, warn_once
+from torchdoctor._failsafe import Switch, first_line, keep_to_exit, warn_once
 from torchdoctor._json import dumps
 from torchdoctor.telemetry import collectives, compile_events, process_group, torch_hooks
 from torchdoctor.telemetry.clock import CpuClock, CudaClock
@@ -71,7 +71,7 @@ class Recorder(RunView):
         self.hooks = Hooks()
         self.memory = MemoryReader(torch)
         self.models = Models()
-        self.roots = ModelRoots(self.models, self.tables, self.event)
+        self.roots = ModelRoots(self.models, self.tables, self.event, torch.default_generator)
         self.optimizers = Optimizers()
         self.updates = Updates(self)  # what happens at optimizer.step()
         self.tracer = Tracer(self)
@@ -133,8 +133,9 @@ class Recorder(RunView):
             self.tracer.flush(force=True)
             self.shapes.end()  # a step cut short (a crash): its calls so far
             self.roots.unfinished_rows()
-        except Exception as exc:
-            warn_once("final-flush", f"could not read back the last steps: {exc}")
+        except Exception as exc:  # a context an error broke: the tracer's events stay
+            keep_to_exit(self.tracer)
+            warn_once("final-flush", f"could not write the last steps: {first_line(exc)}")
         self.switch.on = False
         self.hooks.remove()
 
@@ -390,7 +391,7 @@ class Recorder(RunView):
             if self.memory.settle(first.ran_on_cuda(self.torch, self.models)):
                 self.clock = CudaClock(self.torch)
                 self.rows.cuda = True
-                self.roots.rng_source = self.torch.cuda.default_generators[self.memory.device or 0]
+                self.roots.draw_from(self.torch.cuda.default_generators[self.memory.device or 0])
                 self.host.on_cuda_detected()
 
     # -- helpers -----------------------------------------------------------------------------
