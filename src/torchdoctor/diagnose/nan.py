@@ -18,6 +18,10 @@ from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
 from torchdoctor.diagnose.story import LOWER_LR, lr_now
 
+# Trained weights are of order 1: one this large was blown up by its updates, or never
+# initialised (the memory to_empty() or torch.empty() leaves holds any bit pattern).
+HUGE_WEIGHT = 1e4
+
 _LOG = ("log", "log2", "log10", "log1p", "xlogy")
 _SQRT = ("sqrt", "rsqrt", "pow")
 _DIV = ("div", "true_divide", "reciprocal", "__truediv__", "__rtruediv__")
@@ -177,13 +181,15 @@ def _summary(o: NanOrigin) -> str:
         )
     if o.stage == "optimizer":
         weights = o.bad_weights or [{}]
+        largest = weights[0].get("largest")
+        what = "non-finite" if largest is None else f"as large as {largest:.3g}"
         if step == 0:
             return (
-                f"Step 0: the weights of {weights[0].get('module')} are non-finite before the "
+                f"Step 0: the weights of {weights[0].get('module')} are {what} before the "
                 "first update: the model was loaded or initialised with them."
             )
         return (
-            f"Step {step}: the weights of {weights[0].get('module')} are already non-finite: "
+            f"Step {step}: the weights of {weights[0].get('module')} are already {what}: "
             "an earlier optimizer update put them there (its gradients were finite)."
         )
     if o.stage == "data":
@@ -278,8 +284,8 @@ def rank_causes(o: NanOrigin, history: dict[str, Any] | None = None) -> list[dic
     if loaded:
         add(
             1.0,
-            "the weights were non-finite before any update: a damaged checkpoint, or an "
-            "initialisation that overflows",
+            "the weights were non-finite (or far too large) before any update: a damaged "
+            "checkpoint, or an initialisation that overflows",
             "find them before training: assert all(torch.isfinite(p).all() for p in "
             "model.parameters()) after loading; load the checkpoint again from a good copy, or "
             "fix the initialisation",

@@ -11,6 +11,7 @@ import sys
 from typing import Any
 
 from torchdoctor.diagnose.crash import CrashEvidence, flow_window
+from torchdoctor.diagnose.nan import HUGE_WEIGHT
 from torchdoctor.errors.api import explain_exception
 from torchdoctor.errors.here import Finding
 from torchdoctor.errors.located import locate_explanation
@@ -132,9 +133,6 @@ def _process_findings(training: TrainingView | None, exc: BaseException) -> list
             )
         )
     return out
-
-
-HUGE_WEIGHT = 1e4  # trained weights are of order 1: this one was blown up by its updates
 
 
 def _diverged(losses: list[float], weights: list[str], largest: float) -> str | None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import itertools
+import math
 import sys
 import time
 from collections.abc import Iterator
@@ -28,7 +29,7 @@ from typing import Any
 
 import torch
 
-from torchdoctor.diagnose.nan import NanOrigin
+from torchdoctor.diagnose.nan import HUGE_WEIGHT, NanOrigin
 from torchdoctor.frames import site, user_frame
 from torchdoctor.telemetry.local_shards import has_sharded_state, local
 
@@ -354,14 +355,26 @@ def _bad_gradients(rec: Any, params: list[Any], limit: int = 5) -> list[dict[str
 
 
 def _bad_weights(rec: Any) -> list[dict[str, Any]]:
-    torch = rec.torch
-    out = []
+    """The parameters whose weights (this rank's shards) are not finite; without any, those
+    with values over HUGE_WEIGHT, the largest first: uninitialised memory need hold no NaN to
+    make one in the first forward."""
+    nonfinite, huge = [], []
     for module, label in rec.models.models():
         for name, p in module.named_parameters():
-            if not bool(torch.isfinite(local(p).detach()).all()):
-                mod_name, _p = rec.models.param_name(p) or (label, name)
-                out.append({"module": mod_name, "param": name, "numel": int(p.numel())})
-    return out[:5]
+            shard = local(p).detach()
+            if not p.is_floating_point() or not shard.numel():
+                continue
+            top = float(shard.abs().max())
+            if top <= HUGE_WEIGHT:
+                continue
+            mod_name, _p = rec.models.param_name(p) or (label, name)
+            entry = {"module": mod_name, "param": name, "numel": int(p.numel())}
+            if math.isfinite(top):
+                huge.append({**entry, "largest": top})
+            else:
+                nonfinite.append(entry)
+    huge.sort(key=lambda e: -e["largest"])
+    return (nonfinite or huge)[:5]
 
 
 def _bad_inputs(torch: Any, tape: list[Any]) -> dict[str, Any] | None:

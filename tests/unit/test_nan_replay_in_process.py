@@ -1,5 +1,6 @@
-"""A NaN replay draws the step's own random numbers (dropout's masks), from the generator the
-step ran on, and leaves the process's random state as the step left it."""
+"""The NaN localizer in this process: its replay draws the step's own random numbers
+(dropout's masks) from the generator the step ran on and puts the process's random state back;
+weights never initialised are named even when they hold no NaN."""
 
 from __future__ import annotations
 
@@ -47,3 +48,23 @@ def test_the_replay_draws_the_steps_numbers_and_puts_the_state_back(tmp_path: Pa
     assert len(model.draws) == len(plain.draws) + 1  # one replayed forward
     assert torch.equal(model.draws[4], model.draws[3])  # the step's own numbers
     assert torch.equal(after, after_plain)  # and the script's next ones unchanged
+
+
+def test_weights_never_initialised_are_named_though_finite(tmp_path: Path) -> None:
+    # Memory that to_empty() or torch.empty() leaves need hold no NaN: values of 1e30 make the
+    # first forward overflow all the same (found on the FSDP2 example: some runs had NaN in
+    # the garbage, some only huge numbers, and then no module was named).
+    from recording import saved_diagnoses
+
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 1))
+    with torch.no_grad():
+        model[2].weight.fill_(1e30)  # finite, but never a trained weight
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with torchdoctor.Session(tmp_path / "run", quiet=True):
+        loss = model(torch.full((8, 4), 1e9)).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    (nan,) = [d for d in saved_diagnoses(tmp_path / "run") if d["kind"] == "nan"]
+    assert nan["step"] == 0 and nan["location"].endswith("2")  # the last Linear
+    assert "as large as 1e+30 before the first update" in nan["summary"], nan["summary"]
