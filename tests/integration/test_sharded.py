@@ -169,13 +169,16 @@ def test_an_fsdp2_layer_never_initialised_is_named(tmp_path: Path) -> None:
 def test_a_nan_made_inside_a_tensor_parallel_model_gets_its_ops_fix(tmp_path: Path) -> None:
     # log(relu(x)) between the column- and the row-parallel layer: -inf from the first step.
     # A sharded forward is not run again (its collectives would be this rank's alone); the
-    # weights and the batch are finite; the step's graph holds the log, and its fix comes first.
+    # weights and the batch are finite; the step's graph holds the log, and its fix comes first;
+    # the parameters nearest the log in that graph place it: it takes up's output, feeds down.
     found = _diagnosed_job(tmp_path, "--tp", "--log-act", "--steps", "2")
     nans = [d for d in found if d["kind"] == "nan"]
     assert sorted(d["rank"] for d in nans) == [0, 1], nans
     for nan in nans:
         assert nan["step"] == 0 and "graph holds LogBackward0" in nan["summary"], nan
         assert nan["evidence"]["graph_ops"][0] == "LogBackward0", nan["evidence"]
+        assert nan["location"] == "down" and nan["evidence"]["fed_by"] == "up", nan
+        assert "takes the output of up and feeds down" in nan["summary"], nan["summary"]
         assert nan["fix"].splitlines()[0].startswith("clamp before the log"), nan["fix"]
 
 

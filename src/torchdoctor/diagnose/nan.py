@@ -65,6 +65,8 @@ class NanOrigin:
     # not replayed: the step's graph's ops that make NaN/Inf of ordinary values, nearest the
     # loss first (LogBackward0)
     graph_ops: list[str] = dataclasses.field(default_factory=list)
+    fed_by: str | None = None  # ... the module whose output the first of them takes (`module`:
+    # the one it feeds), read from the parameters nearest it in the graph
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
@@ -107,6 +109,7 @@ class NanEvidence(Evidence):
     note: str | None = optional()
     replay_seconds: float | None = optional()
     graph_ops: list[str] | None = optional()
+    fed_by: str | None = optional()
     history: dict[str, Any] | None = optional()
     causes: list[dict[str, Any]] | None = optional()
 
@@ -198,12 +201,23 @@ def _summary(o: NanOrigin) -> str:
             f"Step {step}: the input batch itself contains "
             f"{_count(bad_input.get('nan'), bad_input.get('inf'))}."
         )
-    found = f"Step {step} went non-finite; the origin could not be found ({o.note or ''})."
+    placed = o.module or o.fed_by  # from the step's graph, nothing run
+    found = (
+        f"Step {step} went non-finite; placed from the step's autograd graph ({o.note or ''})."
+        if placed
+        else f"Step {step} went non-finite; the origin could not be found ({o.note or ''})."
+    )
     if o.graph_ops:
         found += (
             f" The step's graph holds {', '.join(o.graph_ops[:3])}: ops that make NaN or Inf "
             "of ordinary values (a log or a root of zero, a division by zero)."
         )
+        between = [
+            f"takes the output of {o.fed_by}" if o.fed_by else "",
+            f"feeds {o.module}" if o.module else "",
+        ]
+        if any(between):
+            found += f" The first of them {' and '.join(b for b in between if b)}."
     return found
 
 

@@ -102,6 +102,9 @@ class NanLocalizer:
             # What can be read without running anything: the ops of the step's graph that
             # make NaN or Inf of ordinary values (a log of a zero).
             origin.graph_ops = _risky_nodes(state.loss_ref)
+            if origin.graph_ops:
+                origin.module, origin.fed_by = _risky_place(rec, state.loss_ref)
+                origin.location = origin.module or origin.fed_by
             return origin
         was_on = rec.switch.on
         rec.switch.on = False  # our own hooks must not record the replay as training
@@ -429,6 +432,48 @@ def _risky_nodes(loss: Any, limit: int = 5000) -> list[str]:
         if name in RISKY_NODES and name not in found:
             found.append(name)
     return found
+
+
+def _risky_place(rec: Any, loss: Any, limit: int = 5000) -> tuple[str | None, str | None]:
+    """Where the risky node nearest the loss sits, read from the parameters nearest it in the
+    graph: (the module its output feeds: the first op above it, towards the loss, that uses
+    weights; the module whose output it takes). Nothing is run."""
+    seen: dict[int, Any] = {}  # the nodes themselves: an id is unique only while its object lives
+    up: dict[int, Any] = {}  # id(node) -> the node that leads to it from the loss
+    queue: collections.deque[tuple[Any, Any]] = collections.deque([(loss.grad_fn, None)])
+    while queue and len(seen) < limit:
+        node, parent = queue.popleft()
+        if node is None or id(node) in seen:
+            continue
+        seen[id(node)] = node
+        up[id(node)] = parent
+        if node.name() in RISKY_NODES:
+            feeds, child, above = None, node, parent
+            for _ in range(8):  # through the wrappers a sharded layer adds (from_local, ...)
+                if above is None or feeds is not None:
+                    break
+                feeds = _nearest_module(rec, above, child)
+                child, above = above, up.get(id(above))
+            return feeds, _nearest_module(rec, node, None)
+        queue.extend((n, node) for n, _ in node.next_functions)
+    return None, None
+
+
+def _nearest_module(rec: Any, start: Any, skip: Any, limit: int = 200) -> str | None:
+    """The module of the parameter nearest `start` towards the leaves, not through `skip`."""
+    seen: dict[int, Any] = {id(skip): skip} if skip is not None else {}
+    queue = collections.deque([start])
+    while queue and len(seen) < limit:
+        node = queue.popleft()
+        if node is None or id(node) in seen:
+            continue
+        seen[id(node)] = node
+        variable = getattr(node, "variable", None)
+        named = rec.models.param_name(variable) if variable is not None else None
+        if named is not None:
+            return str(named[0])
+        queue.extend(n for n, _ in node.next_functions)
+    return None
 
 
 def _graph_names(loss: Any, limit: int = 12) -> list[str]:
