@@ -33,7 +33,9 @@ class Readback:
         self._pending: deque[tuple[Any, Any, list[tuple[int, Done]]]] = deque()
 
     def submit(self, values: Any, done: Done) -> None:
-        """`values`: a 1-D float tensor; `done(list_of_floats)` runs when it is readable."""
+        """`values`: a 1-D float tensor made for this (a stack, a cat: nothing changes it
+        afterwards, since it may be copied a few steps later); `done(list_of_floats)` runs
+        when it is readable."""
         if values.device.type != "cuda":
             done(values.tolist())
             return
