@@ -93,14 +93,16 @@ class StepState:
         return self
 
     def ran_on_cuda(self, torch: Any, models: Any) -> bool:
-        """This step's loss was on a GPU (without a loss: its models' parameters; without
-        those, the process's CUDA is the best guess)."""
-        if isinstance(self.loss_ref, torch.Tensor):
-            return bool(self.loss_ref.is_cuda)
+        """This step ran on a GPU: its loss is there, or its models' parameters are (a loss
+        moved to the CPU before backward() still means device values to read back); with
+        neither a loss nor a model seen, the process's CUDA is the best guess."""
+        loss = self.loss_ref
+        if isinstance(loss, torch.Tensor) and loss.is_cuda:
+            return True
         for model, _label in models.roots():
             for p in model.parameters():
                 return bool(p.is_cuda)
-        return True
+        return not isinstance(loss, torch.Tensor)
 
 
 def _autocast_now(torch: Any) -> list[tuple[str, Any]]:
