@@ -49,6 +49,7 @@ integration: bytecode native
 
 bench: native
 	$(BIN)/python benchmarks/overhead.py
+	$(BIN)/python benchmarks/gpu_overhead.py
 	$(BIN)/python benchmarks/roundtrip.py
 	$(BIN)/python benchmarks/nan_guard.py
 	$(BIN)/python benchmarks/report.py
