@@ -85,7 +85,11 @@ def load_batch(batches, step: int, rank: int) -> torch.Tensor:
         while not os.path.exists("stop"):  # the read that never returns
             time.sleep(0.05)
     if bug("lost") and last and step == 5:
-        os.kill(os.getpid(), signal.SIGKILL)  # as the kernel's OOM killer does
+        # Killed while the others wait in this step's all-reduce (as the kernel's OOM killer
+        # does): torchrun stops the job within 0.1 s of the death, and on a loaded machine a
+        # rank can take longer than that to reach the all-reduce, so the death waits a moment.
+        time.sleep(1.0)
+        os.kill(os.getpid(), signal.SIGKILL)
     if bug("raised") and last and step == 5:
         raise ValueError(f"corrupt record in shard {rank}")  # the bug
     return next(batches)

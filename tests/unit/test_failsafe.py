@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import weakref
+from collections.abc import Iterator
 
 import pytest
 
@@ -12,8 +13,14 @@ from torchdoctor._failsafe import Switch, first_line, keep_to_exit
 
 
 @pytest.fixture(autouse=True)
-def _fresh_warnings() -> None:
+def _fresh_warnings() -> Iterator[None]:
+    """Each test here says its warning afresh, and leaves the once-only record as it was: a
+    later test on this worker must still see its own first warning."""
+    before = set(_failsafe._said)
     _failsafe._said.clear()
+    yield
+    _failsafe._said.clear()
+    _failsafe._said.update(before)
 
 
 def test_a_gpu_error_met_by_a_hook_is_said_in_one_line_and_not_as_our_failure(capsys) -> None:  # type: ignore[no-untyped-def]
