@@ -57,6 +57,23 @@ def local_all(tensors: list[Any]) -> list[Any]:
     return out
 
 
+def largest_values(params: list[Any]) -> list[float]:
+    """The largest absolute value of each floating-point parameter's shard on this rank (NaN
+    or Inf where it holds one): one reduction and one read per device and dtype, never a
+    DTensor's own max (a collective)."""
+    groups: dict[tuple[Any, Any], list[int]] = {}
+    for i, p in enumerate(params):
+        groups.setdefault((p.device, p.dtype), []).append(i)
+    out = [0.0] * len(params)
+    with torch.no_grad():
+        for indices in groups.values():
+            shards = [local(params[i].detach()) for i in indices]
+            tops = torch.stack(torch._foreach_norm(shards, ord=float("inf"))).tolist()
+            for i, top in zip(indices, tops, strict=True):
+                out[i] = top
+    return out
+
+
 def has_sharded_state(module: Any) -> bool:
     """The module (or a submodule) holds DTensor parameters or is managed by FSDP: running its
     forward would all-gather across the mesh."""

@@ -31,7 +31,7 @@ import torch
 
 from torchdoctor.diagnose.nan import HUGE_WEIGHT, NanOrigin
 from torchdoctor.frames import site, user_frame
-from torchdoctor.telemetry.local_shards import has_sharded_state, local
+from torchdoctor.telemetry.local_shards import has_sharded_state, largest_values, local
 
 
 class NanLocalizer:
@@ -361,21 +361,22 @@ def _bad_weights(rec: Any) -> list[dict[str, Any]]:
     """The parameters whose weights (this rank's shards) are not finite; without any, those
     with values over HUGE_WEIGHT, the largest first: uninitialised memory need hold no NaN to
     make one in the first forward."""
+    named = [
+        (label, name, p)
+        for module, label in rec.models.models()
+        for name, p in module.named_parameters()
+        if p.is_floating_point() and local(p).numel()
+    ]
     nonfinite, huge = [], []
-    for module, label in rec.models.models():
-        for name, p in module.named_parameters():
-            shard = local(p).detach()
-            if not p.is_floating_point() or not shard.numel():
-                continue
-            top = float(shard.abs().max())
-            if top <= HUGE_WEIGHT:
-                continue
-            mod_name, _p = rec.models.param_name(p) or (label, name)
-            entry = {"module": mod_name, "param": name, "numel": int(p.numel())}
-            if math.isfinite(top):
-                huge.append({**entry, "largest": top})
-            else:
-                nonfinite.append(entry)
+    for (label, name, p), top in zip(named, largest_values([p for *_n, p in named]), strict=True):
+        if top <= HUGE_WEIGHT:
+            continue
+        mod_name, _p = rec.models.param_name(p) or (label, name)
+        entry = {"module": mod_name, "param": name, "numel": int(p.numel())}
+        if math.isfinite(top):
+            huge.append({**entry, "largest": top})
+        else:
+            nonfinite.append(entry)
     huge.sort(key=lambda e: -e["largest"])
     return (nonfinite or huge)[:5]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any, Protocol
 
-from torchdoctor.telemetry.local_shards import local
+from torchdoctor.telemetry.local_shards import largest_values
 from torchdoctor.telemetry.optimizers import learning_rate
 from torchdoctor.telemetry.step_rows import StepHeadline
 
@@ -145,23 +145,12 @@ def _embeddings(models: list[Any]) -> list[tuple[str, int]]:
 
 def _weight_extremes(names: Any, models: list[Any]) -> tuple[list[tuple[str, str]], float]:
     """The parameters whose weights are not finite (their names), and the largest finite
-    absolute weight: one reduction and one read per device and dtype, on this rank's shards
-    (a DTensor's own max would be a collective)."""
-    import torch
-
-    groups: dict[tuple[Any, Any], list[Any]] = {}
-    for m in models:
-        for p in m.parameters():
-            if p.is_floating_point() and p.numel():
-                groups.setdefault((p.device, p.dtype), []).append(p)
+    absolute weight, on this rank's shards."""
+    params = [p for m in models for p in m.parameters() if p.is_floating_point() and p.numel()]
     nonfinite, largest = [], 0.0
-    with torch.no_grad():
-        for params in groups.values():
-            shards = [local(p.detach()) for p in params]
-            tops = torch.stack(torch._foreach_norm(shards, ord=float("inf"))).tolist()
-            for p, top in zip(params, tops, strict=True):
-                if math.isfinite(top):
-                    largest = max(largest, top)
-                else:
-                    nonfinite.append(names.param_name(p) or ("?", "?"))
+    for p, top in zip(params, largest_values(params), strict=True):
+        if math.isfinite(top):
+            largest = max(largest, top)
+        else:
+            nonfinite.append(names.param_name(p) or ("?", "?"))
     return nonfinite, largest
