@@ -11,6 +11,7 @@ import torch
 
 import torchdoctor.telemetry.recorder  # noqa: F401  (the package's own import order)
 from torchdoctor.telemetry import nan_replay
+from torchdoctor.telemetry.graph_walk import walk
 from torchdoctor.telemetry.silent import loss_graph
 
 
@@ -57,8 +58,8 @@ NAMES = [
 def test_walks_reach_the_parameters_through_fresh_node_objects() -> None:
     weight = torch.nn.Parameter(torch.zeros(2))
     root = _graph(weight)
-    assert [n.name() for n in loss_graph._walk(root, 100)] == NAMES
-    assert [n.name() for n, _parent in loss_graph._near(root, 100)] == NAMES
+    assert [n.name() for n, _up in walk(root, 100, depth_first=True)] == NAMES
+    assert [n.name() for n, _up in walk(root, 100)] == NAMES
     assert loss_graph._reaches(root, {id(weight)}, torch.nn.Parameter) == (True, [])
     assert list(nan_replay._node_names(type("Loss", (), {"grad_fn": root})())) == NAMES
 

@@ -18,7 +18,6 @@ synchronous check so the next occurrence is caught before its update.
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import itertools
 import math
@@ -31,6 +30,7 @@ import torch
 
 from torchdoctor.diagnose.nan import HUGE_WEIGHT, NanOrigin
 from torchdoctor.frames import site, user_frame
+from torchdoctor.telemetry.graph_walk import walk
 from torchdoctor.telemetry.local_shards import has_sharded_state, largest_values, local
 
 
@@ -439,14 +439,8 @@ def _risky_place(rec: Any, loss: Any, limit: int = 5000) -> tuple[str | None, st
     """Where the risky node nearest the loss sits, read from the parameters nearest it in the
     graph: (the module its output feeds: the first op above it, towards the loss, that uses
     weights; the module whose output it takes). Nothing is run."""
-    seen: dict[int, Any] = {}  # the nodes themselves: an id is unique only while its object lives
-    up: dict[int, Any] = {}  # id(node) -> the node that leads to it from the loss
-    queue: collections.deque[tuple[Any, Any]] = collections.deque([(loss.grad_fn, None)])
-    while queue and len(seen) < limit:
-        node, parent = queue.popleft()
-        if node is None or id(node) in seen:
-            continue
-        seen[id(node)] = node
+    up: dict[int, Any] = {}  # id(node) -> the node that leads to it from the loss (kept alive)
+    for node, parent in walk(loss.grad_fn, limit):
         up[id(node)] = parent
         if node.name() in RISKY_NODES:
             feeds, child, above = None, node, parent
@@ -456,24 +450,16 @@ def _risky_place(rec: Any, loss: Any, limit: int = 5000) -> tuple[str | None, st
                 feeds = _nearest_module(rec, above, child)
                 child, above = above, up.get(id(above))
             return feeds, _nearest_module(rec, node, None)
-        queue.extend((n, node) for n, _ in node.next_functions)
     return None, None
 
 
 def _nearest_module(rec: Any, start: Any, skip: Any, limit: int = 200) -> str | None:
     """The module of the parameter nearest `start` towards the leaves, not through `skip`."""
-    seen: dict[int, Any] = {id(skip): skip} if skip is not None else {}
-    queue = collections.deque([start])
-    while queue and len(seen) < limit:
-        node = queue.popleft()
-        if node is None or id(node) in seen:
-            continue
-        seen[id(node)] = node
+    for node, _parent in walk(start, limit, skip=skip):
         variable = getattr(node, "variable", None)
         named = rec.models.param_name(variable) if variable is not None else None
         if named is not None:
             return str(named[0])
-        queue.extend(n for n, _ in node.next_functions)
     return None
 
 
@@ -484,15 +470,7 @@ def _graph_names(loss: Any, limit: int = 12) -> list[str]:
 
 def _node_names(loss: Any) -> Iterator[str]:
     """The names of the autograd nodes of `loss`'s graph, breadth first, each node once."""
-    seen: dict[int, Any] = {}  # the nodes themselves: an id is unique only while its object lives
-    todo = collections.deque([getattr(loss, "grad_fn", None)])
-    while todo:
-        node = todo.popleft()
-        if node is None or id(node) in seen:
-            continue
-        seen[id(node)] = node
-        yield node.name()
-        todo.extend(n for n, _ in node.next_functions)
+    return (node.name() for node, _up in walk(getattr(loss, "grad_fn", None), sys.maxsize))
 
 
 def _flatten(obj: Any) -> list[Any]:

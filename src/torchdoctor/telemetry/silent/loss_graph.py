@@ -25,9 +25,9 @@ whole then), and what it tells:
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Iterator
 from typing import Any
+
+from torchdoctor.telemetry.graph_walk import walk
 
 WALK = 20_000  # nodes walked at most looking for a parameter
 NEAR = 200  # nodes from the root looked at for loss functions
@@ -149,7 +149,7 @@ class LossGraphs:
 
     # -- the loss functions near the root --------------------------------------------------------
     def _loss_inputs(self, root: Any) -> None:
-        for node, parent in _near(root, NEAR):
+        for node, parent in walk(root, NEAR):
             name = type(node).__name__
             if name in _NLL:
                 self._nll(node)
@@ -254,7 +254,7 @@ class LossGraphs:
     def _precision(self, root: Any) -> None:
         torch = self.host.torch
         full = low = 0
-        for node in _walk(root, WALK):
+        for node, _up in walk(root, WALK, depth_first=True):
             names = _MATMULS.get(type(node).__name__)
             if names is None:
                 continue
@@ -282,31 +282,6 @@ class LossGraphs:
             self.host.emit("autocast_unused", data, key="float32")
 
 
-def _walk(root: Any, limit: int) -> Iterator[Any]:
-    stack: list[Any] = [root]
-    seen: dict[int, Any] = {}  # the nodes themselves: an id is unique only while its object lives
-    while stack and len(seen) < limit:
-        node = stack.pop()
-        if node is None or id(node) in seen:
-            continue
-        seen[id(node)] = node
-        yield node
-        stack.extend(n for n, _ in node.next_functions)
-
-
-def _near(root: Any, limit: int) -> Iterator[tuple[Any, Any]]:
-    """(node, the node that leads to it), breadth first from the root."""
-    queue: deque[tuple[Any, Any]] = deque([(root, None)])
-    seen: dict[int, Any] = {}  # the nodes themselves: an id is unique only while its object lives
-    while queue and len(seen) < limit:
-        node, parent = queue.popleft()
-        if node is None or id(node) in seen:
-            continue
-        seen[id(node)] = node
-        yield node, parent
-        queue.extend((n, node) for n, _ in node.next_functions)
-
-
 def _reaches(root: Any, ids: set[int], parameter: type) -> tuple[bool | None, list[dict[str, Any]]]:
     """Whether the graph reaches one of the parameters `ids` (None: too big to tell), and a
     few of the leaves it does reach when it reaches none (the walk stops at the first other
@@ -315,7 +290,7 @@ def _reaches(root: Any, ids: set[int], parameter: type) -> tuple[bool | None, li
         return False, []
     leaves: list[dict[str, Any]] = []
     count = 0
-    for node in _walk(root, WALK):
+    for node, _up in walk(root, WALK, depth_first=True):
         count += 1
         variable = getattr(node, "variable", None)
         if variable is None:
