@@ -3,7 +3,7 @@
 GPU values are gathered on the device while steps come quickly and copied back together: one
 concatenation, one asynchronous copy to pinned host memory and one event for up to BATCH
 submissions, since on a launch-bound GPU step each extra op costs as much host time as the
-reading itself (docs/benchmarks.md, "On a GPU"). Submissions that come slowly (a step of more
+reading itself (docs/benchmarks.md, "GPU"). Submissions that come slowly (a step of more
 than MAX_DELAY) go at once, so a slow run's values are no later than before. `poll()` hands the
 values to their callbacks once the copy's event has completed, in submission order. CPU tensors
 are handed over at once.
