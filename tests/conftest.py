@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import signal
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -174,6 +175,17 @@ def pytest_sessionfinish(session: Any) -> None:
     # tests under a second are left to DEFAULT_SECONDS: their order hardly matters
     rounded = {k: round(v, 1) for k, v in sorted(_seconds.items()) if v >= 1.0}
     Path(path).write_text(json.dumps(rounded, indent=0) + "\n")
+
+
+@pytest.fixture
+def uncompiled(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process that has not compiled, for a test that records in-process: another test on
+    this worker that compiled a model leaves Dynamo's count of compiled frames above 0, and a
+    Session started after a compile runs as under torch.compile (no global module hooks, no
+    NaN replay)."""
+    dynamo_utils = sys.modules.get("torch._dynamo.utils")
+    if dynamo_utils is not None:
+        monkeypatch.setitem(dynamo_utils.counters["frames"], "total", 0)
 
 
 @pytest.fixture

@@ -16,15 +16,7 @@ import torchdoctor
 
 
 @pytest.fixture
-def probe(monkeypatch, tmp_path):  # type: ignore[no-untyped-def]
-    import sys
-
-    # A test on this worker that compiled a model leaves Dynamo's count of compiled frames
-    # above 0, and a probe started after a compile never adds global module hooks: these tests
-    # are of a process that has not compiled.
-    dynamo_utils = sys.modules.get("torch._dynamo.utils")
-    if dynamo_utils is not None:
-        monkeypatch.setitem(dynamo_utils.counters["frames"], "total", 0)
+def probe(monkeypatch, tmp_path, uncompiled):  # type: ignore[no-untyped-def]
     sockets = tempfile.mkdtemp(prefix="td-")
     monkeypatch.setenv("TORCHDOCTOR_SOCKET_DIR", sockets + "/s")
     session = torchdoctor.start(run_dir=str(tmp_path / "run"), quiet=True, trace_every=4)

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 from torch import nn
 
 import torchdoctor
+
+pytestmark = pytest.mark.usefixtures("uncompiled")  # the replay is off under torch.compile
 
 
 class Noisy(nn.Module):

@@ -1,17 +1,18 @@
 """torchdoctor's compiled part: a Python module built from the C++ here, for the places where
 Python costs too much per call: the kernel that records python.collectives (collectives.cpp,
 its Python half telemetry/collectives_native.py), the step's gradient norm of a few small
-tensors (squares.cpp: sum_of_squares, and grad_squares that reads them from the parameters)
-and the phase timer the hooks call a few times a step (phases.cpp: PhaseTimer, the same as
-telemetry/phases.py's).
+tensors (squares.cpp: sum_of_squares, and grad_squares and group_squares that read them from
+the parameters or an optimizer's param_groups) and the phase timer the hooks call a few times a
+step (phases.cpp: PhaseTimer, the same as telemetry/phases.py's).
 
 Optional: used wherever it is built (TORCHDOCTOR_NATIVE=0 turns it off). Built once per torch
 and Python version, by `python -m torchdoctor.native` (which `make install`, `make test` and
 `make bench` run), with the system's C++ compiler, into a private cache directory. Without it,
 collective tracing runs its Python kernel (telemetry/collectives.py): the same rows, at several
 times the cost per call (docs/benchmarks.md), sum_of_squares and grad_squares answer None
-(the caller asks torch), and the phase timer is telemetry/phases.py's own. Nothing is ever
-compiled inside a training process: a probe only loads what is built.
+(the caller asks torch), group_squares and scalar_value None (the steady step takes the
+general way, the loss is read with .item()), and the phase timer is telemetry/phases.py's own.
+Nothing is ever compiled inside a training process: a probe only loads what is built.
 
 The boundary is typed: the module's functions (listed once, with their signatures, in
 module.cpp) are `Kernels` below; the journal line the kernel writes has the layout of
@@ -70,6 +71,8 @@ class Kernels(Protocol):
     def take_failure(self) -> str: ...
     def sum_of_squares(self, tensors: Sequence[Any], /) -> float | None: ...
     def grad_squares(self, params: list[Any], limit: int, /) -> tuple[float, int] | None: ...
+    def group_squares(self, groups: list[Any], limit: int, /) -> tuple[float, int] | None: ...
+    def scalar_value(self, tensor: Any, /) -> float | None: ...
     def PhaseTimer(self) -> object: ...  # telemetry/phases.py's PhaseTimer (phases.cpp)
 
 
@@ -227,6 +230,16 @@ def _grads_not_built(params: list[Any], limit: int) -> tuple[float, int] | None:
     return None
 
 
+def _groups_not_built(groups: list[Any], limit: int) -> tuple[float, int] | None:
+    """group_squares where the module is not built: the caller takes the general way."""
+    return None
+
+
+def _scalar_not_built(tensor: Any) -> float | None:
+    """scalar_value where the module is not built: the caller asks .item()."""
+    return None
+
+
 if TYPE_CHECKING:
 
     def sum_of_squares(tensors: Sequence[Any]) -> float | None:
@@ -242,16 +255,27 @@ if TYPE_CHECKING:
         gradient cannot be read so, they hold more than `limit` elements, or the module is not
         built: the caller collects the gradients in Python then."""
 
+    def group_squares(groups: list[Any], limit: int) -> tuple[float, int] | None:
+        """grad_squares over the parameters of an optimizer's `param_groups` (dicts, each with
+        a list under "params"), with no list of parameters made in Python; None where
+        grad_squares would answer None, or a group is not a dict."""
+
+    def scalar_value(tensor: Any) -> float | None:
+        """The value of a one-element tensor as .item() gives it, read in place (no dispatch);
+        None for one sum_of_squares could not read, or where the module is not built."""
+
 
 _FALLBACKS: dict[str, Callable[..., Any]] = {
     "sum_of_squares": _not_built,
     "grad_squares": _grads_not_built,
+    "group_squares": _groups_not_built,
+    "scalar_value": _scalar_not_built,
 }
 
 
 def __getattr__(name: str) -> Any:
-    # sum_of_squares, grad_squares: the compiled function itself (no Python frame between the
-    # caller and it), bound at the first use, or its fallback
+    # sum_of_squares, grad_squares, group_squares, scalar_value: the compiled function itself
+    # (no Python frame between the caller and it), bound at the first use, or its fallback
     fallback = _FALLBACKS.get(name)
     if fallback is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -42,6 +42,15 @@ PyMethodDef kMethods[] = {
      "(the sum of the squares of the gradients of a list of Tensors or Parameters, how many\n"
      "have one), read as sum_of_squares reads; None when one cannot be read so or they hold\n"
      "more than `limit` elements."},
+    {"group_squares",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(td::group_squares)), METH_FASTCALL,
+     "group_squares($module, groups, limit, /)\n--\n\n"
+     "grad_squares over the parameters of an optimizer's param_groups (a list of dicts, each\n"
+     "with a list under \"params\"); None where grad_squares would answer None."},
+    {"scalar_value", td::scalar_value, METH_O,
+     "scalar_value($module, tensor, /)\n--\n\n"
+     "The value of a one-element tensor as .item() gives it, read in place; None for one\n"
+     "sum_of_squares could not read."},
     {nullptr, nullptr, 0, nullptr},
 };
 

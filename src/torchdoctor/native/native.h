@@ -22,6 +22,8 @@ void at_load();
 // squares.cpp: the step's gradient norm, for the tensors it can read directly
 PyObject* sum_of_squares(PyObject* self, PyObject* tensors);
 PyObject* grad_squares(PyObject* self, PyObject* const* args, Py_ssize_t n);
+PyObject* group_squares(PyObject* self, PyObject* const* args, Py_ssize_t n);
+PyObject* scalar_value(PyObject* self, PyObject* tensor);
 
 // phases.cpp: telemetry/phases.py's PhaseTimer as a type of the module (False: an error is set)
 bool add_phase_timer(PyObject* module);

@@ -7,7 +7,8 @@
 // tensors stay as they are meanwhile). Anything this does not read directly (a tensor on
 // another device, sparse, strided, a subclass, an integer dtype) answers None: the caller asks
 // torch instead. grad_squares does the same for the gradients of the optimizer's parameters,
-// read from each parameter in C++: no Python list of gradients built every step.
+// read from each parameter in C++: no Python list of gradients built every step; group_squares
+// reads them from an optimizer's param_groups (the steady step's check, telemetry/updates.py).
 
 #include "native.h"
 
@@ -109,28 +110,90 @@ PyObject* sum_of_squares(PyObject*, PyObject* tensors) {
   return PyFloat_FromDouble(total);
 }
 
+namespace {
+
+// The gradients of one list of parameters added to the running sums; false where one cannot be
+// read here (the caller answers None).
+bool add_grads(PyObject* params, long long limit, double* total, long long* elements,
+               Py_ssize_t* with_grad) {
+  if (!PyList_Check(params)) return false;
+  PyObject** items = PySequence_Fast_ITEMS(params);
+  Py_ssize_t count = PySequence_Fast_GET_SIZE(params);
+  for (Py_ssize_t k = 0; k < count; ++k) {
+    if (!THPVariable_CheckExact(items[k])) return false;  // a DTensor: its shard, in Python
+    const at::Tensor& grad = THPVariable_Unpack(items[k]).grad();
+    if (!grad.defined()) continue;
+    *elements += grad.numel();
+    if (*elements > limit || !add_squares(grad, total)) return false;
+    ++*with_grad;
+  }
+  return true;
+}
+
+}  // namespace
+
 PyObject* grad_squares(PyObject*, PyObject* const* args, Py_ssize_t n) {
   if (n != 2 || !PyList_Check(args[0])) Py_RETURN_NONE;
   long long limit = PyLong_AsLongLong(args[1]);
   if (limit == -1 && PyErr_Occurred()) return nullptr;
-  PyObject** items = PySequence_Fast_ITEMS(args[0]);
+  double total = 0;
+  long long elements = 0;
+  Py_ssize_t with_grad = 0;
+  try {
+    if (!add_grads(args[0], limit, &total, &elements, &with_grad)) Py_RETURN_NONE;
+  } catch (const std::exception&) {
+    Py_RETURN_NONE;
+  }
+  return Py_BuildValue("(dn)", total, with_grad);
+}
+
+PyObject* group_squares(PyObject*, PyObject* const* args, Py_ssize_t n) {
+  if (n != 2 || !PyList_Check(args[0])) Py_RETURN_NONE;
+  long long limit = PyLong_AsLongLong(args[1]);
+  if (limit == -1 && PyErr_Occurred()) return nullptr;
+  PyObject** groups = PySequence_Fast_ITEMS(args[0]);
   Py_ssize_t count = PySequence_Fast_GET_SIZE(args[0]);
   double total = 0;
   long long elements = 0;
   Py_ssize_t with_grad = 0;
   try {
-    for (Py_ssize_t k = 0; k < count; ++k) {
-      if (!THPVariable_CheckExact(items[k])) Py_RETURN_NONE;  // a DTensor: its shard, in Python
-      const at::Tensor& grad = THPVariable_Unpack(items[k]).grad();
-      if (!grad.defined()) continue;
-      elements += grad.numel();
-      if (elements > limit || !add_squares(grad, &total)) Py_RETURN_NONE;
-      ++with_grad;
+    for (Py_ssize_t g = 0; g < count; ++g) {
+      if (!PyDict_CheckExact(groups[g])) Py_RETURN_NONE;
+      PyObject* params = PyDict_GetItemString(groups[g], "params");  // borrowed
+      if (params == nullptr || !add_grads(params, limit, &total, &elements, &with_grad)) {
+        Py_RETURN_NONE;
+      }
     }
   } catch (const std::exception&) {
     Py_RETURN_NONE;
   }
   return Py_BuildValue("(dn)", total, with_grad);
+}
+
+PyObject* scalar_value(PyObject*, PyObject* tensor) {
+  // A one-element tensor's value as .item() gives it, read in place (the loss, every step):
+  // no dispatch. None for anything add_squares could not read (the caller asks .item()).
+  if (!THPVariable_CheckExact(tensor)) Py_RETURN_NONE;
+  try {
+    const at::Tensor& t = THPVariable_Unpack(tensor);
+    if (!t.defined() || t.numel() != 1 || !readable(t)) Py_RETURN_NONE;
+    const void* data = t.unsafeGetTensorImpl()->data();
+    if (data == nullptr) Py_RETURN_NONE;
+    switch (t.scalar_type()) {
+      case c10::ScalarType::Float:
+        return PyFloat_FromDouble(*static_cast<const float*>(data));
+      case c10::ScalarType::Double:
+        return PyFloat_FromDouble(*static_cast<const double*>(data));
+      case c10::ScalarType::BFloat16:
+        return PyFloat_FromDouble(static_cast<float>(*static_cast<const c10::BFloat16*>(data)));
+      case c10::ScalarType::Half:
+        return PyFloat_FromDouble(static_cast<float>(*static_cast<const c10::Half*>(data)));
+      default:
+        Py_RETURN_NONE;
+    }
+  } catch (const std::exception&) {
+    Py_RETURN_NONE;
+  }
 }
 
 }  // namespace td

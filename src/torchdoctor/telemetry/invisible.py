@@ -1,14 +1,15 @@
 """What torchdoctor attaches to a user's objects stays invisible to everything that reads them.
 
-- Copies and files: the one thing put on a user's module is a `ModelHook` in its forward
-  pre-hooks and in its forward hooks. `nn.Module.__getstate__` (which `copy.deepcopy`,
-  `pickle` and `torch.save` use) is wrapped to leave ModelHooks out, so a copy is a copy of
-  the unprobed model and no file ever holds a reference to torchdoctor.
+- Copies and files: the one thing put on a user's module is a model hook (a function marked by
+  `model_hook`) in its forward pre-hooks and in its forward hooks. `nn.Module.__getstate__`
+  (which `copy.deepcopy`, `pickle` and `torch.save` use) is wrapped to leave model hooks out,
+  so a copy is a copy of the unprobed model and no file ever holds a reference to torchdoctor.
 - TorchScript: `torch.jit.script` compiles a module's hooks; it is wrapped to lift the
-  ModelHooks off for the duration. `torch.jit.trace` and `torch.export` run the hooks, which
+  model hooks off for the duration. `torch.jit.trace` and `torch.export` run the hooks, which
   return at once while a tracer is active (`tracing()`). (A traced archive's debug tables,
   the Python stack of each op, then hold torch's own frame for calling a module with hooks.)
-- torch.compile: every hook body starts with `if compiling(): return`, so when Dynamo inlines
+- torch.compile: every hook body starts with `if compiling(): return` (or its inline form,
+  below), so when Dynamo inlines
   a hook inside a compiled region it traces a no-op (no graph break, no guard), and every
   hook's code object is marked "skip" for Dynamo's frame evaluation, so eager code between two
   graphs that calls a hook runs it as plain Python instead of compiling it as a frame.
@@ -22,6 +23,7 @@ import inspect
 import sys
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
+from types import FunctionType, SimpleNamespace
 from typing import Any
 
 import torch
@@ -33,13 +35,26 @@ from torchdoctor.telemetry.patches import Hooks
 compiling: Callable[[], bool] = getattr(
     getattr(torch, "compiler", None), "is_compiling", lambda: False
 )
-_jit_tracing_state = torch._C._get_tracing_state
+jit_tracing_state = torch._C._get_tracing_state  # not None while torch.jit.trace runs
+
+# The hooks that run every step test `dynamo_compiling() or export_flags._is_compiling_flag`
+# instead: what compiling() answers, with one Python frame instead of two (is_compiling()
+# calls torch.jit.is_scripting()). Dynamo folds is_dynamo_compiling() to True, so nothing after
+# it is traced; the flag is set while torch.export runs a model as plain Python (non-strict),
+# the other case compiling() sees.
+_compiler: Any = getattr(torch, "compiler", None)
+if hasattr(_compiler, "is_dynamo_compiling") and hasattr(_compiler, "_is_compiling_flag"):
+    dynamo_compiling: Callable[[], bool] = _compiler.is_dynamo_compiling
+    export_flags: Any = _compiler
+else:  # an older torch: compiling() itself
+    dynamo_compiling = compiling
+    export_flags = SimpleNamespace(_is_compiling_flag=False)
 
 
 def tracing() -> bool:
     """Dynamo, torch.jit.trace or torch.export is running the model (not the training)."""
     # Under Dynamo this folds to True at compiling() and never reaches the jit check.
-    return bool(compiling() or _jit_tracing_state() is not None)
+    return bool(compiling() or jit_tracing_state() is not None)
 
 
 # Where a module keeps its hooks: the hooks (id -> hook), and the sets (or dicts) of ids
@@ -52,21 +67,24 @@ _OPTIONS = {
 }
 
 
-class ModelHook:
-    """A forward pre-hook (with kwargs) that calls `fn(module, args, kwargs)`; its type is how
-    copies, pickles and TorchScript tell it apart from the user's own hooks."""
+ModelHook = Callable[[Any, Any, Any], None]  # (module, args, kwargs or output) -> None
+_MARK = "__torchdoctor_model_hook__"
 
-    __slots__ = ("_fn",)
 
-    def __init__(self, fn: Callable[[Any, Any, Any], None]) -> None:
-        self._fn = fn
+def model_hook(fn: ModelHook) -> ModelHook:
+    """`fn`, marked as a forward pre-hook or hook of torchdoctor's: the mark is how copies,
+    pickles and TorchScript tell it apart from the user's own hooks. torch calls it directly
+    (a model's call runs it every step: no frame of a wrapper between)."""
+    setattr(fn, _MARK, True)
+    return fn
 
-    def __call__(self, module: Any, args: Any, kwargs: Any) -> None:
-        self._fn(module, args, kwargs)
+
+def is_model_hook(hook: Any) -> bool:
+    return type(hook) is FunctionType and hook.__dict__.get(_MARK) is True
 
 
 def _ours(hooks: Any) -> list[Any]:
-    return [k for k, h in hooks.items() if type(h) is ModelHook] if hooks else []
+    return [k for k, h in hooks.items() if is_model_hook(h)] if hooks else []
 
 
 def _without_ours(state: dict[str, Any]) -> dict[str, Any]:
@@ -85,7 +103,7 @@ def _without_ours(state: dict[str, Any]) -> dict[str, Any]:
 
 @contextlib.contextmanager
 def _lifted(root: Any) -> Iterator[None]:
-    """ModelHooks taken off every module under `root`, put back in their places afterwards."""
+    """Our model hooks taken off every module under `root`, put back in their places afterwards."""
     saved: list[tuple[Any, list[Any]]] = []  # (a hook dict or an option dict, its items)
     for module in root.modules():
         for name, options in _OPTIONS.items():

@@ -43,6 +43,8 @@ class ModelRoots:
         self._random_known = False
         self.scanned = False  # looked for models in the training code's frames
         self.call_site: tuple[str, int] | None = None  # the line that called the first model
+        # loss_site's last walk: (its first frame's code, frames up, the code found, the user's)
+        self._last_walk: tuple[Any, int, Any, bool] = (None, 0, None, False)
 
     def hook(self, modules: list[Any], hooks: Any) -> None:
         """Put `hooks` (torch_hooks.ModelHooks) on each of `modules`."""
@@ -84,8 +86,25 @@ class ModelRoots:
         when it is the user's; when a library calls it (Lightning's automatic optimization, HF
         Trainer, Accelerate), the line that called the model (training_step; compute_loss
         under HF Trainer), never the launcher's (`trainer.fit(...)`)."""
+        # Most steps call backward() from the same line as the last: the walk is taken again
+        # only where the frames it went through are not the same code as last time's.
+        code, up, found, mine = self._last_walk
+        if frame.f_code is code:
+            caller = frame
+            for _ in range(up):
+                caller = caller.f_back
+            if caller.f_code is found:
+                if mine or self.call_site is None:
+                    return (found.co_filename, caller.f_lineno)
+                return self.call_site
         caller, mine = caller_frame(frame)
-        if caller is not None and (mine or self.call_site is None):
+        if caller is None:
+            return self.call_site
+        up, walked = 0, frame
+        while walked is not caller:
+            walked, up = walked.f_back, up + 1
+        self._last_walk = (frame.f_code, up, caller.f_code, mine)
+        if mine or self.call_site is None:
             return (caller.f_code.co_filename, caller.f_lineno)
         return self.call_site
 

@@ -44,6 +44,11 @@ class Optimizers:
     def primary(self) -> Any:
         return self._primary() if self._primary is not None else None
 
+    @property
+    def primary_ref(self) -> weakref.ref[Any] | None:
+        """The primary's weak reference (the steady step compares what it gives)."""
+        return self._primary
+
     def adopt(self, optimizer: Any, named: bool = False) -> None:
         self._primary = weakref.ref(optimizer)
         self.named = self.named or named
@@ -107,12 +112,12 @@ class Optimizers:
 def learning_rate(optimizer: Any) -> float | None:
     """The learning rate of the optimizer's first parameter group (a number, or a CPU tensor:
     reading a GPU one would sync)."""
-    if optimizer is None:
-        return None
     try:
         lr = optimizer.param_groups[0]["lr"]
-    except (AttributeError, IndexError, KeyError, TypeError):
+    except (AttributeError, IndexError, KeyError, TypeError):  # None too: no optimizer yet
         return None
+    if lr.__class__ is float:  # most steps: one test
+        return lr
     if isinstance(lr, (int, float)):
         return float(lr)
     device = getattr(lr, "device", None)

@@ -18,6 +18,13 @@ whole when the step ends), its phases (phases.py), the gradient check and --guar
 (gradient_check.py), the optimizers (optimizers.py), the models and their hooks
 (model_roots.py), the rows (step_rows.py), module tracing (tracer.py, shapes.py), the
 silent-error checks on sampled steps (silent/: called behind `if self.silent.active`).
+
+The steady step: once a run has settled (the primary optimizer ends its steps, one optimizer,
+CPU values, no tracing, no sampled check this step), `steady` holds the primary's weak
+reference, decided once at each step's end; the hot handlers (on_backward, on_backward_done,
+Updates.begin) then take a short path at their top and fall through to the general one at the
+first thing out of the ordinary (a loss that is not finite, a closure, a gradient C++ cannot
+read). The rows are the same either way (tests/unit/test_steady_step.py runs both).
 """
 
 from __future__ import annotations
@@ -31,7 +38,13 @@ from typing import Any
 
 from torchdoctor._failsafe import Switch, first_line, keep_to_exit, warn_once
 from torchdoctor._json import dumps
-from torchdoctor.telemetry import collectives, compile_events, process_group, torch_hooks
+from torchdoctor.telemetry import (
+    collectives,
+    compile_events,
+    local_shards,
+    process_group,
+    torch_hooks,
+)
 from torchdoctor.telemetry.clock import CpuClock, CudaClock
 from torchdoctor.telemetry.cycle_steps import CycleSteps
 from torchdoctor.telemetry.gap_sampler import GapSampler
@@ -57,6 +70,7 @@ from torchdoctor.telemetry.tracer import Tracer
 from torchdoctor.telemetry.updates import Updates
 
 _new_row = tuple.__new__
+_TENSOR = local_shards.PLAIN[0]  # a plain tensor's class (a DTensor is a subclass: its shard)
 OPTIMIZER, CYCLE, MANUAL = "optimizer", "cycle", "manual"
 
 
@@ -101,6 +115,8 @@ class Recorder(RunView):
         self.model_hook = torch_hooks.model_hooks(self)
         self.gaps = GapSampler(self)  # stack samples of the gaps, when the doctor asks
         self.silent = SilentChecks(self)  # silent-error checks on sampled steps (silent/)
+        self.steady: Any = None  # the primary's weakref.ref while the step in progress is steady
+        self.allow_steady = True  # False: every step takes the general path (the tests' twin)
 
     # -- install / remove ------------------------------------------------------------------
     def install(self) -> None:
@@ -166,6 +182,7 @@ class Recorder(RunView):
             self.enter_mode(CYCLE)
         self.roots.scanned = False
         self.plan.rediscover(self.step, self.compiled)
+        self.steady = None
 
     def manual_step(self, loss: Any = None) -> None:
         """torchdoctor.step(): the end of a step in a loop the script marks itself."""
@@ -189,6 +206,7 @@ class Recorder(RunView):
             self.cycle.flush(merge=mode == OPTIMIZER)
         self.mode = mode
         self.cycle = CycleSteps(self) if mode == CYCLE else None
+        self.steady = None
 
     # -- what CycleSteps asks of the step in progress ------------------------------------------
     def split_state(self, now: float) -> StepState:
@@ -212,6 +230,7 @@ class Recorder(RunView):
             self.compiled = True
             self.plan.compile_seen()
             self.roots.scanned = False  # the compiled models may be new: look again
+            self.steady = None
             self.event("compile_seen", {"module_tracing": "off"})
 
     def on_data(self, now: float) -> None:
@@ -258,6 +277,18 @@ class Recorder(RunView):
         self.state.keep_call(module, args, kwargs, self.torch, self.roots.generator)
 
     def on_backward(self, tensors: Any, now: float) -> None:
+        if (
+            self.steady is not None
+            and tensors.__class__ is _TENSOR
+            and tensors.numel() == 1
+            and not self.timer.inside("optimizer")
+        ):  # the steady step's backward() of its loss: its phase, its value, its line
+            state = self.state
+            if state.start is None:
+                state.start = now
+            self.timer.enter("backward", now, state.phases)
+            state.note_loss(tensors, self.roots.loss_site(sys._getframe(2)), False, False)
+            return
         loss = tensors  # the one scalar tensor backward() ran on, if that is what it got
         if isinstance(loss, (tuple, list)):
             loss = loss[0] if len(loss) == 1 else None
@@ -280,6 +311,10 @@ class Recorder(RunView):
         state = self.state
         self.timer.exit("backward", now, state.phases)
         state.micro += 1
+        if self.steady is not None and not self.timer.inside("optimizer"):
+            last = state.losses[-1] if state.losses else None
+            if last.__class__ is not float or math.isfinite(last):
+                return  # the steady step's: nothing more to see
         if self.plan.tracing:
             self.memory_row("backward")
         in_step = self.timer.inside("optimizer")  # a closure that optimizer.step() runs
@@ -340,6 +375,7 @@ class Recorder(RunView):
         if losses is None:
             losses = state.step_losses()
         step = self.step
+        update = state.update  # (primary, seconds): its own row too when there are several
         row = _new_row(  # a StepRow without the named tuple's __new__ (a frame a step)
             StepRow,
             (
@@ -353,7 +389,7 @@ class Recorder(RunView):
                 max(0.0, duration - sum(phases.values())),  # other: what no phase claims
                 sum(losses) / len(losses) if losses and not self.rows.cuda else None,
                 state.grad_norm_value,
-                learning_rate(self.optimizers.primary),
+                learning_rate(update[0] if update else self.optimizers.primary),
                 allocated,
                 peak,
                 reserved,
@@ -366,7 +402,6 @@ class Recorder(RunView):
             ),
         )
         norm = state.grad_norm if state.grad_norm_value is None else None
-        update = state.update  # (primary, seconds): its own row too when there are several
         label = self.optimizers.label(update[0]) if update and self.optimizers.several else None
         self.rows.step(row, losses, norm, label, update[1] if update else None)
         # The next step.
@@ -380,6 +415,30 @@ class Recorder(RunView):
             listener(state, step)
         if self.safe_point.pending:
             self.safe_point.drain(step, self.switch)  # queued evals, the telemetry off
+        if self.steady is None:
+            self.steady = self._steady_next()
+        elif plan.tracing or plan.hooks_on or self.silent.active or self.optimizers.several:
+            self.steady = None  # what a steady step's end may change
+
+    def _steady_next(self) -> Any:
+        """The primary's weak reference when the next step may take the short paths (see the
+        module's docstring), else None."""
+        plan = self.plan
+        if (
+            self.mode != OPTIMIZER
+            or plan.tracing
+            or plan.shaping
+            or plan.hooks_on
+            or plan.discovering
+            or self.silent.active
+            or self.rows.cuda
+            or self.optimizers.several
+            or self.roots.pending
+            or not self.roots.scanned
+            or not self.allow_steady
+        ):
+            return None
+        return self.optimizers.primary_ref
 
     def _after_discovery(self, first: StepState) -> None:
         """The first step is over: hook its models, learn whether it ran on a GPU, tell the host."""

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
+from torchdoctor.native import scalar_value as _scalar
 from torchdoctor.telemetry.phases import PHASES
 
 TAPE_LIMIT = 8  # root-module calls kept per step for a NaN replay
+_any_autocast = getattr(torch._C, "_is_any_autocast_enabled", None)  # torch 2.4 on
 
 
 class StepState:
@@ -58,7 +62,12 @@ class StepState:
             loss = scaled[1]
         self.loss_ref = loss
         self.backward_site = site
-        value = loss.detach() if on_device else loss.item()
+        if on_device:
+            value = loss.detach()
+        else:
+            value = _scalar(loss)  # read in place (C++), else .item()
+            if value is None:
+                value = loss.item()
         (self.closure_losses if closure else self.losses).append(value)
 
     def step_losses(self) -> list[Any]:
@@ -106,7 +115,7 @@ class StepState:
 
 
 def _autocast_now(torch: Any) -> list[tuple[str, Any]]:
-    any_enabled = getattr(torch._C, "_is_any_autocast_enabled", None)
+    any_enabled = _any_autocast
     if any_enabled is not None and not any_enabled():  # the common case: one call
         return []
     out = []

@@ -22,7 +22,13 @@ import time
 from typing import Any, NamedTuple
 
 from torchdoctor.telemetry import invisible
-from torchdoctor.telemetry.invisible import compiling, tracing
+from torchdoctor.telemetry.invisible import (
+    compiling,
+    dynamo_compiling,
+    export_flags,
+    jit_tracing_state,
+    tracing,
+)
 from torchdoctor.telemetry.patches import Hooks
 
 _get_ident = threading.get_ident
@@ -51,7 +57,12 @@ def install(rec: Any, torch: Any, hooks: Hooks) -> None:
     # backward() and next(loader) run every step: their guards are written inline (each
     # helper call is a frame more on every step of a small model).
     def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
-        if compiling() or not switch.on or _get_ident() != rec.train_thread:
+        if (
+            dynamo_compiling()  # compiling(), inline (invisible.py)
+            or export_flags._is_compiling_flag
+            or not switch.on
+            or _get_ident() != rec.train_thread
+        ):
             return original_backward(tensors, *args, **kwargs)
         try:
             rec.on_backward(tensors, _now())
@@ -77,7 +88,7 @@ def install(rec: Any, torch: Any, hooks: Hooks) -> None:
 
     # The hooks Dynamo skips with all they call guard inline: one frame less per step.
     def optimizer_pre(optimizer: Any, args: Any, kwargs: Any) -> None:
-        if compiling():
+        if dynamo_compiling() or export_flags._is_compiling_flag:
             return
         counter.count_call()  # GradScaler.step compares the count to see a skipped step
         if switch.on:
@@ -87,7 +98,7 @@ def install(rec: Any, torch: Any, hooks: Hooks) -> None:
                 switch.fail(exc)
 
     def optimizer_post(optimizer: Any, args: Any, kwargs: Any) -> None:
-        if not compiling() and switch.on:
+        if not (dynamo_compiling() or export_flags._is_compiling_flag) and switch.on:
             try:
                 updates.end(optimizer, _now())
             except Exception as exc:
@@ -103,7 +114,12 @@ def install(rec: Any, torch: Any, hooks: Hooks) -> None:
     original_next = base.__dict__["__next__"]
 
     def __next__(it: Any) -> Any:
-        if compiling() or not switch.on or _get_ident() != rec.train_thread:
+        if (
+            dynamo_compiling()
+            or export_flags._is_compiling_flag
+            or not switch.on
+            or _get_ident() != rec.train_thread
+        ):
             return original_next(it)
         try:
             rec.on_data(_now())
@@ -192,8 +208,7 @@ def install(rec: Any, torch: Any, hooks: Hooks) -> None:
         rec.on_data_done,
         optimizer_pre,
         optimizer_post,
-        *(hook._fn for hook in rec.model_hook),  # model_hooks' closures
-        invisible.ModelHook.__call__,
+        *rec.model_hook,  # model_hooks' closures
         global_pre,
         global_post,
     )
@@ -218,7 +233,13 @@ def model_hooks(rec: Any) -> ModelHooks:
     plan = rec.plan
 
     def model_call(module: Any, args: Any, kwargs: Any) -> None:
-        if tracing() or not switch.on or _get_ident() != rec.train_thread:
+        if (
+            dynamo_compiling()  # tracing(), inline (invisible.py)
+            or export_flags._is_compiling_flag
+            or jit_tracing_state() is not None
+            or not switch.on
+            or _get_ident() != rec.train_thread
+        ):
             return
         try:
             on_model_call(module, args, kwargs)
@@ -227,9 +248,16 @@ def model_hooks(rec: Any) -> ModelHooks:
 
     def model_return(module: Any, args: Any, output: Any) -> None:
         # plan.depth: a model called inside a model while the global hooks are on (they ran
-        # first, so a top-level call is back at 0 here). compiling() alone, not tracing():
-        # under torch.jit.trace the pre-hook opened nothing, so there is nothing to close.
-        if compiling() or not switch.on or _get_ident() != rec.train_thread or plan.depth:
+        # first, so a top-level call is back at 0 here). compiling() alone (inline), not
+        # tracing(): under torch.jit.trace the pre-hook opened nothing, so there is nothing to
+        # close.
+        if (
+            dynamo_compiling()
+            or export_flags._is_compiling_flag
+            or not switch.on
+            or _get_ident() != rec.train_thread
+            or plan.depth
+        ):
             return
         try:
             on_model_return(_now())
@@ -245,9 +273,9 @@ def model_hooks(rec: Any) -> ModelHooks:
             switch.fail(exc)
 
     return ModelHooks(
-        invisible.ModelHook(model_call),
-        invisible.ModelHook(model_return),
-        invisible.ModelHook(loss_call),
+        invisible.model_hook(model_call),
+        invisible.model_hook(model_return),
+        invisible.model_hook(loss_call),
     )
 
 

@@ -6,9 +6,16 @@ of python.optimizer_steps. GradScaler's skipped steps end a step too (skipped).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
+from torchdoctor.native import group_squares
 from torchdoctor.telemetry.gradient_check import Check, guard_update
+from torchdoctor.telemetry.gradients import NATIVE_MAX
+from torchdoctor.telemetry.local_shards import PLAIN
+
+_TENSOR = PLAIN[0]
+_sqrt, _isfinite = math.sqrt, math.isfinite
 
 OPTIMIZER = "optimizer"  # the step mode (recorder.py) once the primary optimizer steps
 
@@ -21,6 +28,9 @@ class Updates:
     def begin(self, optimizer: Any, now: float) -> None:
         """optimizer.step() is called: check the gradients it is about to apply."""
         rec, optimizers = self.rec, self.optimizers
+        steady = rec.steady
+        if steady is not None and steady() is optimizer and self._steady_begin(optimizer, now):
+            return
         primary = optimizers.primary
         if primary is None:  # the first optimizer that steps is the primary
             optimizers.adopt(optimizer)
@@ -45,20 +55,50 @@ class Updates:
         if rec.silent.active:
             rec.silent.before_update(optimizer)
 
+    def _steady_begin(self, optimizer: Any, now: float) -> bool:
+        """The primary's update on a steady step (recorder.py): its gradient norm, finite, read
+        in C++ from its param_groups (or the one clip_grad_norm_ gave); False, with nothing
+        done, for anything else (the general way then checks it)."""
+        rec = self.rec
+        state = rec.state
+        clip = state.clip_norm
+        norm: Any
+        if clip is None:
+            quick = group_squares(optimizer.param_groups, NATIVE_MAX)
+            if quick is None or not quick[1]:
+                return False
+            norm = value = _sqrt(quick[0])
+        elif clip.__class__ is _TENSOR:
+            norm, value = clip, clip.item()
+        else:
+            return False
+        if not _isfinite(value):
+            return False
+        if state.start is None:
+            state.start = now
+        rec.timer.enter("optimizer", now, state.phases)
+        self.optimizers.closure_checked = False
+        state.grad_norm, state.grad_norm_value = norm, value
+        self.optimizers.begin(optimizer, now, None)
+        return True
+
     def end(self, optimizer: Any, now: float) -> None:
         """optimizer.step() returned: the primary's update ends the step."""
         rec = self.rec
         state = rec.state
         rec.timer.exit("optimizer", now, state.phases)
-        if rec.silent.active:
-            rec.silent.after_update(optimizer)
-        t0, check = self.optimizers.end(optimizer, now)
-        if optimizer is not self.optimizers.primary:
-            self._other_row(optimizer, now - t0, check)
-            return
+        steady = rec.steady
+        if steady is None or steady() is not optimizer:
+            if rec.silent.active:
+                rec.silent.after_update(optimizer)
+            if optimizer is not self.optimizers.primary:
+                t0, check = self.optimizers.end(optimizer, now)
+                self._other_row(optimizer, now - t0, check)
+                return
+            if rec.plan.tracing:
+                rec.memory_row("optimizer")
+        t0, _check = self.optimizers.end(optimizer, now)
         state.update = (optimizer, now - t0)
-        if rec.plan.tracing:
-            rec.memory_row("optimizer")
         rec.end_step(now, skipped=state.skip)
 
     def skipped(self, optimizer: Any, now: float) -> None:

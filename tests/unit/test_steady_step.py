@@ -1,0 +1,179 @@
+"""The steady step's short paths (telemetry/recorder.py, "The steady step") record what the
+general path records: each loop here runs twice in this process, once as it runs under
+torchdoctor and once with every step on the general path, and the rows must be the same
+(times and memory aside)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+import torchdoctor
+
+pytestmark = pytest.mark.usefixtures("uncompiled")  # global hooks on the first step, as in a script
+STEPS = 14
+# the columns that do not depend on timing: what each step is and what it read
+STEP_COLUMNS = ("step", "loss", "grad_norm", "lr", "micro_batches", "skipped", "traced")
+UPDATE_COLUMNS = ("step", "optimizer", "is_primary", "loss", "grad_norm", "lr", "skipped")
+
+
+def _model(width: int = 8) -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, width), nn.ReLU(), nn.Linear(width, 2))
+
+
+def _data(step: int) -> torch.Tensor:
+    return torch.randn(6, 4, generator=torch.Generator().manual_seed(step))
+
+
+def plain_sgd() -> None:
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.5)
+    for step in range(STEPS):
+        loss = model(_data(step)).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sched.step()
+
+
+def clipped_adam() -> None:
+    model = _model()
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    for step in range(STEPS):
+        loss = model(_data(step)).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+        opt.step()
+
+
+def accumulated() -> None:
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(STEPS):
+        for micro in range(2):
+            (model(_data(step * 2 + micro)).pow(2).mean() / 2).backward()
+        opt.step()
+        opt.zero_grad()
+
+
+def goes_nan() -> None:
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(STEPS):
+        scale = float("nan") if step == 9 else 1.0
+        loss = model(_data(step) * scale).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+
+def two_optimizers() -> None:
+    gen, disc = _model(), _model(6)
+    opt_g = torch.optim.SGD(gen.parameters(), lr=0.1)
+    opt_d = torch.optim.SGD(disc.parameters(), lr=0.05)
+    for step in range(STEPS):
+        loss_d = disc(_data(step)).pow(2).mean()
+        opt_d.zero_grad()
+        loss_d.backward()
+        opt_d.step()
+        if step >= 4:  # the second optimizer joins a run that was steady
+            loss_g = gen(_data(step + 100)).pow(2).mean()
+            opt_g.zero_grad()
+            loss_g.backward()
+            opt_g.step()
+
+
+def lbfgs() -> None:
+    model = _model()
+    opt = torch.optim.LBFGS(model.parameters(), lr=0.5, max_iter=3)
+    for step in range(STEPS):
+        x = _data(step)
+
+        def closure(x: torch.Tensor = x) -> torch.Tensor:
+            opt.zero_grad()
+            loss = model(x).pow(2).mean()
+            loss.backward()
+            return loss
+
+        opt.step(closure)
+
+
+def wide() -> None:
+    # more gradient elements than the C++ sum reads in one pass: the general norm every step
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 600), nn.ReLU(), nn.Linear(600, 500))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for step in range(6):
+        loss = model(_data(step)).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+
+LOOPS: dict[str, Callable[[], None]] = {
+    f.__name__: f
+    for f in (plain_sgd, clipped_adam, accumulated, goes_nan, two_optimizers, lbfgs, wide)
+}
+
+
+def _record(run_dir: Path, loop: Callable[[], None], steady: bool) -> dict[str, Any]:
+    with torchdoctor.Session(run_dir, quiet=True, trace_every=5) as session:
+        recorder = session.ensure_telemetry()
+        assert recorder is not None
+        recorder.allow_steady = steady
+        taken: list[bool] = []
+        recorder.step_listeners.append(lambda _state, _step: taken.append(recorder.steady))
+        loop()
+        steps = recorder.tables["steps"].snapshot()
+        updates = recorder.tables["optimizer_steps"].snapshot()
+        events = recorder.tables["events"].snapshot()
+    return {
+        "steps": _rows(steps, STEP_COLUMNS),
+        "updates": _rows(updates, UPDATE_COLUMNS),
+        "events": sorted(str(k) for k in events.data["kind"]),
+        "steady_steps": sum(1 for s in taken if s is not None),
+    }
+
+
+def _rows(block: Any, columns: tuple[str, ...]) -> list[tuple[Any, ...]]:
+    out = []
+    for i in range(block.rows):
+        row = []
+        for name in columns:
+            if block.nulls.get(name) is not None and block.nulls[name][i]:
+                row.append(None)
+            else:
+                value = block.data[name][i]
+                value = value.item() if hasattr(value, "item") else value
+                row.append("nan" if isinstance(value, float) and math.isnan(value) else value)
+        out.append(tuple(row))
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(LOOPS))
+def test_the_steady_path_records_what_the_general_path_records(tmp_path: Path, name: str) -> None:
+    general = _record(tmp_path / "general", LOOPS[name], steady=False)
+    steady = _record(tmp_path / "steady", LOOPS[name], steady=True)
+    assert general["steady_steps"] == 0
+    assert steady["steps"] == general["steps"]
+    assert steady["updates"] == general["updates"]
+    assert steady["events"] == general["events"]
+    assert len(steady["steps"]) >= 6
+
+
+def test_a_settled_loop_takes_the_steady_path_and_a_traced_step_does_not(tmp_path: Path) -> None:
+    seen = _record(tmp_path / "run", plain_sgd, steady=True)
+    traced = sum(1 for row in seen["steps"] if row[-1])
+    # every step after the first, but those traced and the silent checks' sampled ones
+    assert 0 < seen["steady_steps"] < STEPS - traced
+    seen = _record(tmp_path / "two", two_optimizers, steady=True)
+    assert seen["steady_steps"] <= 4  # not once a second optimizer steps
