@@ -6,6 +6,7 @@ torchdoctor and once with every step on the general path, and the rows must be t
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -177,3 +178,20 @@ def test_a_settled_loop_takes_the_steady_path_and_a_traced_step_does_not(tmp_pat
     assert 0 < seen["steady_steps"] < STEPS - traced
     seen = _record(tmp_path / "two", two_optimizers, steady=True)
     assert seen["steady_steps"] <= 4  # not once a second optimizer steps
+
+
+def test_the_loss_line_follows_the_line_that_called_backward() -> None:
+    from torchdoctor.telemetry.model_roots import ModelRoots
+    from torchdoctor.telemetry.models import Models
+
+    roots = ModelRoots(Models(), {}, lambda kind, data: None)
+
+    def site() -> tuple[str, int] | None:
+        return roots.loss_site(sys._getframe(1))  # as on_backward asks: from the caller
+
+    here = sys._getframe().f_lineno
+    first = site()
+    second = site()
+    again = [site() for _ in range(2)]  # one line twice (from the comprehension's frame)
+    assert first == (__file__, here + 1) and second == (__file__, here + 2)
+    assert again == [(__file__, here + 3)] * 2

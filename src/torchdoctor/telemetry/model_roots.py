@@ -43,8 +43,9 @@ class ModelRoots:
         self._random_known = False
         self.scanned = False  # looked for models in the training code's frames
         self.call_site: tuple[str, int] | None = None  # the line that called the first model
-        # loss_site's last walk: (its first frame's code, frames up, the code found, the user's)
-        self._last_walk: tuple[Any, int, Any, bool] = (None, 0, None, False)
+        # loss_site's last walk: (its first frame's code, frames up, the code found, whether it
+        # is the user's, the offset there, the site it gave)
+        self._last_walk: tuple[Any, int, Any, bool, int, Any] = (None, 0, None, False, -1, None)
 
     def hook(self, modules: list[Any], hooks: Any) -> None:
         """Put `hooks` (torch_hooks.ModelHooks) on each of `modules`."""
@@ -87,26 +88,30 @@ class ModelRoots:
         Trainer, Accelerate), the line that called the model (training_step; compute_loss
         under HF Trainer), never the launcher's (`trainer.fit(...)`)."""
         # Most steps call backward() from the same line as the last: the walk is taken again
-        # only where the frames it went through are not the same code as last time's.
-        code, up, found, mine = self._last_walk
+        # only where the frames it went through are not the same code as last time's, and the
+        # line is worked out again (a search of the code's line table) only for another offset.
+        code, up, found, mine, lasti, site = self._last_walk
         if frame.f_code is code:
             caller = frame
             for _ in range(up):
                 caller = caller.f_back
             if caller.f_code is found:
-                if mine or self.call_site is None:
-                    return (found.co_filename, caller.f_lineno)
-                return self.call_site
+                if not (mine or self.call_site is None):
+                    return self.call_site
+                if caller.f_lasti == lasti:
+                    return site
+                site = (found.co_filename, caller.f_lineno)
+                self._last_walk = (code, up, found, mine, caller.f_lasti, site)
+                return site
         caller, mine = caller_frame(frame)
         if caller is None:
             return self.call_site
         up, walked = 0, frame
         while walked is not caller:
             walked, up = walked.f_back, up + 1
-        self._last_walk = (frame.f_code, up, caller.f_code, mine)
-        if mine or self.call_site is None:
-            return (caller.f_code.co_filename, caller.f_lineno)
-        return self.call_site
+        site = (caller.f_code.co_filename, caller.f_lineno)
+        self._last_walk = (frame.f_code, up, caller.f_code, mine, caller.f_lasti, site)
+        return site if mine or self.call_site is None else self.call_site
 
     def draw_from(self, generator: Any) -> None:
         """The steps run on a GPU: dropout draws from its generator."""
