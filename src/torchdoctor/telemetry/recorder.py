@@ -19,12 +19,7 @@ whole when the step ends), its phases (phases.py), the gradient check and --guar
 (model_roots.py), the rows (step_rows.py), module tracing (tracer.py, shapes.py), the
 silent-error checks on sampled steps (silent/: called behind `if self.silent.active`).
 
-The steady step: once a run has settled (the primary optimizer ends its steps, one optimizer,
-CPU values, no tracing, no sampled check this step), `steady` holds the primary's weak
-reference, decided once at each step's end; the hot handlers (on_backward, on_backward_done,
-Updates.begin) then take a short path at their top and fall through to the general one at the
-first thing out of the ordinary (a loss that is not finite, a closure, a gradient C++ cannot
-read). The rows are the same either way (tests/unit/test_steady_step.py runs both).
+Most steps are steady (steady.py): the hot handlers take a short path at their top then.
 """
 
 from __future__ import annotations
@@ -38,19 +33,13 @@ from typing import Any
 
 from torchdoctor._failsafe import Switch, first_line, keep_to_exit, warn_once
 from torchdoctor._json import dumps
-from torchdoctor.telemetry import (
-    collectives,
-    compile_events,
-    local_shards,
-    process_group,
-    torch_hooks,
-)
+from torchdoctor.telemetry import collectives, compile_events, process_group, steady, torch_hooks
 from torchdoctor.telemetry.clock import CpuClock, CudaClock
 from torchdoctor.telemetry.cycle_steps import CycleSteps
 from torchdoctor.telemetry.gap_sampler import GapSampler
 from torchdoctor.telemetry.gradient_check import Check, GradientCheck
 from torchdoctor.telemetry.invisible import compile_in_use
-from torchdoctor.telemetry.local_shards import local
+from torchdoctor.telemetry.local_shards import PLAIN, local
 from torchdoctor.telemetry.memory import MemoryReader
 from torchdoctor.telemetry.model_roots import ModelRoots
 from torchdoctor.telemetry.models import Models
@@ -64,13 +53,12 @@ from torchdoctor.telemetry.safe_point import SafePoint
 from torchdoctor.telemetry.shapes import ShapeRecorder
 from torchdoctor.telemetry.silent import SilentChecks
 from torchdoctor.telemetry.step import StepState
-from torchdoctor.telemetry.step_rows import StepRow, StepRows
+from torchdoctor.telemetry.step_rows import StepRows
 from torchdoctor.telemetry.trace_plan import TracePlan
 from torchdoctor.telemetry.tracer import Tracer
 from torchdoctor.telemetry.updates import Updates
 
-_new_row = tuple.__new__
-_TENSOR = local_shards.PLAIN[0]  # a plain tensor's class (a DTensor is a subclass: its shard)
+_TENSOR = PLAIN[0]  # a plain tensor's class (a DTensor is a subclass: its shard)
 OPTIMIZER, CYCLE, MANUAL = "optimizer", "cycle", "manual"
 
 
@@ -115,7 +103,7 @@ class Recorder(RunView):
         self.model_hook = torch_hooks.model_hooks(self)
         self.gaps = GapSampler(self)  # stack samples of the gaps, when the doctor asks
         self.silent = SilentChecks(self)  # silent-error checks on sampled steps (silent/)
-        self.steady: Any = None  # the primary's weakref.ref while the step in progress is steady
+        self.steady: Any = None  # the primary's weakref.ref while the step is steady (steady.py)
         self.allow_steady = True  # False: every step takes the general path (the tests' twin)
 
     # -- install / remove ------------------------------------------------------------------
@@ -366,44 +354,17 @@ class Recorder(RunView):
             self.tracer.end(self.clock.mark())
         if plan.shaping:
             self.shapes.end()
-        # The row: phases measured as the step ran, memory as last sampled (a thread reads it
-        # every INTERVAL), the loss and gradient norm read now (CPU) or later (CUDA).
-        allocated, peak, reserved, rss = self.memory.read()
-        duration = max(0.0, end - (state.start if state.start is not None else end))
-        phases = state.phases
-        losses = state.losses if not (state.claimed or state.closure_losses) else None
-        if losses is None:
-            losses = state.step_losses()
-        step = self.step
         update = state.update  # (primary, seconds): its own row too when there are several
-        row = _new_row(  # a StepRow without the named tuple's __new__ (a frame a step)
-            StepRow,
-            (
-                step,
-                time.time(),
-                duration,
-                phases["data_wait"],
-                phases["forward"],
-                phases["backward"],
-                phases["optimizer"],
-                max(0.0, duration - sum(phases.values())),  # other: what no phase claims
-                sum(losses) / len(losses) if losses and not self.rows.cuda else None,
-                state.grad_norm_value,
-                learning_rate(update[0] if update else self.optimizers.primary),
-                allocated,
-                peak,
-                reserved,
-                rss,
-                self.rank,
-                state.micro,
-                skipped,
-                plan.tracing,
-                phases["evaluation"],
-            ),
+        step = self.step
+        self.rows.step(
+            step,
+            state,
+            end,
+            (skipped, plan.tracing, self.rank),
+            self.memory.read(),  # as last sampled (a thread reads it every INTERVAL)
+            learning_rate(update[0] if update else self.optimizers.primary),
+            self.optimizers.label(update[0]) if update and self.optimizers.several else None,
         )
-        norm = state.grad_norm if state.grad_norm_value is None else None
-        label = self.optimizers.label(update[0]) if update and self.optimizers.several else None
-        self.rows.step(row, losses, norm, label, update[1] if update else None)
         # The next step.
         self.skipped_steps += skipped
         self.step = step + 1
@@ -415,30 +376,8 @@ class Recorder(RunView):
             listener(state, step)
         if self.safe_point.pending:
             self.safe_point.drain(step, self.switch)  # queued evals, the telemetry off
-        if self.steady is None:
-            self.steady = self._steady_next()
-        elif plan.tracing or plan.hooks_on or self.silent.active or self.optimizers.several:
-            self.steady = None  # what a steady step's end may change
-
-    def _steady_next(self) -> Any:
-        """The primary's weak reference when the next step may take the short paths (see the
-        module's docstring), else None."""
-        plan = self.plan
-        if (
-            self.mode != OPTIMIZER
-            or plan.tracing
-            or plan.shaping
-            or plan.hooks_on
-            or plan.discovering
-            or self.silent.active
-            or self.rows.cuda
-            or self.optimizers.several
-            or self.roots.pending
-            or not self.roots.scanned
-            or not self.allow_steady
-        ):
-            return None
-        return self.optimizers.primary_ref
+        if self.steady is None or plan.tracing or self.silent.active or self.optimizers.several:
+            self.steady = steady.after(self)  # what a steady step's end may change: these
 
     def _after_discovery(self, first: StepState) -> None:
         """The first step is over: hook its models, learn whether it ran on a GPU, tell the host."""

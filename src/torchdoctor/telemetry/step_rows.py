@@ -16,6 +16,7 @@ from typing import Any
 from torchdoctor.store.schema import OPTIMIZER_STEPS, STEPS
 
 StepRow = STEPS.row_type()
+_new_row = tuple.__new__
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,25 +50,65 @@ class StepRows:
         self._nan: dict[Any, Any] = {}  # device -> a NaN scalar there (a value not known)
 
     def step(
-        self, row: Any, losses: list[Any], norm: Any, primary: str | None, seconds: float | None
+        self,
+        step: int,
+        state: Any,
+        end: float,
+        flags: tuple[bool, bool, int],
+        memory: tuple[int, int, int, int],
+        lr: float | None,
+        primary: str | None,
     ) -> None:
-        """A python.steps row, and the primary optimizer's python.optimizer_steps row when the
-        run has several (`primary`: its name; `seconds`: its time in step()). `norm`: the
-        gradient norm tensor when it is not read yet."""
-        update = _update_of(row, primary, seconds) if primary is not None else None
+        """The python.steps row of `step` (its StepState, ended at `end`; `flags`: skipped,
+        traced, rank), and the primary optimizer's python.optimizer_steps row when the run has
+        several (`primary`: its name)."""
+        # Phases as measured while the step ran, the loss and gradient norm read now (CPU) or
+        # later (CUDA: `norm` is then the gradient norm's tensor).
+        skipped, traced, rank = flags
+        duration = max(0.0, end - (state.start if state.start is not None else end))
+        phases = state.phases
+        losses = state.losses if not (state.claimed or state.closure_losses) else None
+        if losses is None:
+            losses = state.step_losses()
+        row = _new_row(  # a StepRow without the named tuple's __new__ (a frame a step)
+            StepRow,
+            (
+                step,
+                time.time(),
+                duration,
+                phases["data_wait"],
+                phases["forward"],
+                phases["backward"],
+                phases["optimizer"],
+                max(0.0, duration - sum(phases.values())),  # other: what no phase claims
+                sum(losses) / len(losses) if losses and not self.cuda else None,
+                state.grad_norm_value,
+                lr,
+                *memory,  # allocated, peak, reserved, rss
+                rank,
+                state.micro,
+                skipped,
+                traced,
+                phases["evaluation"],
+            ),
+        )
+        norm = state.grad_norm if state.grad_norm_value is None else None
+        update = state.update
+        seconds = update[1] if update else None
+        update_row = _update_of(row, primary, seconds) if primary is not None else None
         if not self.cuda:
             self.steps.append(row)
             self.last = row
-            if update is not None:
-                self.updates.append(update)
+            if update_row is not None:
+                self.updates.append(update_row)
             return
 
         def done(loss: float | None, grad_norm: float | None) -> None:
             filled = row._replace(loss=loss, grad_norm=grad_norm)
             self.steps.append(filled)
             self.last = filled
-            if update is not None:
-                self.updates.append(update._replace(loss=loss, grad_norm=grad_norm))
+            if update_row is not None:
+                self.updates.append(update_row._replace(loss=loss, grad_norm=grad_norm))
             bad_loss = loss is not None and not math.isfinite(loss)
             if bad_loss or (grad_norm is not None and not math.isfinite(grad_norm)):
                 self.late(row.step, grad_norm, loss)
