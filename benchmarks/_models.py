@@ -48,6 +48,11 @@ def transformer_step(batch: int = 16, seq: int = 64, device: str = "cpu") -> Cal
 
 def tiny_step() -> Callable[[], float]:
     """A step of about half a millisecond: the fixed cost per step shows up here."""
+    return tiny_parts()[0]
+
+
+def tiny_parts() -> tuple[Callable[[], float], nn.Module]:
+    """tiny_step's step, and its model (for a benchmark that hooks it itself)."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 10))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -60,4 +65,4 @@ def tiny_step() -> Callable[[], float]:
         optimizer.step()
         return loss.item()
 
-    return step
+    return step, model
