@@ -111,7 +111,9 @@ def wait_hang(job: Job, pid: str, step: int, timeout: float = 60, category: str 
 
 
 def saved(job: Job) -> list[dict[str, Any]]:
-    out = job.cli("diagnoses", str(job.job_dir), "--format", "json")
+    """`torchdoctor diagnoses JOB_DIR` through the CLI's main() here (it only reads the job
+    directory; the node-0 copy below is read by a real process)."""
+    out = job.cli("diagnoses", str(job.job_dir), "--format", "json", here=True)
     assert out.returncode == 0, out.stderr
     return list(json.loads(out.stdout))
 
