@@ -12,8 +12,10 @@ from helpers import script, td_run
 
 @pytest.fixture(scope="module")
 def live(shared_launch):
-    """One training run that every test here questions (each leaves it training)."""
-    run = shared_launch(td_run(script("trainer.py")))
+    """One training run that every test here questions (each leaves it training), at 50 steps
+    a second or fewer (--pause 0.02): at full pace it would take half a core for the module's
+    length, and no test here needs more than 30 steps."""
+    run = shared_launch(td_run(script("trainer.py"), "--pause", "0.02"))
     run.wait_probe()
     run.wait_steps(1)
     yield run

@@ -41,7 +41,16 @@ def tcp(shared_launch):
     that it trains on)."""
     port = free_port()
     run = shared_launch(
-        td_run("--listen", f"127.0.0.1:{port}", "--token", "s3cret", script("trainer.py"))
+        # --pause 0.02: steps enough to see that it trains on, not half a core for the module
+        td_run(
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--token",
+            "s3cret",
+            script("trainer.py"),
+            "--pause",
+            "0.02",
+        )
     )
     run.wait_probe()
     run.wait_steps(1)
@@ -125,7 +134,7 @@ def test_query_time_limit(tcp) -> None:
 def unix(shared_launch):
     """One training run on its Unix socket only, for the tests of that socket (each leaves
     the socket and its directory as it found them)."""
-    run = shared_launch(td_run(script("trainer.py")))
+    run = shared_launch(td_run(script("trainer.py"), "--pause", "0.02"))
     run.wait_probe()
     yield run
     assert run.stop() == 0, run.output()

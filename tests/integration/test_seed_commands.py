@@ -160,7 +160,16 @@ def seeded(shared_launch, tmp_path_factory):
 
     port = free_port()
     run = shared_launch(
-        td_run("--trace-every", "2", "--listen", f"127.0.0.1:{port}", script("trainer.py")),
+        # --pause 0.02: a few dozen steps a second are all the commands need
+        td_run(
+            "--trace-every",
+            "2",
+            "--listen",
+            f"127.0.0.1:{port}",
+            script("trainer.py"),
+            "--pause",
+            "0.02",
+        ),
         extra_env={"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"},
         cwd=tmp_path / "work",
     )
