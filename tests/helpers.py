@@ -221,6 +221,37 @@ def cli(
     )
 
 
+def cli_in_process(
+    *args: str, env: dict[str, str], cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`torchdoctor ARGS` through the CLI's main() in this process, with `env` as its whole
+    environment and `cwd` as its working directory, as the console script would run there: for
+    the polls of a test, where a Python started per poll (about 0.3 CPU-s each, several a
+    second) takes the cores the job under test needs. Lighter than recording.td: a verb that
+    only reads a run or asks an endpoint changes nothing else in the process. What a test
+    asserts of the CLI itself it asks of a real `torchdoctor` process (`cli`)."""
+    import contextlib
+    import io
+
+    from torchdoctor.cli.main import main
+
+    out, err = io.StringIO(), io.StringIO()
+    saved_env, saved_cwd = dict(os.environ), os.getcwd()
+    os.environ.clear()
+    os.environ.update(env)
+    if cwd is not None:
+        os.chdir(cwd)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(list(args))
+    finally:
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+    argv = [sys.executable, "-m", "torchdoctor", *args]
+    return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
+
+
 def td_run(*args: str) -> list[str]:
     """argv for `torchdoctor run ...` in a subprocess."""
     return [sys.executable, "-m", "torchdoctor", "run", *args]

@@ -20,7 +20,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from helpers import free_port, wait_for
+from helpers import cli_in_process, free_port, wait_for
 
 TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
 MARK = "TORCHDOCTOR_TEST_JOB"
@@ -90,7 +90,13 @@ class Job:
         return self.sockets / f"s{node}"
 
     # -- the CLI --------------------------------------------------------------------------------
-    def cli(self, *args: str, node: int = 0, timeout: float = 60) -> subprocess.CompletedProcess:
+    def cli(
+        self, *args: str, node: int = 0, timeout: float = 60, here: bool = False
+    ) -> subprocess.CompletedProcess:
+        """`torchdoctor ARGS` from `node`'s environment; here=True: through the CLI's main() in
+        this process (for polls: see helpers.cli_in_process)."""
+        if here:
+            return cli_in_process(*args, env=self.envs[node], cwd=self.root)
         return subprocess.run(
             [sys.executable, "-m", "torchdoctor", *args],
             env=self.envs[node],
@@ -100,8 +106,8 @@ class Job:
             timeout=timeout,
         )
 
-    def json(self, *args: str, node: int = 0) -> Any:
-        out = self.cli(*args, "--format", "json", node=node)
+    def json(self, *args: str, node: int = 0, here: bool = False) -> Any:
+        out = self.cli(*args, "--format", "json", node=node, here=here)
         assert out.returncode == 0, out.stderr + self.log()
         return json.loads(out.stdout)
 
@@ -119,7 +125,7 @@ class Job:
 
         def ready() -> Any:
             self.check_running()
-            out = self.cli("cluster", "list", "--format", "json")
+            out = self.cli("cluster", "list", "--format", "json", here=True)
             if out.returncode != 0:
                 return None
             listed = json.loads(out.stdout)["ranks"]
@@ -129,7 +135,7 @@ class Job:
                 else None
             )
 
-        return list(wait_for(ready, timeout, f"{ranks} ranks to answer"))
+        return list(wait_for(ready, timeout, f"{ranks} ranks to answer", interval=0.1))
 
     def check_running(self) -> None:
         for agent in self.agents:

@@ -77,8 +77,11 @@ def pid_of(listed: list[dict[str, Any]], rank: int) -> str:
     return str(next(r["pid"] for r in listed if r["rank"] == rank))
 
 
-def diagnoses(job: Job, pid: str, kind: str, node: int = 0) -> list[dict[str, Any]]:
-    out = job.cli(pid, "diagnoses", "--format", "json", node=node)
+def diagnoses(
+    job: Job, pid: str, kind: str, node: int = 0, here: bool = False
+) -> list[dict[str, Any]]:
+    """`torchdoctor PID diagnoses` of `kind` (here=True: the CLI in this process, for polls)."""
+    out = job.cli(pid, "diagnoses", "--format", "json", node=node, here=here)
     if out.returncode != 0:
         return []
     return [d for d in json.loads(out.stdout) if d["kind"] == kind]
@@ -92,22 +95,25 @@ def wait_finding(
 
     def found() -> Any:
         job.check_running()
-        return [d for d in diagnoses(job, pid, kind, node) if step is None or d["step"] == step]
+        found = diagnoses(job, pid, kind, node, here=True)
+        return [d for d in found if step is None or d["step"] == step]
 
-    return wait_for(found, timeout, f"{kind} on process {pid}")[0]
+    return wait_for(found, timeout, f"{kind} on process {pid}", interval=0.1)[0]
 
 
 def wait_hang(job: Job, pid: str, step: int, timeout: float = 60, category: str = "") -> Any:
     def found() -> Any:
         job.check_running()
-        hangs = [d for d in diagnoses(job, pid, "hang") if d["step"] == step]
+        hangs = [d for d in diagnoses(job, pid, "hang", here=True) if d["step"] == step]
         return [d for d in hangs if d["evidence"]["category"] == category or not category]
 
-    return wait_for(found, timeout, f"the hang at step {step} on process {pid}")[0]
+    return wait_for(found, timeout, f"the hang at step {step} on process {pid}", interval=0.1)[0]
 
 
 def saved(job: Job) -> list[dict[str, Any]]:
-    out = job.cli("diagnoses", str(job.job_dir), "--format", "json")
+    """`torchdoctor diagnoses JOB_DIR` through the CLI's main() here (it only reads the job
+    directory; the node-0 copy below is read by a real process)."""
+    out = job.cli("diagnoses", str(job.job_dir), "--format", "json", here=True)
     assert out.returncode == 0, out.stderr
     return list(json.loads(out.stdout))
 
@@ -248,10 +254,11 @@ def test_traincheck_distributed_cases(jobs: Callable[..., Job]) -> None:
 
     def four() -> Any:
         job.check_running()
-        found = {d["evidence"]["model"]: d for d in diagnoses(job, pid, "replica_drift")}
+        drifts = diagnoses(job, pid, "replica_drift", here=True)
+        found = {d["evidence"]["model"]: d for d in drifts}
         return found if len(found) >= 4 else None
 
-    found = wait_for(four, 60, "four models drifting apart")
+    found = wait_for(four, 60, "four models drifting apart", interval=0.1)
     assert sorted(found) == ["clipped", "moved", "p2p", "unwrapped"], found
     for d in found.values():  # every rank trains on its own batches: apart after one step
         assert (d["rank"], d["step"], d["evidence"]["agreed_at"]) == (1, 1, None), d
@@ -312,10 +319,10 @@ def test_the_job_with_every_fix_has_no_finding(jobs: Callable[..., Job]) -> None
     pid = int(pid_of(listed, 1))
 
     def gone() -> Any:  # not "nothing listens ... (the process has exited?)": still going
-        ranks = job.json("cluster", "list")["ranks"]
+        ranks = job.json("cluster", "list", here=True)["ranks"]
         return ranks if f"process {pid} has exited" in (ranks[1]["reason"] or "") else None
 
-    ranks = wait_for(gone, 60, "rank 1 to exit")
+    ranks = wait_for(gone, 60, "rank 1 to exit", interval=0.1)
     assert ranks[1]["status"] == "unreachable"
     assert f"process {pid} has exited" in ranks[1]["reason"]
     assert ranks[0]["status"] == "ok"

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from helpers import cli, script, site_of, strip_ours, td_run, wait_for
 from launchers import Job, torchrun_argv
+from recording import query, td
 
 from torchdoctor import native
 from torchdoctor.store import rundir
@@ -56,10 +57,9 @@ def _kernel(request: pytest.FixtureRequest) -> str:
 
 
 def _rows(job_dir: Path) -> dict[int, list[dict[str, Any]]]:
-    out = cli("query", str(job_dir), SQL + " ORDER BY rank, seq", "--format", "json")
-    assert out.returncode == 0, out.stderr
+    # read here, as `torchdoctor query JOB_DIR SQL --format json` prints it (tests/recording.py)
     by_rank: dict[int, list[dict[str, Any]]] = {0: [], 1: []}
-    for row in json.loads(out.stdout):
+    for row in query(job_dir, SQL + " ORDER BY rank, seq"):
         by_rank[row["rank"]].append(row)
     return by_rank
 
@@ -251,9 +251,7 @@ def test_both_kernels_record_the_same_rows(launch, tmp_path: Path) -> None:  # t
         argv = td_run("--quiet", "--run-dir", str(run_dir), script("dist_ops.py"))
         run = launch(argv, {"TORCHDOCTOR_NATIVE": "1" if kernel == "native" else "0"})
         assert run.wait(120) == 0, run.output()
-        out = cli("query", str(run_dir), sql, "--format", "json")
-        assert out.returncode == 0, out.stderr
-        rows[kernel] = json.loads(out.stdout)
+        rows[kernel] = query(run_dir, sql)
     timed = {r["op"] for r in rows["native"] if r.pop("duration") is not None}
     assert {r.pop("duration") for r in rows["python"]} == {None}
     assert rows["native"] == rows["python"]
@@ -291,7 +289,7 @@ def test_a_compiled_ddp_model_prints_the_same_and_its_break_is_the_users(tmp_pat
     )
     assert probed == plain, outputs["probed"]
     assert "global hooks" not in outputs["probed"]
-    out = cli("diagnoses", str(tmp_path / "probed" / "job"), "--format", "json")
+    out = td("diagnoses", tmp_path / "probed" / "job", "--format", "json")
     assert out.returncode == 0, out.stderr
     breaks = [f for f in json.loads(out.stdout) if f["kind"] == "graph_break"]
     assert breaks and {f["location"] for f in breaks} == {site_of("dist_compiled.py", ".item()")}

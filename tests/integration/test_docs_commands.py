@@ -122,6 +122,9 @@ class Place:
     cwd: Path
     env: dict[str, str]
     live: dict[str, Run] = dataclasses.field(default_factory=dict)  # "main"/"module" -> run
+    # the runs each test of this session still to run needs (its node id -> Case.needs): once
+    # none needs the live runs, they are ended (they would train on until the module ends)
+    pending: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
     plain: Result | None = None  # `python train.py --lr 3e-4`, for comparison
     run_dir: str | None = None  # the finished run's directory, relative to cwd
     results: dict[str, Result] = dataclasses.field(default_factory=dict)  # doc commands run
@@ -467,7 +470,7 @@ FILLED = {
 
 # -- the place and its runs --------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def place() -> Iterator[Place]:
+def place(request: pytest.FixtureRequest) -> Iterator[Place]:
     root = Path(tempfile.mkdtemp(prefix="td-docs-"))
     cwd = root / "project"
     cwd.mkdir()
@@ -483,12 +486,22 @@ def place() -> Iterator[Place]:
     env = clean_env(root / "s")
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     place = Place(cwd, env)
+    for item in request.session.items:
+        command = getattr(item, "callspec", None) and item.callspec.params.get("command")
+        if item.module is request.module and command and command.text in CASES:
+            place.pending[item.nodeid] = CASES[command.text].needs
     try:
         yield place
     finally:
-        for run in place.live.values():
-            run.kill()
+        _end_live(place)
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _end_live(place: Place) -> None:
+    for run in place.live.values():
+        run.kill()
+        run.wait()  # closes its output files
+    place.live.clear()
 
 
 def _shell(command: str, place: Place, timeout: float = 300) -> Result:
@@ -531,6 +544,10 @@ def _finished(place: Place) -> None:
 def _live(place: Place) -> None:
     if place.live:
         return
+    # The finished run first where a test needs it: run while the live scripts train, it would
+    # keep them training the longer (the tests on the live runs run first: see LIVE_FIRST).
+    if any("finished" in needs for needs in place.pending.values()):
+        _finished(place)
     shutil.copy(SCRIPTS / "trainer.py", place.cwd / "trainer.py")
     tools = Path(sys.executable).parent
     argv = {
@@ -634,8 +651,26 @@ def _unique(commands: list[DocCommand]) -> list[DocCommand]:
     return list(seen.values())
 
 
-@pytest.mark.parametrize("command", _unique(COMMANDS), ids=lambda c: f"{c.file}:{c.line}")
-def test_doc_command(command: DocCommand, place: Place) -> None:
+def _live_first(commands: list[DocCommand]) -> list[DocCommand]:
+    """The commands run against the live runs first, so that those runs are ended after them
+    rather than train through the whole module (a core's fifth each)."""
+    return sorted(commands, key=lambda c: "live" not in (CASES.get(c.text) or Case()).needs)
+
+
+LIVE_FIRST = _live_first(_unique(COMMANDS))
+
+
+@pytest.mark.parametrize("command", LIVE_FIRST, ids=lambda c: f"{c.file}:{c.line}")
+def test_doc_command(command: DocCommand, place: Place, request: pytest.FixtureRequest) -> None:
+    try:
+        _test_doc_command(command, place)
+    finally:
+        place.pending.pop(request.node.nodeid, None)
+        if place.live and not any("live" in needs for needs in place.pending.values()):
+            _end_live(place)
+
+
+def _test_doc_command(command: DocCommand, place: Place) -> None:
     case = CASES.get(command.text)
     if case is None:
         pytest.fail(f"no case for {command}")

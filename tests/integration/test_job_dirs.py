@@ -1,6 +1,7 @@
 """A job directory of two real ranks (gloo, under `torchdoctor run --run-dir JOB`: each rank
 writes JOB/rank<N>) read as one by every verb that reads a saved run; a missing rank and a rank
-of another job are named and the rest is read."""
+of another job are named and the rest is read. The verbs run through the CLI's main() in this
+process (tests/recording.py): they only read the directory."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import cli, free_port, script, td_run
+from helpers import free_port, script, td_run
+from recording import td
 from trace_check import check_trace
 
 from torchdoctor.store import rundir
@@ -59,7 +61,7 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _json(*args: str) -> Any:
-    out = cli(*args, "--format", "json")
+    out = td(*args, "--format", "json")
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
 
@@ -87,7 +89,7 @@ def test_tables_diagnoses_and_memory_of_a_job(job: Path) -> None:
 
 
 def test_report_and_export_of_a_job(job: Path, tmp_path: Path) -> None:
-    out = cli("report", str(job), "--format", "json")
+    out = td("report", str(job), "--format", "json")
     assert out.returncode == 0, out.stderr
     digest = json.loads(out.stdout)
     assert digest["ranks"] == [0, 1]
@@ -95,12 +97,12 @@ def test_report_and_export_of_a_job(job: Path, tmp_path: Path) -> None:
     assert [s["steps"] for s in digest["rank_times"]["stats"]] == [8, 8]
     assert digest["meta"]["world_size"] == WORLD
     trace = tmp_path / "job.json"
-    assert cli("export", str(job), "--perfetto", str(trace)).returncode == 0
+    assert td("export", str(job), "--perfetto", str(trace)).returncode == 0
     doc = json.loads(trace.read_text())
     check_trace(doc)
     names = {e["args"]["name"] for e in doc["traceEvents"] if e["name"] == "process_name"}
     assert names == {"rank 0", "rank 1"}
-    assert cli("export", str(job), "--csv", str(tmp_path / "csv")).returncode == 0
+    assert td("export", str(job), "--csv", str(tmp_path / "csv")).returncode == 0
     lines = (tmp_path / "csv" / "events.csv").read_text().splitlines()
     assert lines[0].endswith(",rank")
     models = [line for line in lines[1:] if ",model," in line]  # one model seen on each rank
@@ -132,13 +134,13 @@ def test_a_missing_rank_and_a_foreign_rank(job: Path, tmp_path: Path) -> None:
     meta = rundir.read_meta(copy / "rank3")
     meta.update(rank=3, job="job-b")
     rundir.write_meta(copy / "rank3", meta)
-    out = cli("query", str(copy), "SELECT DISTINCT rank FROM python.steps ORDER BY 1")
+    out = td("query", str(copy), "SELECT DISTINCT rank FROM python.steps ORDER BY 1")
     assert out.returncode == 0, out.stderr
     assert "rank 2 is missing (world size 3)" in out.stderr
     ours = rundir.read_meta(job / "rank0")["job"]
     assert "rank 3" in out.stderr and f"another job ('job-b', not {ours!r})" in out.stderr
     assert out.stdout.split() == ["rank", "----", "0", "1", "(2", "rows)"]
     for verb in (["diagnoses"], ["memory"], ["tables"], ["report", "--format", "json"]):
-        out = cli(verb[0], str(copy), *verb[1:])
+        out = td(verb[0], str(copy), *verb[1:])
         assert out.returncode == 0, (verb, out.stderr)
         assert "rank 2 is missing" in out.stderr, verb

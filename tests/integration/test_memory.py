@@ -119,10 +119,12 @@ def test_realistic_oom_suggests_a_batch_size_that_runs(launch, tmp_path) -> None
     assert smaller.returncode == 0, smaller.stderr
 
 
-@pytest.fixture
-def held(launch):
-    """memory_train.py after 3 Adam steps, holding its tensors until stopped."""
-    run = launch(td_run(script("memory_train.py"), "--steps", "3", "--hold"))
+@pytest.fixture(scope="module")
+def held(shared_launch):
+    """memory_train.py after 4 Adam steps, holding its tensors until stopped, and each step's
+    validation loss with its graph in a list (--leak): one live run for the census and for the
+    leak holders."""
+    run = shared_launch(td_run(script("memory_train.py"), "--steps", "4", "--hold", "--leak"))
     run.wait_probe()
     from helpers import wait_for
 
@@ -171,12 +173,8 @@ def test_live_census_matches_model_and_optimizer_to_the_byte(held) -> None:
     assert "largest tensors" in out.stdout and "memory by phase" in out.stdout
 
 
-def test_leak_holders_name_the_list_that_keeps_graphs(launch) -> None:
-    from helpers import wait_for
-
-    run = launch(td_run(script("memory_train.py"), "--steps", "4", "--hold", "--leak"))
-    run.wait_probe()
-    wait_for(lambda: "held" in run.stdout(), 60, "the script to hold")
+def test_leak_holders_name_the_list_that_keeps_graphs(held) -> None:
+    run = held
     code = (
         "import json, torchdoctor.session as s\n"
         "from torchdoctor.memory.holders import find_holders\n"
@@ -192,7 +190,6 @@ def test_leak_holders_name_the_list_that_keeps_graphs(launch) -> None:
     # Each kept loss holds its forward's activations: 8 samples x 64 tokens x 4096 floats
     # at least twice per block (the Linear's output and the GELU's).
     assert top["graph_bytes"] >= 4 * 2 * 2 * 8 * 64 * 4096 * 4
-    assert run.stop() == 0
 
 
 def _cap_rlimit(limit: int) -> Any:

@@ -1,8 +1,9 @@
-"""The CLI grammar against a live training process: backtrace, eval, query, tables."""
+"""The CLI grammar against a live training process: backtrace, eval, query, tables, report."""
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 
 import pytest
@@ -11,12 +12,14 @@ from helpers import script, td_run
 
 @pytest.fixture(scope="module")
 def live(shared_launch):
-    """One training run that every test here questions (each leaves it training)."""
-    run = shared_launch(td_run(script("trainer.py")))
+    """One training run that every test here questions (each leaves it training), at 50 steps
+    a second or fewer (--pause 0.02): at full pace it would take half a core for the module's
+    length, and no test here needs more than 30 steps."""
+    run = shared_launch(td_run(script("trainer.py"), "--pause", "0.02"))
     run.wait_probe()
     run.wait_steps(1)
     yield run
-    run.stop()
+    assert run.stop() == 0, run.output()
 
 
 def test_backtrace_text_and_json(live) -> None:
@@ -85,6 +88,23 @@ def test_tables_lists_schemas_and_columns(live) -> None:
     assert cols[:7] == ["thread_id", "thread_name", "depth", "func", "file", "lineno", "code"]
     text = live.cli(str(live.pid), "tables").stdout
     assert "python.threads" in text
+
+
+def test_report_of_a_live_process(live) -> None:
+    live.wait_steps(30)
+    out = live.cli(str(live.pid), "report", "--format", "json")
+    assert out.returncode == 0, out.stderr
+    digest = json.loads(out.stdout)
+    assert digest["summary"]["steps"] >= 30
+    assert digest["meta"]["pid"] == live.pid
+    assert digest["modules"]["items"], "module times of the traced steps"
+    page = live.cwd / "live.html"
+    out = live.cli(str(live.pid), "report", "-o", str(page))
+    assert out.returncode == 0, out.stderr
+    found = re.search(r'<script type="application/json" id="td-digest">(.*?)</script>',
+                      page.read_text(), re.S)  # fmt: skip
+    assert found is not None, "no digest in the page"
+    assert json.loads(found.group(1))["summary"]["steps"] >= digest["summary"]["steps"]
 
 
 def test_usage_and_connection_errors(env) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from helpers import cli, free_port, script, td_run, wait_for
 from launchers import Job, rank_dirs, torchrun_argv
+from recording import query
 
 from torchdoctor.store import rundir
 
@@ -74,8 +75,7 @@ def test_torchrun_ranks_know_who_they_are(job: Job, env: dict[str, str], tmp_pat
         meta = rundir.read_meta(d)
         assert (meta["rank"], meta["local_rank"], meta["world_size"]) == (rank, rank, 2)
         assert meta["job"] in jobs and meta["status"] == "finished"
-    sql = "SELECT DISTINCT rank FROM python.steps ORDER BY 1"
-    rows = _json("query", str(job_dir), sql, env=env)
+    rows = query(job_dir, "SELECT DISTINCT rank FROM python.steps ORDER BY 1")
     assert rows == [{"rank": 0}, {"rank": 1}]
 
 
@@ -92,16 +92,11 @@ def test_spawned_ranks_of_torchdoctor_run(env: dict[str, str], tmp_path: Path) -
     for rank, d in enumerate(rank_dirs(job_dir, 2)):
         meta = rundir.read_meta(d)
         assert (meta["rank"], meta["world_size"], meta["status"]) == (rank, 2, "finished")
-    rows = _json(
-        "query",
-        str(job_dir),
-        "SELECT rank, count(*) AS n FROM python.steps GROUP BY rank ORDER BY 1",
-        env=env,
-    )
+    rows = query(job_dir, "SELECT rank, count(*) AS n FROM python.steps GROUP BY rank ORDER BY 1")
     assert rows == [{"rank": 0, "n": 4}, {"rank": 1, "n": 4}]
     # Their collectives too: per step DDP's gradient all-reduce and the script's own.
     sql = "SELECT rank, count(*) AS n FROM python.collectives WHERE op = 'all_reduce' GROUP BY 1"
-    rows = _json("query", str(job_dir), sql + " ORDER BY 1", env=env)
+    rows = query(job_dir, sql + " ORDER BY 1")
     assert rows == [{"rank": 0, "n": 8}, {"rank": 1, "n": 8}]
 
 
@@ -126,7 +121,5 @@ def test_ranks_that_name_themselves_share_a_run_dir(
         meta = rundir.read_meta(d)
         assert (meta["rank"], meta["world_size"]) == (rank, 2)
         assert meta["job"] == f"tcp://127.0.0.1:{port}"
-    rows = _json(
-        "query", str(shared), "SELECT rank, count(*) AS n FROM python.steps GROUP BY rank", env=env
-    )
+    rows = query(shared, "SELECT rank, count(*) AS n FROM python.steps GROUP BY rank")
     assert sorted(r["rank"] for r in rows) == [0, 1] and {r["n"] for r in rows} == {4}

@@ -1,8 +1,8 @@
 """`report` and `export` on real training runs: the page and its data, the page drawn by a real
 headless Chromium, the Perfetto trace, the tables as Parquet and CSV read back and compared with
-the SQL answers, a live process, and clear errors for directories that hold no run. The runs
-are recorded and the verbs run in this process (tests/recording.py), but for the live process
-and the terminal."""
+the SQL answers, and clear errors for directories that hold no run (a live process's report:
+test_probe_verbs.py). The runs are recorded and the verbs run in this process
+(tests/recording.py), but for the terminal."""
 
 from __future__ import annotations
 
@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 import pytest
 from browser import browser, chromium
-from helpers import script, td_run
 from png import read_png
 from recording import query, record, td
 from trace_check import check_trace
@@ -136,21 +135,8 @@ def test_chromium_screenshot_shows_the_charts(healthy: Path, tmp_path: Path) -> 
     assert loss.sum() > 200, f"only {loss.sum()} pixels of the loss line"
 
 
-def test_report_of_a_live_process(launch) -> None:  # type: ignore[no-untyped-def]
-    run = launch(td_run(script("trainer.py")))
-    run.wait_probe()
-    run.wait_steps(30)
-    out = run.cli(str(run.pid), "report", "--format", "json")
-    assert out.returncode == 0, out.stderr
-    digest = json.loads(out.stdout)
-    assert digest["summary"]["steps"] >= 30
-    assert digest["meta"]["pid"] == run.pid
-    assert digest["modules"]["items"], "module times of the traced steps"
-    page = run.cwd / "live.html"
-    out = run.cli(str(run.pid), "report", "-o", str(page))
-    assert out.returncode == 0, out.stderr
-    assert _digest(page.read_text())["summary"]["steps"] >= digest["summary"]["steps"]
-    assert run.stop() == 0
+# The report of a live process (`torchdoctor PID report`): test_probe_verbs.py, on the live
+# `torchdoctor run trainer.py` that its other verbs question.
 
 
 # -- export ----------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from helpers import free_port, script, td_run
+from recording import td
 
 TOKEN = "tok-Zq81xW4-never-shown"
 
@@ -72,13 +73,18 @@ def test_token_is_never_written_or_shown(launch, tmp_path, form) -> None:  # typ
     assert any("trainer.py" in part for part in meta["command"])
 
 
-def test_run_directories_are_private(launch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+# The run directories' modes are judged on `torchdoctor run` through the CLI's main() in this
+# process (tests/recording.py): the files are what they are, whichever process wrote them.
+
+
+def test_run_directories_are_private(tmp_path) -> None:  # type: ignore[no-untyped-def]
     os.umask(0o022)  # the usual umask: without care, directories 0755 and files 0644
     port = free_port()
-    run = launch(td_run("--listen", f"127.0.0.1:{port}", script("trainer.py"), "--steps", "30"))
-    assert run.wait() == 0, run.output()
+    run = td("run", "--listen", f"127.0.0.1:{port}", script("trainer.py"), "--steps", "30",
+             cwd=tmp_path)  # fmt: skip
+    assert run.returncode == 0, run.stderr
     parent = tmp_path / "torchdoctor-runs"
-    [run_dir] = run.run_dirs()
+    [run_dir] = sorted(parent.iterdir())
     assert stat.S_IMODE(parent.stat().st_mode) == 0o700
     paths = _everything_under(run_dir)
     assert {p.name for p in paths} >= {"meta.json", "token", "tables", "steps.seg"} or any(
@@ -90,19 +96,19 @@ def test_run_directories_are_private(launch, tmp_path) -> None:  # type: ignore[
 
 
 def test_an_explicit_run_dir_is_private_but_an_existing_one_keeps_its_mode(
-    launch, tmp_path
+    tmp_path,
 ) -> None:  # type: ignore[no-untyped-def]
     nested = tmp_path / "a" / "b"
-    run = launch(td_run("--run-dir", str(nested), script("trainer.py"), "--steps", "3"))
-    assert run.wait() == 0, run.output()
+    run = td("run", "--run-dir", str(nested), script("trainer.py"), "--steps", "3", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
     for path in (tmp_path / "a", nested, nested / "tables"):
         assert stat.S_IMODE(path.stat().st_mode) == 0o700, path
     # `--run-dir .`: the user's own directory is not chmod-ed, but what torchdoctor writes is.
     own = tmp_path / "own"
     own.mkdir(mode=0o755)
     os.chmod(own, 0o755)
-    run = launch(td_run("--run-dir", ".", script("trainer.py"), "--steps", "3"), cwd=own)
-    assert run.wait() == 0, run.output()
+    run = td("run", "--run-dir", ".", script("trainer.py"), "--steps", "3", cwd=own)
+    assert run.returncode == 0, run.stderr
     assert stat.S_IMODE(own.stat().st_mode) == 0o755
     assert stat.S_IMODE((own / "tables").stat().st_mode) == 0o700
     assert stat.S_IMODE((own / "meta.json").stat().st_mode) == 0o600

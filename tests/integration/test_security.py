@@ -41,7 +41,16 @@ def tcp(shared_launch):
     that it trains on)."""
     port = free_port()
     run = shared_launch(
-        td_run("--listen", f"127.0.0.1:{port}", "--token", "s3cret", script("trainer.py"))
+        # --pause 0.02: steps enough to see that it trains on, not half a core for the module
+        td_run(
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--token",
+            "s3cret",
+            script("trainer.py"),
+            "--pause",
+            "0.02",
+        )
     )
     run.wait_probe()
     run.wait_steps(1)
@@ -121,13 +130,20 @@ def test_query_time_limit(tcp) -> None:
     tcp.wait_steps(before + 2)
 
 
-def test_unix_socket_and_directory_are_private(launch) -> None:
-    run = launch(td_run(script("trainer.py")))
-    entry = run.wait_probe()
-    sock = entry["socket"]
+@pytest.fixture(scope="module")
+def unix(shared_launch):
+    """One training run on its Unix socket only, for the tests of that socket (each leaves
+    the socket and its directory as it found them)."""
+    run = shared_launch(td_run(script("trainer.py"), "--pause", "0.02"))
+    run.wait_probe()
+    yield run
+    assert run.stop() == 0, run.output()
+
+
+def test_unix_socket_and_directory_are_private(unix) -> None:
+    sock = unix.entry()["socket"]
     assert stat.S_IMODE(os.stat(sock).st_mode) == 0o600
     assert stat.S_IMODE(os.stat(os.path.dirname(sock)).st_mode) == 0o700
-    run.stop()
 
 
 SYSTEM_PYTHON = "/usr/bin/python3"
@@ -137,10 +153,9 @@ SYSTEM_PYTHON = "/usr/bin/python3"
     os.geteuid() != 0 or not os.access(SYSTEM_PYTHON, os.X_OK),
     reason="needs root (to act as another uid) and a system python3 that uid can run",
 )
-def test_another_uid_cannot_use_the_socket(launch) -> None:
-    run = launch(td_run(script("trainer.py")))
-    entry = run.wait_probe()
-    sock = entry["socket"]
+def test_another_uid_cannot_use_the_socket(unix) -> None:
+    run = unix
+    sock = run.entry()["socket"]
     probe = (
         "import socket, sys\n"
         "s = socket.socket(socket.AF_UNIX)\n"
@@ -170,9 +185,9 @@ def test_another_uid_cannot_use_the_socket(launch) -> None:
     assert "answer: b''" in answer or "refused" in answer, answer
     assert "200" not in answer
     os.chmod(os.path.dirname(sock), 0o700)
+    os.chmod(sock, 0o600)
     # Still serving its own user.
     assert run.cli(str(run.pid), "eval", "1").returncode == 0
-    run.stop()
 
 
 def test_insecure_socket_directory_is_refused(env, tmp_path) -> None:

@@ -146,8 +146,10 @@ SEED_COMMANDS: list[tuple[list[str], str]] = [
 ]
 
 
-@pytest.fixture
-def seeded(launch, tmp_path):
+@pytest.fixture(scope="module")
+def seeded(shared_launch, tmp_path_factory):
+    """One live trainer.py that every test here questions (the commands leave it training)."""
+    tmp_path = tmp_path_factory.mktemp("seeded")
     # A stand-in nvidia-smi on PATH, so the GPU-utilisation command runs verbatim here.
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -157,8 +159,17 @@ def seeded(launch, tmp_path):
     import os
 
     port = free_port()
-    run = launch(
-        td_run("--trace-every", "2", "--listen", f"127.0.0.1:{port}", script("trainer.py")),
+    run = shared_launch(
+        # --pause 0.02: a few dozen steps a second are all the commands need
+        td_run(
+            "--trace-every",
+            "2",
+            "--listen",
+            f"127.0.0.1:{port}",
+            script("trainer.py"),
+            "--pause",
+            "0.02",
+        ),
         extra_env={"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"},
         cwd=tmp_path / "work",
     )

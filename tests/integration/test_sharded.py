@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import cli, internal_errors, script, site_of
+from helpers import internal_errors, script, site_of
 from launchers import Job, torchrun_argv
+from recording import query, td
 
 from torchdoctor.units import human
 
@@ -62,38 +63,26 @@ def test_a_sharded_job_is_recorded_without_a_collective_of_ours(
         probed = (tmp_path / f"probed.rank{rank}").read_text()
         assert plain.strip(), f"rank {rank} counted no collective: {output}"
         assert probed == plain, f"rank {rank}: collectives differ\n{plain}\nvs\n{probed}"
-    out = cli(
-        "query",
-        str(run_dir),
+    # the job directory read here, as `torchdoctor query JOB_DIR SQL --format json` prints it
+    rows = query(
+        run_dir,
         "SELECT rank, count(*) AS steps, count(grad_norm) AS norms, count(loss) AS losses"
         " FROM python.steps GROUP BY rank ORDER BY rank",
-        "--format",
-        "json",
     )
-    assert out.returncode == 0, out.stderr
-    rows = json.loads(out.stdout)
     assert rows == [
         {"rank": r, "steps": STEPS, "norms": STEPS, "losses": STEPS} for r in range(ranks)
     ]
     # The script's own collectives are recorded, and none is left open at the end but those a
     # backend never reports done (gloo's reduce-scatter) of the last step.
-    out = cli(
-        "query",
-        str(run_dir),
+    (counts,) = query(
+        run_dir,
         "SELECT count(*) AS calls, count(*) FILTER (state = 'issued' AND step < 5) AS stale"
         " FROM python.collectives",
-        "--format",
-        "json",
     )
-    assert out.returncode == 0, out.stderr
-    (counts,) = json.loads(out.stdout)
     assert counts["calls"] > 0 and counts["stale"] == 0, counts
     # A healthy job: no false finding (a scatter's non-root ranks name no dtype).
-    out = cli(
-        "query", str(run_dir), "SELECT DISTINCT kind FROM python.diagnoses", "--format", "json"
-    )
-    assert out.returncode == 0, out.stderr
-    assert "collective_mismatch" not in out.stdout, out.stdout
+    kinds = query(run_dir, "SELECT DISTINCT kind FROM python.diagnoses")
+    assert "collective_mismatch" not in {r["kind"] for r in kinds}, kinds
     check_census(tmp_path, name, ranks)
 
 
@@ -146,7 +135,7 @@ def _diagnosed_job(tmp_path: Path, *options: str) -> list[dict[str, Any]]:
         job.end()
         shutil.rmtree(sockets, ignore_errors=True)
     assert not internal_errors(job.output()), job.output()
-    out = cli("diagnoses", str(tmp_path / "job"), "--format", "json")
+    out = td("diagnoses", tmp_path / "job", "--format", "json")
     assert out.returncode == 0, out.stderr
     return list(json.loads(out.stdout))
 

@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import cli, script
+from helpers import script
+from recording import query
 
 from torchdoctor.store import rundir
 
@@ -70,9 +71,7 @@ def test_signal_ending_is_recorded(how: str, ended: dict[str, tuple[int, str, Pa
         return
     assert not (run_dir / rundir.FATAL_FILE).exists()
     # The steps reached disk before the process went (the spill thread's second never came).
-    rows = cli("query", str(run_dir), "SELECT count(*) AS n FROM python.steps", "--format", "json")
-    assert rows.returncode == 0, rows.stderr
-    assert '"n": 3' in rows.stdout
+    assert query(run_dir, "SELECT count(*) AS n FROM python.steps") == [{"n": 3}]
     if how == "handler":
         assert stdout == "handler is current: True\n"
 
@@ -93,9 +92,7 @@ def test_a_signal_the_main_thread_cannot_handle_still_ends_the_process(tmp_path:
             proc.kill()
     meta = rundir.read_meta(tmp_path / "r")
     assert (meta["status"], meta["signal"], meta["steps"]) == ("terminated", "SIGTERM", 3)
-    sql = "SELECT count(*) AS n FROM python.steps"
-    rows = cli("query", str(tmp_path / "r"), sql, "--format", "json")
-    assert rows.returncode == 0 and '"n": 3' in rows.stdout, rows.stdout + rows.stderr
+    assert query(tmp_path / "r", "SELECT count(*) AS n FROM python.steps") == [{"n": 3}]
 
 
 def test_an_ending_that_never_finishes_does_not_keep_the_process(tmp_path: Path) -> None:

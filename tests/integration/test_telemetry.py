@@ -1,7 +1,8 @@
 """Telemetry with no code changes, on real training scripts: steps, phases, losses, module
 timings, models, memory rows; saved and read back, even after kill -9. The runs are recorded in
 this process (tests/recording.py) but where the process is the subject: a kill -9, a live
-eval, a terminal, the TORCHDOCTOR=1 start-up hook and its DataLoader workers."""
+eval, a terminal. (The TORCHDOCTOR=1 start-up hook and its DataLoader workers: on the jobs of
+test_transparency.py, see the end of this file.)"""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ import re
 import select
 import signal
 import subprocess
-import sys
 
 import pytest
 from helpers import script, td_run, wait_for
@@ -203,13 +203,7 @@ def test_live_status_line_on_a_terminal(env, tmp_path) -> None:
     assert "torchdoctor summary" in text
 
 
-@pytest.mark.parametrize("start", ["fork", "spawn"])
-def test_env_start_probes_the_trainer_not_its_dataloader_workers(launch, start) -> None:  # type: ignore[no-untyped-def]
-    # Spawned workers inherit TORCHDOCTOR=1 and import torch; forked ones inherit the hooks.
-    # Either way only the training process may start a probe and write a run directory.
-    args = ["--steps", "6", "--workers", "2"] + (["--spawn"] if start == "spawn" else [])
-    run = launch([sys.executable, script("lm.py"), *args], extra_env={"TORCHDOCTOR": "1"})
-    assert run.wait(120) == 0, run.output()
-    runs = run.run_dirs()
-    assert len(runs) == 1
-    assert _saved(runs[0], "SELECT count(*) AS n FROM python.steps")[0]["n"] == 6
+# TORCHDOCTOR=1 with DataLoader workers started by fork and by spawn (spawned ones inherit
+# TORCHDOCTOR=1 and import torch; forked ones inherit the hooks): only the training process
+# starts a probe and writes a run directory, with every step. Checked on the same jobs as
+# their transparency, test_transparency.py's loader_workers cases in the `env` way.

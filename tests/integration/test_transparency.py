@@ -129,6 +129,7 @@ def _run(way: str, script: Path, args: list[str], cwd: Path, env: dict[str, str]
         "stderr": proc.stderr.replace(str(cwd), "<cwd>"),  # each way runs in its own directory
         "files": _files(cwd),
         "probed": (cwd / "torchdoctor-runs").is_dir(),
+        "runs": len(list(runs.iterdir())) if (runs := cwd / "torchdoctor-runs").is_dir() else 0,
         "recorded": _recorded(cwd / "torchdoctor-runs"),
     }
 
@@ -175,6 +176,10 @@ def test_same_behaviour_with_and_without_torchdoctor(  # type: ignore[no-untyped
         assert probed["files"] == plain["files"], f"{way}: files differ"
         # observed, not only harmless: every step of the script is in its tables
         assert probed["recorded"] == (steps, optimizers), f"{way}: {probed['recorded']}"
+        # by the script's own process alone: no DataLoader worker (forked, or spawned with
+        # TORCHDOCTOR=1 inherited) nor any other child started a probe of its own (ranks write
+        # theirs inside the script's directory)
+        assert probed["runs"] == 1, f"{way}: {probed['runs']} run directories"
 
 
 def test_strip_ours_keeps_the_scripts_own_lines() -> None:

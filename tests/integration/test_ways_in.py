@@ -57,9 +57,19 @@ def test_run_missing_script_is_a_usage_error(tmp_path) -> None:  # type: ignore[
     assert "No such file" in run.stderr
 
 
-def test_run(launch) -> None:
+def test_run_and_list(launch) -> None:
     run = launch(td_run(script("trainer.py")))
     _check_probe(run)
+    # `list` shows the process (the only probe of this test's socket directory)
+    out = run.cli("list", "--format", "json")
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout)
+    assert [r["pid"] for r in rows] == [run.pid]
+    assert rows[0]["endpoint"].endswith(f"{run.pid}.sock")
+    assert "trainer.py" in rows[0]["command"]
+    # With exactly one probed process the ENDPOINT may be left out.
+    out = run.cli("eval", "1 + 1")
+    assert out.stdout.strip() == "2"
     assert run.stop() == 0
 
 
@@ -115,18 +125,3 @@ def test_attach_to_missing_process_is_a_usage_error() -> None:
     out = td("attach", "999999")
     assert out.returncode == 2
     assert "no process with pid 999999" in out.stderr
-
-
-def test_list_shows_the_process(launch) -> None:
-    run = launch(td_run(script("trainer.py")))
-    run.wait_probe()
-    out = run.cli("list", "--format", "json")
-    assert out.returncode == 0, out.stderr
-    rows = json.loads(out.stdout)
-    assert [r["pid"] for r in rows] == [run.pid]
-    assert rows[0]["endpoint"].endswith(f"{run.pid}.sock")
-    assert "trainer.py" in rows[0]["command"]
-    # With exactly one probed process the ENDPOINT may be left out.
-    out = run.cli("eval", "1 + 1")
-    assert out.stdout.strip() == "2"
-    run.stop()
