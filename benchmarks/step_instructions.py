@@ -104,29 +104,14 @@ def floor_recorder(model: torch.nn.Module) -> list[tuple[Any, ...]]:
         current[0] = State(now())
         phases, losses = state.phases, state.losses
         duration = t - (state.start or t)
+        # python.steps' columns in its order (store/schema.py); memory and rank at 0
+        columns = [phases[name] for name in PHASES[:4]]
+        other = max(0.0, duration - sum(phases.values()))
+        loss = sum(losses) / len(losses) if losses else None
+        lr = optimizer.param_groups[0]["lr"]
+        tail = (0, 0, 0, 0, 0, state.micro, False, False, phases["evaluation"])
         rows.append(
-            (
-                len(rows),
-                time.time(),
-                duration,
-                phases["data_wait"],
-                phases["forward"],
-                phases["backward"],
-                phases["optimizer"],
-                max(0.0, duration - sum(phases.values())),
-                sum(losses) / len(losses) if losses else None,
-                state.norm,
-                optimizer.param_groups[0]["lr"],
-                0,
-                0,
-                0,
-                0,
-                0,
-                state.micro,
-                False,
-                False,
-                phases["evaluation"],
-            )
+            (len(rows), time.time(), duration, *columns, other, loss, state.norm, lr, *tail)
         )
 
     from torch.optim.optimizer import (
