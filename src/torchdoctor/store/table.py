@@ -18,6 +18,11 @@ from torchdoctor.store.schema import TableSpec
 # Sealed blocks smaller than this are merged, so a long run does not leave thousands of
 # one-row blocks behind it.
 MERGE_ROWS = 16_384
+# Rows sealed but not spilled yet are kept up to the table's capacity, and never fewer than
+# this: a spill thread that lags a few seconds behind a fast loop (a busy machine) must lose
+# none of them, even where TORCHDOCTOR_MAX_ROWS made the table small; one that died (a full
+# disk) still leaves the process a bounded amount.
+UNSPILLED_FLOOR = 65_536
 
 
 class RingTable:
@@ -30,6 +35,7 @@ class RingTable:
         self._dropped = 0
         self._unspilled: list[Block] = []
         self._unspilled_rows = 0
+        self._unspilled_cap = max(self.capacity, UNSPILLED_FLOOR)
         self._lock = threading.Lock()
         self._cache: Block | None = None
 
@@ -55,8 +61,8 @@ class RingTable:
         block = Block.from_rows(self.spec, rows)
         self._unspilled.append(block)
         self._unspilled_rows += block.rows
-        # Nobody spilling (the disk failed, or no spill thread): keep no more than the table.
-        while self._unspilled_rows - self._unspilled[0].rows >= self.capacity:
+        # Nobody spilling (the disk failed, or no spill thread): keep a bounded amount.
+        while self._unspilled_rows - self._unspilled[0].rows >= self._unspilled_cap:
             self._unspilled_rows -= self._unspilled.pop(0).rows
         self._blocks.append(block)
         self._rows += block.rows
