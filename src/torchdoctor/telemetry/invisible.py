@@ -9,10 +9,10 @@
   return at once while a tracer is active (`tracing()`). (A traced archive's debug tables,
   the Python stack of each op, then hold torch's own frame for calling a module with hooks.)
 - torch.compile: every hook body starts with `if compiling(): return` (or its inline form,
-  below), so when Dynamo inlines
-  a hook inside a compiled region it traces a no-op (no graph break, no guard), and every
-  hook's code object is marked "skip" for Dynamo's frame evaluation, so eager code between two
-  graphs that calls a hook runs it as plain Python instead of compiling it as a frame.
+  below), so when Dynamo inlines a hook inside a compiled region it traces a no-op (no graph
+  break, no guard), and every hook's code object is marked "skip" for Dynamo's frame
+  evaluation, so eager code between two graphs that calls a hook runs it as plain Python
+  instead of compiling it as a frame.
 """
 
 from __future__ import annotations

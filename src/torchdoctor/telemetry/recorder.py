@@ -376,8 +376,10 @@ class Recorder(RunView):
             listener(state, step)
         if self.safe_point.pending:
             self.safe_point.drain(step, self.switch)  # queued evals, the telemetry off
+        # Asked again after a step that was not steady, or when a steady step's end changed
+        # what it can (tracing, sampling, a second optimizer); the rest resets `steady` itself.
         if self.steady is None or plan.tracing or self.silent.active or self.optimizers.several:
-            self.steady = steady.after(self)  # what a steady step's end may change: these
+            self.steady = steady.after(self)
 
     def _after_discovery(self, first: StepState) -> None:
         """The first step is over: hook its models, learn whether it ran on a GPU, tell the host."""

@@ -6,16 +6,9 @@ of python.optimizer_steps. GradScaler's skipped steps end a step too (skipped).
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
-from torchdoctor.native import group_squares
 from torchdoctor.telemetry.gradient_check import Check, guard_update
-from torchdoctor.telemetry.gradients import NATIVE_MAX
-from torchdoctor.telemetry.local_shards import PLAIN
-
-_TENSOR = PLAIN[0]
-_sqrt, _isfinite = math.sqrt, math.isfinite
 
 OPTIMIZER = "optimizer"  # the step mode (recorder.py) once the primary optimizer steps
 
@@ -56,29 +49,19 @@ class Updates:
             rec.silent.before_update(optimizer)
 
     def _steady_begin(self, optimizer: Any, now: float) -> bool:
-        """The primary's update on a steady step (recorder.py): its gradient norm, finite, read
-        in C++ from its param_groups (or the one clip_grad_norm_ gave); False, with nothing
-        done, for anything else (the general way then checks it)."""
+        """The primary's update on a steady step (steady.py): its gradient norm, when the
+        gradient check reads it finite without torch; False, with nothing done, for anything
+        else (the general way then checks it)."""
         rec = self.rec
         state = rec.state
-        clip = state.clip_norm
-        norm: Any
-        if clip is None:
-            quick = group_squares(optimizer.param_groups, NATIVE_MAX)
-            if quick is None or not quick[1]:
-                return False
-            norm = value = _sqrt(quick[0])
-        elif clip.__class__ is _TENSOR:
-            norm, value = clip, clip.item()
-        else:
-            return False
-        if not _isfinite(value):
+        read = rec.gradients.steady(optimizer, state.clip_norm)
+        if read is None:
             return False
         if state.start is None:
             state.start = now
         rec.timer.enter("optimizer", now, state.phases)
         self.optimizers.closure_checked = False
-        state.grad_norm, state.grad_norm_value = norm, value
+        state.grad_norm, state.grad_norm_value = read
         self.optimizers.begin(optimizer, now, None)
         return True
 
