@@ -3,10 +3,12 @@ process on the tiny CPU MLP of overhead.py, where a fixed cost shows the most.
 
 Blocks of steps alternate between the telemetry with the checks switched off and with them on
 (order reversed every round); each block installs a fresh Recorder, so its steps are numbered
-from 0 and sampled as in a run (1-3, then 50 and 51, 100 and 101, ...). Reported, in CPU time of the
-training thread (what other processes' load does not change): the mean step over whole
-blocks (what a run pays, the sampled steps included), the median (a step that is not
-sampled), and a sampled step's own cost.
+from 0 and sampled as in a run (1-3, 50 and 51, then pairs paced to 1% of the training time:
+telemetry/silent/pacing.py). Reported, in CPU time of the training thread (what other
+processes' load does not change): the mean step over whole blocks (what a run of that many
+steps pays, the sampled steps included: the first five are a fixed cost that a longer run
+spreads thinner), the median (a step that is not sampled), a sampled step's own cost, and how
+many steps of a block were sampled.
 
 Run: .venv/bin/python benchmarks/silent_checks.py [--blocks N]
 """
@@ -53,8 +55,8 @@ def block(probe, step, steps: int, checks: bool) -> tuple[list[float], list[bool
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--blocks", type=int, default=30)
-    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--blocks", type=int, default=12)
+    parser.add_argument("--steps", type=int, default=1000)
     args = parser.parse_args()
     torch.set_num_threads(1)
     probe = bench_probe(trace_every=0)
@@ -64,6 +66,7 @@ def main() -> None:
     means: dict[bool, list[float]] = {False: [], True: []}
     medians: dict[bool, list[float]] = {False: [], True: []}
     sampled_cost: list[float] = []
+    counts: list[int] = []
     for b in range(args.blocks):
         for checks in (False, True) if b % 2 == 0 else (True, False):
             times, sampled = block(probe, step, args.steps, checks)
@@ -74,6 +77,7 @@ def main() -> None:
                 on = [t for t, s in zip(times, sampled, strict=True) if s]
                 off = [t for t, s in zip(times, sampled, strict=True) if not s]
                 sampled_cost.append(statistics.median(on) - statistics.median(off))
+                counts.append(len(on))
     per_round_mean = [a - b for a, b in zip(means[True], means[False], strict=True)]
     per_round_median = [a - b for a, b in zip(medians[True], medians[False], strict=True)]
     base = statistics.median(means[False])
@@ -88,6 +92,7 @@ def main() -> None:
         f"{statistics.median(per_round_median) * 1e6:.1f} us"
     )
     print(f"  a sampled step's own extra cost: {statistics.median(sampled_cost) * 1e6:.0f} us")
+    print(f"  sampled steps in a block of {args.steps}: {statistics.median(counts):.0f}")
     probe.stop()
 
 

@@ -17,15 +17,76 @@ from torch import nn
 
 import torchdoctor
 from torchdoctor.telemetry.patches import Hooks
-from torchdoctor.telemetry.silent import full, sampled
 from torchdoctor.telemetry.silent.grad_reset import _readings
 from torchdoctor.telemetry.silent.inits import INIT_FUNCTIONS
 from torchdoctor.telemetry.silent.loss_graph import _reaches, _scale
+from torchdoctor.telemetry.silent.pacing import MAX_PERIOD, Pacing
+from torchdoctor.telemetry.step import StepState
+
+
+def _pace(pacing: Pacing, busy: dict[int, float], steps: int, full: bool = False) -> list[int]:
+    """Run `pacing` over `steps` steps, each step `busy.get(step, 1.0)` seconds long (no
+    DataLoader wait); the sampled steps (`full`: those every check looks at)."""
+    clock, out = 0.0, []
+    for step in range(steps):
+        state = StepState(clock)
+        clock += busy.get(step, 1.0)
+        if pacing.full(step) if full else pacing.sampled(step):
+            out.append(step)
+        pacing.step_ended(state, step, clock)
+    return out
 
 
 def test_sampled_steps_are_the_first_three_then_a_pair_in_every_fifty() -> None:
-    assert [s for s in range(210) if sampled(s)] == [1, 2, 3, 50, 51, 100, 101, 150, 151, 200, 201]
-    assert [s for s in range(210) if full(s)] == [1, 2, 3, 50, 100, 150, 200]
+    assert _pace(Pacing(budget=None), {}, 210) == [1, 2, 3, 50, 51, 100, 101, 150, 151, 200, 201]
+    assert _pace(Pacing(budget=None), {}, 210, full=True) == [1, 2, 3, 50, 100, 150, 200]
+
+
+def test_costly_pairs_are_spread_to_keep_within_the_budget() -> None:
+    # A pair whose steps take 3 s where the step before took 1 s: 4 s extra, 1% of the
+    # training time is 0.01 s a step, so the next pair comes 400 steps later.
+    costly = {step: 3.0 for step in (50, 51, 450, 451)}
+    assert _pace(Pacing(), costly, 900) == [1, 2, 3, 50, 51, 450, 451, 850, 851]
+    # Cheap pairs (a large model's: 1% more) stay PERIOD apart.
+    cheap = {step: 1.01 for step in range(50, 400)}
+    assert _pace(Pacing(), cheap, 160) == [1, 2, 3, 50, 51, 100, 101, 150, 151]
+    # Never further apart than MAX_PERIOD (a pair measured in a stall).
+    stalled = {50: 1e6}
+    assert _pace(Pacing(), stalled, MAX_PERIOD + 60)[-2:] == [50 + MAX_PERIOD, 51 + MAX_PERIOD]
+    # A DataLoader wait is not the checks' cost.
+    waited = StepState(0.0)
+    waited.phases["data_wait"] = 2.0
+    pacing = Pacing()
+    pacing.step_ended(StepState(0.0), 49, 1.0)
+    pacing.step_ended(waited, 50, 3.0)
+    pacing.step_ended(StepState(0.0), 51, 1.0)
+    assert pacing.pair == 100
+
+
+@pytest.mark.usefixtures("uncompiled")
+def test_a_tiny_models_pairs_are_spread_by_what_they_cost(tmp_path: Path) -> None:
+    # A tiny model's sampled step costs a few ordinary ones (the checks' tensor operations
+    # against a step of three small ones): measured in a real loop, the pair at 50 and 51
+    # puts the next one well past 100; every step between is an ordinary one.
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(16, 8)
+    with torchdoctor.Session(tmp_path, quiet=True, trace_every=0) as session:
+        recorder = session.ensure_telemetry()
+        assert recorder is not None
+        sampled: list[int] = []
+        recorder.step_listeners.insert(
+            0, lambda _state, step: sampled.append(step) if recorder.silent.active else None
+        )
+        for _ in range(120):
+            loss = model(x).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        pacing = recorder.silent.pacing
+    assert sampled == [1, 2, 3, 50, 51]
+    assert pacing.pair > 150, pacing.pair
 
 
 def _vectors(seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -3,12 +3,9 @@ as a model that learns badly (docs/silent-errors.md).
 
 Each check measures a fact of the live process on a few sampled steps and writes it as an
 event `silent.<check>`; a pure diagnosis module judges it (diagnose/<kind>.py). The Recorder
-calls in here behind one test, `if silent.active`, true on the sampled steps only: steps 1-3,
-then two steps in every PERIOD (PERIOD, PERIOD + 1, 2 * PERIOD, ...), which gives the checks
-that compare one step with the next a pair of consecutive steps each time (the others look at
-the first step of the pair only: `full`); and the three steps after the first optimizer
-update, where that came late (a loop whose first steps were told from the gradient reset,
-before any optimizer stepped). On the other steps
+calls in here behind one test, `if silent.active`, true on the sampled steps only (pacing.py:
+steps 1-3, the three after a late first update, then pairs of consecutive steps at least 50
+apart, spread further when they would cost more than 1% of the training time). On the other steps
 nothing runs but that test and, per model call, a read of `module.training` (a model called
 in eval mode is looked at: see modes.py).
 
@@ -39,6 +36,7 @@ Recorder's Readback (read once their copy has landed). No collective, ever.
 from __future__ import annotations
 
 import sys
+import time
 from typing import Any
 
 from torchdoctor._failsafe import Switch
@@ -50,21 +48,9 @@ from torchdoctor.telemetry.silent.grad_reset import GradientResets
 from torchdoctor.telemetry.silent.inits import Initialisations
 from torchdoctor.telemetry.silent.loss_graph import LossGraphs
 from torchdoctor.telemetry.silent.modes import Modes
+from torchdoctor.telemetry.silent.pacing import Pacing
 from torchdoctor.telemetry.silent.schedulers import Schedulers
 from torchdoctor.telemetry.silent.update_effect import UpdateEffects
-
-PERIOD = 50
-
-
-def sampled(step: int) -> bool:
-    """Whether the checks look at step `step` (counted from 0, as python.steps counts)."""
-    return 1 <= step <= 3 or (step >= PERIOD and step % PERIOD in (0, 1))
-
-
-def full(step: int) -> bool:
-    """Whether every check looks at step `step`: on the second step of a periodic pair only
-    those that compare it with the first one do (the gradient reset, the batches)."""
-    return 1 <= step <= 3 or (step >= PERIOD and step % PERIOD == 0)
 
 
 class SilentChecks:
@@ -74,7 +60,7 @@ class SilentChecks:
         self.switch = Switch("silent-error checks")
         self.active = False  # the step in progress is sampled
         self.full = False  # ... and every check looks at it
-        self.first_update: int | None = None  # the step of the primary optimizer's first update
+        self.pacing = Pacing()  # which steps are sampled
         self.fetches = 0  # DataLoader fetches in the step in progress (sampled steps)
         # on_step_end(step) has nothing to do while step < quiet_until (the steps after it are
         # not sampled): the usual step pays one comparison
@@ -211,24 +197,17 @@ class SilentChecks:
         try:
             step = self.rec.step
             self.updates.after_update(optimizer, step)
-            self.resets.after_update(optimizer, step, self.sampled(step + 1))
+            self.resets.after_update(optimizer, step, self.pacing.sampled(step + 1))
         except Exception as exc:
             self.fail(exc)
-
-    def sampled(self, step: int) -> bool:
-        first = self.first_update
-        return sampled(step) or (first is not None and 1 <= step - first <= 3)
-
-    def full_at(self, step: int) -> bool:
-        first = self.first_update
-        return full(step) or (first is not None and 1 <= step - first <= 3)
 
     def on_step_end(self, state: Any, step: int) -> None:
         """A step listener: whether the next step is sampled; the sampled step's summaries."""
         if step < self.quiet_until:
             return
-        if self.first_update is None and state.update is not None:
-            self.first_update = step
+        pacing = self.pacing
+        if pacing.first_update is None and state.update is not None:
+            pacing.first_update = step
             if self.switch.on:
                 try:
                     self.inits.judge(step)
@@ -236,22 +215,15 @@ class SilentChecks:
                     self.fail(exc)
         if self.active and self.switch.on:
             try:
-                self.batches.step_ended(step, self.sampled(step + 1))
+                self.batches.step_ended(step, pacing.sampled(step + 1))
                 self.schedulers.step_ended(step)
             except Exception as exc:
                 self.fail(exc)
-        self.active = self.switch.on and self.sampled(step + 1)
-        self.full = self.active and self.full_at(step + 1)
+        pacing.step_ended(state, step, time.perf_counter())
+        self.active = self.switch.on and pacing.sampled(step + 1)
+        self.full = self.active and pacing.full(step + 1)
         self.fetches = 0
         if not self.switch.on:
             self.quiet_until = 1 << 62
-        elif not self.active and self.first_update is not None:
-            self.quiet_until = self._next_sampled(step + 1) - 1
-
-    def _next_sampled(self, n: int) -> int:
-        """The first sampled step after `n`: one of the next three (steps 1-3, the three after
-        the first update, which lies before n, and k * PERIOD + 1), else the next k * PERIOD."""
-        for following in (n + 1, n + 2, n + 3):
-            if self.sampled(following):
-                return following
-        return -(-(n + 1) // PERIOD) * PERIOD
+        elif not self.active and pacing.first_update is not None:
+            self.quiet_until = pacing.next_sampled(step + 1) - 1
