@@ -10,12 +10,14 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 
 
-def per_step_times(step: Callable[[], object], n: int) -> list[float]:
+def per_step_times(
+    step: Callable[[], object], n: int, clock: Callable[[], float] = time.perf_counter
+) -> list[float]:
     out = []
     for _ in range(n):
-        t0 = time.perf_counter()
+        t0 = clock()
         step()
-        out.append(time.perf_counter() - t0)
+        out.append(clock() - t0)
     return out
 
 
@@ -26,12 +28,14 @@ def interleave(
     steps_per_block: int,
     warmup: int = 20,
     ratios: dict[str, list[float]] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> dict[str, float]:
     """Median step time (seconds) per configuration: each config is a context manager factory
     under which `step` runs. The first configuration is the baseline: each other one is
     reported as the baseline's median times the median of its per-round ratios to the
     baseline, so slow drift of the machine cancels out round by round. `ratios`, if given,
-    receives each configuration's per-round ratios."""
+    receives each configuration's per-round ratios; `clock` what is timed (time.thread_time: the
+    training thread's CPU time, which other processes' load changes less)."""
     for make in configs.values():
         with make():
             per_step_times(step, warmup)
@@ -40,7 +44,7 @@ def interleave(
         order = list(configs) if block % 2 == 0 else list(reversed(configs))
         for name in order:
             with configs[name]():
-                times[name].append(statistics.median(per_step_times(step, steps_per_block)))
+                times[name].append(statistics.median(per_step_times(step, steps_per_block, clock)))
     base_name = next(iter(configs))
     base = times[base_name]
     out = {base_name: statistics.median(base)}

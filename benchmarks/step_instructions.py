@@ -1,13 +1,17 @@
-"""The tiny CPU step's instructions, counted by callgrind: plain, under torchdoctor, and under
-the least Python that records the same per-step facts at the same places (the floor).
+"""The tiny CPU step's instructions, counted by callgrind: plain, under torchdoctor, under
+torchdoctor with the silent-error checks off (`steady`: the ordinary step alone, no sampled
+step in the window), and under the least Python that records the same per-step facts at the
+same places (the floor).
 
 Machine-independent where timings are not (docs/benchmarks.md, "The steady step"):
 
     valgrind --tool=callgrind --toggle-collect=functools_reduce \\
-        .venv/bin/python benchmarks/step_instructions.py {plain,torchdoctor,floor} 200
+        .venv/bin/python benchmarks/step_instructions.py {plain,torchdoctor,steady,floor} 200
 
 counts only what runs inside the loop of N steps (after 30 of warm-up), on the training thread
 alone; divide "Collected" by N and subtract plain's. Run without valgrind it just trains.
+`step_instructions.py time [ROUNDS]` times plain, the floor and torchdoctor side by side in one
+process instead (what the floor costs tells how near a budget can be met by trimming Python).
 
 The floor is a measuring stick, not a recorder: a forward pre-hook and forward hook on the
 model, a `torch.autograd.backward` wrapper and the global optimizer hooks, as torchdoctor
@@ -18,11 +22,13 @@ norm (the compiled grad_squares), the loss's line, the row.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -31,8 +37,8 @@ from _models import tiny_parts
 PHASES = ("data_wait", "forward", "backward", "optimizer", "evaluation")
 
 
-def floor_recorder(model: torch.nn.Module) -> list[tuple[Any, ...]]:
-    """Hook the least recorder on `model` and every optimizer; its rows."""
+def floor_recorder(model: torch.nn.Module) -> tuple[list[tuple[Any, ...]], Callable[[], None]]:
+    """Hook the least recorder on `model` and every optimizer; its rows, and what unhooks it."""
     from torchdoctor import native
     from torchdoctor.frames import caller_frame
 
@@ -119,12 +125,51 @@ def floor_recorder(model: torch.nn.Module) -> list[tuple[Any, ...]]:
         register_optimizer_step_pre_hook,
     )
 
-    model.register_forward_pre_hook(pre, with_kwargs=True)
-    model.register_forward_hook(post, always_call=True)
+    handles = [
+        model.register_forward_pre_hook(pre, with_kwargs=True),
+        model.register_forward_hook(post, always_call=True),
+        register_optimizer_step_pre_hook(optimizer_pre),
+        register_optimizer_step_post_hook(optimizer_post),
+    ]
     torch.autograd.backward = backward
-    register_optimizer_step_pre_hook(optimizer_pre)
-    register_optimizer_step_post_hook(optimizer_post)
-    return rows
+
+    def remove() -> None:
+        for handle in handles:
+            handle.remove()
+        torch.autograd.backward = original
+
+    return rows, remove
+
+
+def timed(step: Callable[[], object], model: torch.nn.Module, blocks: int) -> None:
+    """The three side by side in one process (`time` mode): the median step of each block of
+    300, in the training thread's CPU time, and each one's extra over plain."""
+    from _interleave import interleave, plain
+    from _probe import bench_probe, recording
+
+    probe = bench_probe(trace_every=0)
+
+    @contextlib.contextmanager
+    def floor() -> Iterator[None]:
+        _rows, remove = floor_recorder(model)
+        try:
+            yield
+        finally:
+            remove()
+
+    configs = {
+        "plain": plain,
+        "floor": floor,
+        "torchdoctor": lambda: recording(probe, trace_every=0),
+    }
+    t = interleave(step, configs, blocks, 300, clock=time.thread_time)
+    probe.stop()
+    base = t["plain"]
+    print(f"tiny CPU step, median of blocks of 300, training thread's CPU time ({blocks} rounds)")
+    print(f"  plain        {base * 1e6:7.1f} us")
+    for name in ("floor", "torchdoctor"):
+        extra = (t[name] - base) * 1e6
+        print(f"  {name:<12} {t[name] * 1e6:7.1f} us  +{extra:5.1f} us  ratio {t[name] / base:.3f}")
 
 
 def main() -> None:
@@ -132,18 +177,23 @@ def main() -> None:
     steps = int(sys.argv[2]) if len(sys.argv) > 2 else 200
     torch.set_num_threads(1)
     step, model = tiny_parts()
+    if mode == "time":
+        timed(step, model, int(sys.argv[2]) if len(sys.argv) > 2 else 16)
+        return
     done: Any = None
-    if mode == "torchdoctor":
+    if mode in ("torchdoctor", "steady"):
         from _probe import bench_probe, recording
 
         probe = bench_probe(trace_every=0)
         context = recording(probe, trace_every=0)
         context.__enter__()
+        if mode == "steady":  # no sampled step in the window: the ordinary step alone
+            probe.telemetry.silent.switch.on = False
         done = lambda: (context.__exit__(None, None, None), probe.stop())  # noqa: E731
     elif mode == "floor":
         floor_recorder(model)
     elif mode != "plain":
-        raise SystemExit(f"mode: plain, torchdoctor or floor, not {mode!r}")
+        raise SystemExit(f"mode: plain, torchdoctor, steady or floor, not {mode!r}")
     for _ in range(30):
         step()
     functools.reduce(lambda _a, _b: step(), range(steps), 0.0)  # callgrind's toggle: N steps
