@@ -15,15 +15,14 @@ import statistics
 import sys
 import threading
 import time
+from types import ModuleType
 from typing import Any, Protocol
 
 from torchdoctor._failsafe import warn_once
 from torchdoctor.config import Config
 from torchdoctor.diagnose import load_modules, story
 from torchdoctor.diagnose.inputs import HangCapture, Inputs, JobInputs
-from torchdoctor.diagnose.memory_leak import with_holders
 from torchdoctor.diagnose.record import SEVERITIES, Diagnosis
-from torchdoctor.memory.holders import find_holders
 from torchdoctor.store.tables import Tables
 from torchdoctor.telemetry import gap_sampler, stacks
 from torchdoctor.telemetry.group_timeout import hang_limit
@@ -70,7 +69,9 @@ class Host(Protocol):
 class Doctor:
     def __init__(self, host: Host) -> None:
         self.host = host
-        self.modules = load_modules()
+        # Loaded by the first pass, on the doctor's thread: not on the script's way to its first
+        # step (the probe starts as the script imports torch).
+        self.modules: list[ModuleType] = []
         self.reported: dict[str, Diagnosis] = {}
         self._resolves: dict[str, str] = {}  # identity -> the module whose finding it is, when
         # that module's findings resolve (RESOLVES: they describe the run as it stands)
@@ -118,6 +119,8 @@ class Doctor:
     def examine(self, final: bool = False) -> list[Diagnosis]:
         """One pass: every module over the tables; what is new is reported, what stopped being
         true is marked resolved, and the findings are told as one story (story.py)."""
+        if not self.modules:
+            self.modules = load_modules()
         inputs = self.inputs(final)
         found: list[Diagnosis] = []
         ran: set[str] = set()
@@ -213,6 +216,9 @@ class Doctor:
         """Live detail a stateless module cannot see: who holds leaking memory."""
         if diagnosis.kind != "memory_leak":
             return diagnosis
+        from torchdoctor.diagnose.memory_leak import with_holders
+        from torchdoctor.memory.holders import find_holders
+
         try:
             return with_holders(diagnosis, find_holders(self.host.telemetry))
         except Exception as exc:

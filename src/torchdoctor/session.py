@@ -25,11 +25,9 @@ from torchdoctor._failsafe import warn_once
 from torchdoctor._version import __version__
 from torchdoctor.cluster.watch import ClusterWatch
 from torchdoctor.config import Config, from_env, parse_listen, to_env
-from torchdoctor.diagnose.inputs import JobInputs
 from torchdoctor.doctor import STARTUP_GRACE, Doctor
 from torchdoctor.frames import drop_own_frames
 from torchdoctor.probe.cluster_routes import add_cluster_routes
-from torchdoctor.probe.metrics import start_metrics_server
 from torchdoctor.probe.routes import build_routes
 from torchdoctor.probe.server import TcpServer, UnixServer, serve_in_background
 from torchdoctor.redact import redact_argv
@@ -43,6 +41,7 @@ from torchdoctor.telemetry.on_import import when_imported
 from torchdoctor.telemetry.run_summary import RunSummary
 
 if TYPE_CHECKING:  # the Recorder module imports torch: loaded once the script imports it
+    from torchdoctor.diagnose.inputs import JobInputs
     from torchdoctor.telemetry.recorder import Recorder
 
 log = logging.getLogger("torchdoctor")
@@ -238,6 +237,8 @@ class Session:
             rundir.write_token(self.run_dir, self.token)
             serve_in_background(tcp, "torchdoctor-tcp")
         if self.config.metrics:
+            from torchdoctor.probe.metrics import start_metrics_server
+
             metrics = start_metrics_server(self)  # None (with a warning) when it cannot serve
             if metrics is not None:
                 self._servers.append(metrics)

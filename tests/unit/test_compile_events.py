@@ -7,12 +7,12 @@ import logging
 
 import pytest
 
+from torchdoctor.diagnose.recompilation import normalise
 from torchdoctor.store.tables import Tables
 from torchdoctor.telemetry.compile_events import (
     _GRAPH_BREAK_LOGGERS,
     _METRICS_LOGGER,
     install,
-    normalise,
     parse_graph_break,
 )
 

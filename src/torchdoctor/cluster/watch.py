@@ -23,19 +23,20 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from torchdoctor._failsafe import warn_once
 from torchdoctor._version import __version__
-from torchdoctor.cluster import gather
 from torchdoctor.cluster.fanout import fan_out
 from torchdoctor.cluster.member import node_rank, this_member
 from torchdoctor.cluster.peers import Peer, route, this_host
-from torchdoctor.cluster.state import current_calls, rank_state
 from torchdoctor.cluster.store import JobStore
-from torchdoctor.diagnose.inputs import JobInputs
 from torchdoctor.identity import RankIdentity
 from torchdoctor.store.schema import COLLECTIVES
 from torchdoctor.store.tables import Tables
 from torchdoctor.views import TrainingView
 
+# cluster.gather and cluster.state (and the diagnoses they read) are imported by the methods
+# that run once this process is a rank of a job: a process that is none never loads them.
 if TYPE_CHECKING:
+    from torchdoctor.cluster import gather
+    from torchdoctor.diagnose.inputs import JobInputs
     from torchdoctor.telemetry.replicas import ReplicaChecks
 
 TICK = 1.0
@@ -134,6 +135,8 @@ class ClusterWatch:
 
     def _waiting_for(self, now: float) -> float:
         """How long the oldest pending collective here, or at any rank heard from, has waited."""
+        from torchdoctor.cluster.state import current_calls
+
         state, when = COLLECTIVES.index("state"), COLLECTIVES.index("time")
         training = self.host.telemetry
         if training is not None:
@@ -205,6 +208,8 @@ class ClusterWatch:
         member = self.member
         if member is None:
             return
+        from torchdoctor.cluster import gather
+
         peers = [p for p in self.peers() if p.rank != member.rank]
         with self._lock:
             cursors = {r: dict(rec.cursors) for r, rec in self.records.items()}
@@ -233,6 +238,8 @@ class ClusterWatch:
         member = self.member or this_member(self.host.identity)
         if member is None:
             raise LookupError("this process is not part of a distributed job (yet)")
+        from torchdoctor.cluster.state import rank_state
+
         return rank_state(self.host, member, self.hang_timeout(), since, rows, findings)
 
     def job_inputs(self) -> JobInputs | None:
@@ -242,6 +249,8 @@ class ClusterWatch:
         member = self.member
         if member is None or len(self.records) < 2:
             return None
+        from torchdoctor.cluster import gather
+
         timeout = self.hang_timeout()
         urgent = self._waiting_for(time.time()) >= timeout / 2
         if self._served == self._gathered and not urgent:

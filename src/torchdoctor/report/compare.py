@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import html
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from torchdoctor.compare.record import Comparison, RunInfo
-from torchdoctor.compare.settings import UNKNOWN
-from torchdoctor.compare.stats import Change
 from torchdoctor.digest.record import Digest
 from torchdoctor.report.summary import seconds
 from torchdoctor.units import human
+
+if TYPE_CHECKING:
+    from torchdoctor.compare.record import Comparison, RunInfo
+    from torchdoctor.compare.stats import Change
 
 MODULES_SHOWN = 10
 PHASE_LABELS = {
@@ -251,6 +252,8 @@ def memory_lines(r: Comparison) -> list[str]:
 
 
 def settings_lines(r: Comparison) -> list[str]:
+    from torchdoctor.compare.settings import UNKNOWN  # not at the top: the plain report needs none
+
     differ = [s for s in r.settings if s.differs]
     same = [s for s in r.settings if not s.differs]
     out = []

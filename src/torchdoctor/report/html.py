@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import html
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchdoctor._json import dumps
-from torchdoctor.compare.record import Comparison
 from torchdoctor.digest.record import Digest, GradHeatmap, SlowModules, Summary
 from torchdoctor.digest.time_split import LABELS, shown
 from torchdoctor.report.compare import baseline_script, baseline_section
 from torchdoctor.report.summary import seconds
 from torchdoctor.units import human
+
+if TYPE_CHECKING:
+    from torchdoctor.compare.record import Comparison
 
 ECHARTS_VERSION = "6.1.0"
 _ASSETS = resources.files("torchdoctor.report") / "assets"

@@ -5,11 +5,14 @@ itself, for scripts); with `report --baseline`, the comparison beside it (the pa
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from torchdoctor._json import dumps
-from torchdoctor.compare.record import Comparison
 from torchdoctor.digest.record import Digest
 from torchdoctor.report import html
+
+if TYPE_CHECKING:
+    from torchdoctor.compare.record import Comparison
 
 
 def to_json(digest: Digest, comparison: Comparison | None = None) -> str:

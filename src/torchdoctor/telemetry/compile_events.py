@@ -36,7 +36,6 @@ from typing import Any
 
 from torchdoctor import frames
 from torchdoctor._failsafe import Switch, warn_once
-from torchdoctor.diagnose.recompilation import frame_id, normalise
 from torchdoctor.frames import is_stdlib, is_torch, is_user_file
 from torchdoctor.identity import rank_from_env
 from torchdoctor.telemetry.on_import import when_imported
@@ -289,6 +288,9 @@ class CompileWatch:
         code = None
         if getattr(m, "co_filename", None):
             code = f"{m.co_filename}:{getattr(m, 'co_firstlineno', '?')}"
+        # a diagnosis module: loaded once something compiles, not with the telemetry
+        from torchdoctor.diagnose.recompilation import frame_id
+
         frame = frame_id(compile_id)
         if frame is not None:
             if function or code:
@@ -351,6 +353,8 @@ class CompileWatch:
         when: float | None = None,
         step: int | None = None,
     ) -> None:
+        from torchdoctor.diagnose.recompilation import normalise
+
         key = (kind, code, location, normalise(reason))
         with self._lock:
             self._counts[key] += 1

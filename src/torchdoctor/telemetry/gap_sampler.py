@@ -39,7 +39,6 @@ from collections import Counter, defaultdict
 from typing import Any
 
 from torchdoctor._failsafe import warn_once
-from torchdoctor.diagnose.unattributed_time import MIN_OTHER, OTHER_SHARE
 from torchdoctor.frames import is_library, is_torch, is_user_file, short_path
 
 RATE = 200.0  # samples a second
@@ -70,7 +69,9 @@ Frames = tuple[tuple[Any, int], ...]  # (code object, line), innermost first
 
 def worth_sampling(steps: Any) -> bool:
     """Whether the steps so far (a python.steps block) spend enough outside every phase for
-    samples to be worth taking."""
+    samples to be worth taking (the doctor asks, on its passes)."""
+    from torchdoctor.diagnose.unattributed_time import MIN_OTHER, OTHER_SHARE
+
     if steps.rows < WARMUP + MIN_STEPS:
         return False
     other = steps.data["other"][-RECENT:]

@@ -24,14 +24,16 @@ import math
 import sys
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from torchdoctor.diagnose.nan import HUGE_WEIGHT, NanOrigin
 from torchdoctor.frames import site, user_frame
 from torchdoctor.telemetry.graph_walk import walk
 from torchdoctor.telemetry.local_shards import has_sharded_state, largest_values, local
+
+if TYPE_CHECKING:  # a diagnosis module: loaded when a replay runs, not with the telemetry
+    from torchdoctor.diagnose.nan import NanOrigin
 
 
 class NanLocalizer:
@@ -59,6 +61,8 @@ class NanLocalizer:
     # -- the replay --------------------------------------------------------------------------
     def localize(self, info: dict[str, Any]) -> NanOrigin:
         """Where the first non-finite value came from, found stage by stage."""
+        from torchdoctor.diagnose.nan import NanOrigin
+
         rec = self.rec
         torch = rec.torch
         state = rec.state
@@ -361,6 +365,8 @@ def _bad_weights(rec: Any) -> list[dict[str, Any]]:
     """The parameters whose weights (this rank's shards) are not finite; without any, those
     with values over HUGE_WEIGHT, the largest first: uninitialised memory need hold no NaN to
     make one in the first forward."""
+    from torchdoctor.diagnose.nan import HUGE_WEIGHT
+
     named = [
         (label, name, p)
         for module, label in rec.models.models()

@@ -6,7 +6,6 @@ import argparse
 import time
 from typing import Any
 
-from torchdoctor import registry
 from torchdoctor.cli.errors import OK, CliError
 
 NAME = "attach"
@@ -33,6 +32,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def _await_probe(pid: int, seconds: float) -> dict[str, Any] | None:
     """The target's registry entry once its probe is up (an external process: poll)."""
+    from torchdoctor import registry
+
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         entry = registry.find(pid)
@@ -45,6 +46,7 @@ def _await_probe(pid: int, seconds: float) -> dict[str, Any] | None:
 
 
 def main(args: Any, ctx: Any) -> int:
+    from torchdoctor import registry
     from torchdoctor.attach import AttachError, bootstrap_code, inject
 
     pid = args.pid

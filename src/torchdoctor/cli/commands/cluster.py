@@ -13,7 +13,7 @@ import argparse
 import dataclasses
 from typing import Any
 
-from torchdoctor import _json, registry
+from torchdoctor import _json
 from torchdoctor.cli.errors import OK, TARGET_ERROR, USAGE, CliError
 from torchdoctor.report import formats
 
@@ -89,6 +89,7 @@ def _peers_of(client: Any) -> dict[str, Any]:
 
 def _any_rank(ctx: Any) -> tuple[Any, dict[str, Any]]:
     """With no ENDPOINT: a rank of the one distributed job probed on this machine."""
+    from torchdoctor import registry
     from torchdoctor.cli.client import Address, ProbeClient
 
     try:

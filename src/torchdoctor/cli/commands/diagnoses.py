@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchdoctor.cli.errors import OK, TARGET_ERROR, CliError
-from torchdoctor.diagnose.record import Finding
-from torchdoctor.report import formats, renderer
-from torchdoctor.store.saved import JobRun
+from torchdoctor.report import formats
+
+if TYPE_CHECKING:
+    from torchdoctor.diagnose.record import Finding
 
 NAME = "diagnoses"
 SUMMARY = "the problems found in a run, with evidence and ranked fixes"
@@ -21,18 +22,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: Any, ctx: Any) -> int:
+    from torchdoctor.diagnose.record import Finding
+    from torchdoctor.report import renderer
+
     if args.source is not None:
         if ctx.endpoint is not None:
             raise CliError("give either an ENDPOINT or a RUN_DIR, not both")
         from torchdoctor.cli.saved import open_saved
+        from torchdoctor.store.saved import JobRun
 
         run = open_saved(args.source, ctx)
         if isinstance(run, JobRun):
             findings = _job_findings(run)
             if args.format != "json":
-                from torchdoctor.report.renderer import JobTextRenderer
-
-                ctx.print(JobTextRenderer().render(findings))
+                ctx.print(renderer.JobTextRenderer().render(findings))
                 return OK
         else:
             findings = [Finding.from_row(r) for r in run.block("diagnoses").to_records()]
@@ -53,6 +56,7 @@ def _job_findings(run: Any) -> list[Finding]:
     ranks' own findings."""
     from torchdoctor.cluster.saved import findings
     from torchdoctor.diagnose import job_kinds
+    from torchdoctor.diagnose.record import Finding
     from torchdoctor.report.cluster import merge_findings
 
     fresh = [Finding.of(d) for d in findings(run)]

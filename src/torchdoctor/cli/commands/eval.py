@@ -12,7 +12,6 @@ import sys
 from typing import Any
 
 from torchdoctor.cli.errors import OK, TARGET_ERROR, CliError
-from torchdoctor.probe.eval_at import AT_CHOICES
 from torchdoctor.report import formats
 
 NAME = "eval"
@@ -22,6 +21,8 @@ FORMATS = formats.REPORT
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    from torchdoctor.probe.eval_at import AT_CHOICES
+
     parser.add_argument("code", help="Python code; '-' reads it from stdin")
     parser.add_argument(
         "--at",

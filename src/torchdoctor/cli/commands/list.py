@@ -7,7 +7,6 @@ import argparse
 import json
 from typing import Any
 
-from torchdoctor.cli import processes
 from torchdoctor.cli.errors import OK
 from torchdoctor.report import formats
 
@@ -22,6 +21,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: Any, ctx: Any) -> int:
+    from torchdoctor.cli import processes
+
     found = processes.entries()
     statuses = None if args.no_step else {e["pid"]: processes.ask_status(e) for e in found}
     if args.format == "json":

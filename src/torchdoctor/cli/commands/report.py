@@ -7,12 +7,14 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchdoctor.cli.errors import OK, TARGET_ERROR, CliError
-from torchdoctor.compare.record import Comparison
-from torchdoctor.digest.record import Baseline
 from torchdoctor.report import formats
+
+if TYPE_CHECKING:
+    from torchdoctor.compare.record import Comparison
+    from torchdoctor.digest.record import Baseline
 
 NAME = "report"
 SUMMARY = "a self-contained HTML report of a run or job: charts, diagnoses, fixes"
@@ -95,6 +97,7 @@ def _baseline(base: Any, this: Any) -> tuple[Baseline, Comparison]:
     from torchdoctor.cli.commands.compare import facts
     from torchdoctor.compare.build import compare
     from torchdoctor.digest.build import build
+    from torchdoctor.digest.record import Baseline
 
     other = build(base.execute, base.meta, base.label, base.warnings, _steps(base))
     comparison = compare(facts(base), facts(this))

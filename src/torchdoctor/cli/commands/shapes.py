@@ -6,11 +6,13 @@ without a dummy input."""
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchdoctor._json import dumps
 from torchdoctor.cli.errors import OK, TARGET_ERROR, CliError
-from torchdoctor.telemetry.shapes import ModuleParams, ShapeCall, StepShapes
+
+if TYPE_CHECKING:
+    from torchdoctor.telemetry.shapes import ModuleParams
 
 NAME = "shapes"
 SUMMARY = "the module tree with the shapes, dtypes and devices of a real batch"
@@ -35,6 +37,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: Any, ctx: Any) -> int:
+    from torchdoctor.telemetry.shapes import ShapeCall, StepShapes
+
     if args.source is not None and ctx.endpoint is not None:
         raise CliError("give either an ENDPOINT or a RUN_DIR, not both")
     sql = _Sql(args.source, ctx)
@@ -99,6 +103,8 @@ def _params(rows: list[dict[str, Any]]) -> dict[str, ModuleParams]:
     """Qualified module name -> parameters of its whole subtree (total and trainable), named
     as python.shapes names modules: the model by its label, the first model's modules by their
     plain names, other models' with their label in front."""
+    from torchdoctor.telemetry.shapes import ModuleParams
+
     out: dict[str, list[int]] = {}
     first = rows[0]["model"] if rows else None
     for row in rows:
