@@ -9,6 +9,7 @@ same stderr once torchdoctor's own lines are taken out, same files with the same
 
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
 import os
 import subprocess
@@ -22,6 +23,7 @@ from helpers import ROOT, free_port, strip_ours
 CORPUS = ROOT / "tests" / "transparency"
 TORCHDOCTOR = str(Path(sys.executable).with_name("torchdoctor"))
 WAYS = ("plain", "run", "env")
+ADDRESS_IN_USE = "address already in use"  # gloo's and the TCP store's words for EADDRINUSE
 # TORCHDOCTOR=1 starts the probe by another road (the start-up hook at `import torch`) but
 # instruments the same way: it runs where the road matters (child processes, exits, import
 # order under torch.compile, a plain loop); the other scripts run plain and under `run`.
@@ -111,6 +113,7 @@ def _files(directory: Path) -> dict[str, str]:
 
 
 def _run(way: str, script: Path, args: list[str], cwd: Path, env: dict[str, str]) -> dict:
+    """Run `script` one way in its own new directory `cwd`: what it did, and what it left."""
     cwd.mkdir()
     run_env = dict(env, PYTHONHASHSEED="0")  # set orders (TorchScript constants) stay fixed
     if way == "env":
@@ -127,11 +130,32 @@ def _run(way: str, script: Path, args: list[str], cwd: Path, env: dict[str, str]
         "code": proc.returncode,
         "stdout": proc.stdout,
         "stderr": proc.stderr.replace(str(cwd), "<cwd>"),  # each way runs in its own directory
-        "files": _files(cwd),
-        "probed": (cwd / "torchdoctor-runs").is_dir(),
-        "runs": len(list(runs.iterdir())) if (runs := cwd / "torchdoctor-runs").is_dir() else 0,
-        "recorded": _recorded(cwd / "torchdoctor-runs"),
+        "cwd": cwd,
     }
+
+
+def _observed(result: dict) -> dict:
+    """A run's result with what it left in its directory (read in the test's thread)."""
+    cwd = result["cwd"]
+    return dict(
+        result,
+        files=_files(cwd),
+        probed=(cwd / "torchdoctor-runs").is_dir(),
+        runs=len(list(runs.iterdir())) if (runs := cwd / "torchdoctor-runs").is_dir() else 0,
+        recorded=_recorded(cwd / "torchdoctor-runs"),
+    )
+
+
+def _run_way(way: str, script: Path, args: list[str], tmp_path: Path, env: dict[str, str]) -> dict:
+    """_run, with a port of its own for each `{port}`; once more when that port was taken
+    between free_port() and the script's bind."""
+    for attempt in range(2):
+        way_args = [a.replace("{port}", str(free_port())) for a in args]
+        where = tmp_path / (way if attempt == 0 else f"{way}-again")
+        result = _run(way, script, way_args, where, env)
+        if "{port}" not in args or ADDRESS_IN_USE not in result["stderr"].lower():
+            break
+    return result
 
 
 def _recorded(runs: Path) -> tuple[int, int] | None:
@@ -160,17 +184,21 @@ def _recorded(runs: Path) -> tuple[int, int] | None:
 def test_same_behaviour_with_and_without_torchdoctor(  # type: ignore[no-untyped-def]
     script, args, steps, optimizers, env, tmp_path
 ) -> None:
-    results = {}
     ways = WAYS if script in ENV_TOO else WAYS[:2]
-    for way in ways:
-        way_args = [a.replace("{port}", str(free_port())) for a in args]  # a fresh one each
-        results[way] = _run(way, CORPUS / script, way_args, tmp_path / way, env)
+    # The ways run at the same time, each in its own directory: a case waits for its slowest
+    # way, not for all of them in turn.
+    with concurrent.futures.ThreadPoolExecutor(len(ways)) as pool:
+        futures = {w: pool.submit(_run_way, w, CORPUS / script, args, tmp_path, env) for w in ways}
+    results = {way: _observed(future.result()) for way, future in futures.items()}
     plain = results["plain"]
     assert not plain["probed"]
     for way in ways[1:]:
         probed = results[way]
         assert probed["probed"], f"{way}: torchdoctor did not start\n{probed['stderr']}"
-        assert probed["code"] == plain["code"], f"{way}: exit code\n{probed['stderr']}"
+        assert probed["code"] == plain["code"], (
+            f"{way}: exit code {probed['code']}, plain {plain['code']}\n"
+            f"{way}'s stderr:\n{probed['stderr']}\nplain's stderr:\n{plain['stderr']}"
+        )
         assert probed["stdout"] == plain["stdout"], f"{way}: stdout differs"
         assert strip_ours(probed["stderr"]) == strip_ours(plain["stderr"]), f"{way}: stderr"
         assert probed["files"] == plain["files"], f"{way}: files differ"
