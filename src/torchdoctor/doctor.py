@@ -30,10 +30,11 @@ from torchdoctor.views import TrainingView
 
 TICK = 1.0
 # The doctor's share of one core while the training steps, at most: passes that took `c`
-# seconds of CPU (the least of the last few: a first pass's imports are no guide) wait
-# `c / SHARE` before the next one. Its passes read whole tables, so they grow with the run; the
-# thread holds the GIL while it works, so each of its seconds is one the training may lose.
-# When no step has ended since the last pass (stuck, or a long step) it looks every TICK.
+# seconds of CPU (the least of the last three; the first three come a TICK apart, since a
+# first pass's first calls and imports are no guide) wait `c / SHARE` before the next one.
+# Its passes read whole tables, so they grow with the run; the thread holds the GIL while it
+# works, so each of its seconds is one the training may lose. When no step has ended since
+# the last pass (stuck, or a long step) it looks every TICK.
 SHARE = 0.01
 LONGEST_WAIT = 10.0
 _NEEDS_MODULES = ("exploding_gradients", "vanishing_gradients")
@@ -69,9 +70,7 @@ class Host(Protocol):
 class Doctor:
     def __init__(self, host: Host) -> None:
         self.host = host
-        # Loaded by the first pass, on the doctor's thread: not on the script's way to its first
-        # step (the probe starts as the script imports torch).
-        self.modules: list[ModuleType] = []
+        self.modules: list[ModuleType] = []  # _load(): on the doctor's thread
         self.reported: dict[str, Diagnosis] = {}
         self._resolves: dict[str, str] = {}  # identity -> the module whose finding it is, when
         # that module's findings resolve (RESOLVES: they describe the run as it stands)
@@ -97,30 +96,47 @@ class Doctor:
             warn_once("doctor-final", f"the last diagnosis pass failed: {exc}")
 
     def _loop(self) -> None:
+        try:  # at once, on this thread: ready before a crash or a hang asks for them
+            self._load()
+        except Exception as exc:  # tried again at each pass
+            warn_once("doctor", f"a diagnosis pass failed: {type(exc).__name__}: {exc}")
         wait = TICK
         while not self._stop.wait(wait):
+            wait = self._next_wait(self._timed_pass())
+
+    def _timed_pass(self) -> float:
+        """A pass of the loop; the CPU seconds it took, without the first one's loading of the
+        modules (a one-off that would space the next passes LONGEST_WAIT apart)."""
+        began = time.thread_time()
+        try:
+            self._load()
             began = time.thread_time()
-            try:
-                self.examine()
-            except Exception as exc:  # a bug in a diagnosis must not stop the others next time
-                warn_once("doctor", f"a diagnosis pass failed: {type(exc).__name__}: {exc}")
-            wait = self._next_wait(time.thread_time() - began)
+            self.examine()
+        except Exception as exc:  # a bug in a diagnosis must not stop the others next time
+            warn_once("doctor", f"a diagnosis pass failed: {type(exc).__name__}: {exc}")
+        return time.thread_time() - began
 
     def _next_wait(self, cost: float) -> float:
         self._costs = [*self._costs[-2:], cost]
         training = self.host.telemetry
         done = training.steps_done if training is not None else None
         stepping, self._steps_seen = done != self._steps_seen, done
-        if not stepping:
+        if not stepping or len(self._costs) < 3:  # the first passes' costs are no guide
             return TICK
         return min(LONGEST_WAIT, max(TICK, min(self._costs) / SHARE))
+
+    def _load(self) -> None:
+        """The diagnosis modules, loaded as the doctor's thread starts: not on the script's way
+        to its first step (the probe starts as the script imports torch). A crash in the first
+        moments, before the thread has them, loads them where it is reported."""
+        if not self.modules:
+            self.modules = load_modules()
 
     # -- one pass ----------------------------------------------------------------------------
     def examine(self, final: bool = False) -> list[Diagnosis]:
         """One pass: every module over the tables; what is new is reported, what stopped being
         true is marked resolved, and the findings are told as one story (story.py)."""
-        if not self.modules:
-            self.modules = load_modules()
+        self._load()
         inputs = self.inputs(final)
         found: list[Diagnosis] = []
         ran: set[str] = set()

@@ -17,7 +17,7 @@ from torchdoctor.diagnose.evidence import decode
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.nan import NanOrigin, from_origin
 from torchdoctor.diagnose.record import Diagnosis, Finding
-from torchdoctor.doctor import Doctor
+from torchdoctor.doctor import LONGEST_WAIT, TICK, Doctor
 from torchdoctor.report.diagnoses import render_full
 from torchdoctor.report.summary import story_lines
 from torchdoctor.store.saved import open_run
@@ -223,3 +223,20 @@ def test_a_plateau_then_a_divergence_tells_one_story() -> None:
     assert not any(f.startswith(story.RAISE_LR) for f in found["not_learning"].fix)
     rows = [r for r in _rows(host) if r["kind"] == "not_learning"]
     assert story.RAISE_LR in rows[0]["fix"] and story.RAISE_LR not in rows[-1]["fix"]
+
+
+def test_the_doctors_first_passes_come_a_tick_apart_whatever_they_cost() -> None:
+    # A pass that cost c seconds of CPU waits c / SHARE for the next while the training steps;
+    # the first passes pay for first calls and imports (the diagnoses load on the first), so
+    # the first three come a TICK apart: a rank that raises in its first seconds is seen.
+    class Training:
+        steps_done = 0
+
+    host = _Host()
+    host.telemetry = Training()  # type: ignore[assignment]
+    doctor = Doctor(host)
+    waits = []
+    for cost in (0.5, 0.4, 0.3, 0.002):
+        Training.steps_done += 1  # the training stepped since the last pass
+        waits.append(doctor._next_wait(cost))
+    assert waits == [TICK, TICK, LONGEST_WAIT, TICK]  # then the least of the last three
