@@ -129,20 +129,11 @@ def _run(way: str, script: Path, args: list[str], cwd: Path, env: dict[str, str]
         "code": proc.returncode,
         "stdout": proc.stdout,
         "stderr": proc.stderr.replace(str(cwd), "<cwd>"),  # each way runs in its own directory
-        "cwd": cwd,
+        "files": _files(cwd),
+        "probed": (cwd / "torchdoctor-runs").is_dir(),
+        "runs": len(list(runs.iterdir())) if (runs := cwd / "torchdoctor-runs").is_dir() else 0,
+        "recorded": _recorded(cwd / "torchdoctor-runs"),
     }
-
-
-def _observed(result: dict) -> dict:
-    """A run's result with what it left in its directory (read in the test's thread)."""
-    cwd = result["cwd"]
-    return dict(
-        result,
-        files=_files(cwd),
-        probed=(cwd / "torchdoctor-runs").is_dir(),
-        runs=len(list(runs.iterdir())) if (runs := cwd / "torchdoctor-runs").is_dir() else 0,
-        recorded=_recorded(cwd / "torchdoctor-runs"),
-    )
 
 
 def _run_way(way: str, script: Path, args: list[str], tmp_path: Path, env: dict[str, str]) -> dict:
@@ -186,7 +177,7 @@ def test_same_behaviour_with_and_without_torchdoctor(  # type: ignore[no-untyped
     ways = WAYS if script in ENV_TOO else WAYS[:2]
     # One way after the other: run at the same time they made the suite slower (2 cores) and
     # the timing-sensitive tests beside them flaky.
-    results = {way: _observed(_run_way(way, CORPUS / script, args, tmp_path, env)) for way in ways}
+    results = {way: _run_way(way, CORPUS / script, args, tmp_path, env) for way in ways}
     plain = results["plain"]
     assert not plain["probed"]
     for way in ways[1:]:
