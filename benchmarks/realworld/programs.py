@@ -76,11 +76,38 @@ class Program:
     needs: tuple[str, ...] = ()  # modules that must import, else the program is skipped
     setup: tuple[str, ...] = ()  # scripts of the program run once before (plain python)
     timeout: int = 300
+    # The arguments of a run on a CUDA GPU (`realworld.py --device cuda`), made from the CPU
+    # run's; None: the program runs on the CPU only (a 2-rank job needs two GPUs, say).
+    gpu: Callable[[tuple[str, ...]], tuple[str, ...]] | None = None
+
+    def args_on(self, device: str, args: tuple[str, ...]) -> tuple[str, ...]:
+        if device == "cpu":
+            return args
+        if self.gpu is None:
+            raise ValueError(f"{self.name} runs on the CPU only")
+        return self.gpu(args)
 
     @property
     def healthy(self) -> tuple[Patch, ...]:
         """The patches of a healthy run: the ports, then the fixes of the program's bugs."""
         return self.port + self.fixes
+
+
+def _without(flag: str) -> Callable[[tuple[str, ...]], tuple[str, ...]]:
+    return lambda args: tuple(a for a in args if a != flag)
+
+
+def _with(flag: str) -> Callable[[tuple[str, ...]], tuple[str, ...]]:
+    return lambda args: (*args, flag)
+
+
+def _swapped(old: str, new: str) -> Callable[[tuple[str, ...]], tuple[str, ...]]:
+    return lambda args: tuple(new if a == old else a for a in args)
+
+
+def _as_is(args: tuple[str, ...]) -> tuple[str, ...]:
+    """The program takes the GPU by itself when there is one."""
+    return args
 
 
 def _const(n: int) -> Callable[[Run], int]:
@@ -173,6 +200,7 @@ PROGRAMS: tuple[Program, ...] = (
         env=_mnist_env(),
         data_note="torchvision stand-in: MNIST of 1,920 / 500 28x28 images, class templates "
         "plus noise",
+        gpu=_without("--no-accel"),
     ),
     Program(
         name="dcgan",
@@ -206,6 +234,7 @@ PROGRAMS: tuple[Program, ...] = (
         optimizers=2,
         data_note="torchvision stand-in: FakeData (1,000 random 64x64 images); save_image "
         "writes raw bytes",
+        gpu=_with("--accel"),
     ),
     Program(
         name="word_language_model",
@@ -237,6 +266,7 @@ PROGRAMS: tuple[Program, ...] = (
         ),
         data_note="a Markov-chain text of 120 words (12,000 / 1,500 / 1,500 words)",
         timing=(r"ms/batch\s+[\d.]+", r"time:\s+[\d.]+s"),
+        gpu=_with("--accel"),
     ),
     Program(
         name="reinforce",
@@ -264,6 +294,7 @@ PROGRAMS: tuple[Program, ...] = (
         expected_steps=_const(30),
         env=_mnist_env(3840),
         data_note="torchvision stand-in: MNIST of 3,840 / 500 images",
+        gpu=_without("--no-accel"),
     ),
     Program(
         name="regression",
@@ -297,6 +328,7 @@ PROGRAMS: tuple[Program, ...] = (
         data_note="data/synthetic_char/{train,val}.bin and meta.pkl: characters of a Markov "
         "text (200,000 / 20,000)",
         timing=(r"time [\d.]+ms", r"mfu -?[\d.]+%"),
+        gpu=_swapped("--device=cpu", "--device=cuda"),
     ),
     Program(
         name="nanogpt_compile",
@@ -314,6 +346,7 @@ PROGRAMS: tuple[Program, ...] = (
         unstable_files=("out/ckpt.pt",),
         timing=(r"time [\d.]+ms", r"mfu -?[\d.]+%"),
         timeout=600,
+        gpu=_swapped("--device=cpu", "--device=cuda"),
     ),
     Program(
         name="mingpt_adder",
@@ -339,6 +372,7 @@ PROGRAMS: tuple[Program, ...] = (
         pythonpath=(".",),
         data_note="none (the program makes its own additions)",
         timing=(r"iter_dt [\d.]+ms",),
+        gpu=_as_is,
     ),
     Program(
         name="hf_trainer_gpt2",
@@ -371,6 +405,7 @@ PROGRAMS: tuple[Program, ...] = (
             r"'train_samples_per_second': '?[\d.]+'?",
             r"'train_steps_per_second': '?[\d.]+'?",
         ),
+        gpu=_as_is,
     ),
     Program(
         name="lightning_transformer",
@@ -404,6 +439,7 @@ PROGRAMS: tuple[Program, ...] = (
         # length follows them.
         timing=(r"\d+:\d\d:\d\d", r"[\d.]+it/s", r"━+"),
         timeout=600,
+        gpu=_as_is,
     ),
     Program(
         name="fsdp2",

@@ -193,7 +193,10 @@ def locate(
                     f"forward names it"
                 )
             return where
-    traced = training.last_traced_backward() if training is not None else None
+    # Only an error raised inside backward() may be blamed on the module whose backward ran
+    # last (an error in a helper after the step raised in none: dcgan's save_image on a GPU).
+    in_backward = training is not None and phase_of(frames, torch) == "backward"
+    traced = training.last_traced_backward() if in_backward else None
     if traced is not None:
         where.update(
             module=traced,

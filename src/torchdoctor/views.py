@@ -95,5 +95,6 @@ class TrainingView(Protocol):
 
     def forward_facts(self) -> dict[str, Any]:
         """Grad mode at the step's first model call, parameters that train, whether a model
-        checkpoints its activations (facts that rank an error's causes)."""
+        checkpoints its activations, the loss's nearest autograd nodes, values still unread on
+        a GPU (facts that rank an error's causes)."""
         ...

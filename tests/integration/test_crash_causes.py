@@ -53,3 +53,20 @@ def test_a_device_assert_in_a_model_with_embeddings_names_the_embedding(tmp_path
     assert ev["category"] == "cuda.device_assert"
     assert "embedding" in ev["causes"][0], ev["causes"]  # not the class labels, the default
     assert "Keep ids inside the embedding" in crash["fix"].splitlines()[0], crash["fix"]
+
+
+@pytest.mark.parametrize(
+    ("output", "first"),
+    [
+        ("probs", "Lower the learning rate: the run diverged to NaN"),  # a sigmoid feeds BCE: NaN
+        ("logits", "Give BCE raw logits"),  # nothing bounds BCE's input
+    ],
+)
+def test_a_device_assert_under_bce_is_told_by_what_fed_it(
+    output: str, first: str, tmp_path: Path
+) -> None:
+    recorded = record("crash_device_assert_bce.py", output, run_dir=tmp_path / "run")
+    assert recorded.code == 1
+    (crash,) = [d for d in recorded.diagnoses() if d["kind"] == "crash"]
+    assert crash["evidence"]["category"] == "cuda.device_assert"
+    assert crash["fix"].splitlines()[0].startswith(first), crash["fix"]

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import cli, script, strip_ours, td_run
+from helpers import cli, internal_errors, script, strip_ours, td_run
 
 pytestmark = pytest.mark.cuda
 
@@ -21,6 +21,7 @@ def test_hot_path_makes_no_host_sync(launch, tmp_path, trace_every) -> None:  # 
     )
     assert run.wait(180) == 0, run.output()
     assert "no sync" in run.stdout()
+    assert not internal_errors(run.stderr()), run.stderr()
     out = cli(
         "query",
         str(d),
@@ -30,6 +31,19 @@ def test_hot_path_makes_no_host_sync(launch, tmp_path, trace_every) -> None:  # 
     )
     rows = json.loads(out.stdout)[0]
     assert rows["n"] == 40 and rows["losses"] == 40  # every row read back, asynchronously
+
+
+def test_silent_checks_on_a_gpu_find_a_dropped_zero_grad_without_a_sync(launch, tmp_path):  # type: ignore[no-untyped-def]
+    # 60 steps: the checks' later pair (50, 51) runs under sync debug mode "error" too.
+    d = tmp_path / "run"
+    run = launch(
+        td_run("--quiet", "--run-dir", str(d), script("cuda_no_sync.py"), "60", "--no-zero-grad")
+    )
+    assert run.wait(180) == 0, run.output()
+    assert "no sync" in run.stdout()
+    assert not internal_errors(run.stderr()), run.stderr()
+    found = [json.loads(line) for line in (d / "diagnoses.jsonl").read_text().splitlines()]
+    assert "grad_not_cleared" in {f["kind"] for f in found}, found
 
 
 def test_fp16_overflow_under_autocast_is_found(launch, tmp_path) -> None:
@@ -63,7 +77,7 @@ def test_fp16_overflow_without_guard_is_still_named(launch, tmp_path) -> None:
     assert run.wait(180) == 0, run.output()
     found = [json.loads(line) for line in (d / "diagnoses.jsonl").read_text().splitlines()]
     nan = next(f for f in found if f["kind"] == "nan")
-    assert nan["location"] in {"proj", "body.1", "head"}
+    assert nan["location"] in {"proj", "body.1", "head"}, (nan, run.stderr())
 
 
 def test_device_side_assert_ends_as_it_does_without_torchdoctor(launch, env, tmp_path) -> None:
@@ -112,3 +126,50 @@ def test_a_cpu_model_beside_an_initialized_gpu_keeps_the_cpu_path(tmp_path) -> N
         assert len(s.telemetry.readback) == 0
         # memory is the process's (hundreds of MB), not the GPU allocator's 512 bytes
         assert s.telemetry.memory.read_now()[0] > 50 * 2**20
+
+
+def test_a_loss_moved_to_the_cpu_before_backward_is_still_a_gpu_step(tmp_path, capfd) -> None:  # type: ignore[no-untyped-def]
+    # The model and its gradients are on the GPU; the loss the loop calls backward() on is
+    # not: the step is a GPU step, its gradient norm read back without a sync.
+    import torch
+
+    import torchdoctor
+
+    model = torch.nn.Linear(8, 2).cuda()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with torchdoctor.Session(tmp_path / "run", quiet=True) as s:
+        for _ in range(5):
+            loss = model(torch.randn(4, 8, device="cuda")).pow(2).mean().cpu()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        assert s.telemetry is not None and s.telemetry.rows.cuda
+    assert not internal_errors(capfd.readouterr().err)
+    out = cli(
+        "query",
+        str(tmp_path / "run"),
+        "SELECT count(*) AS n, count(loss) AS losses, count(grad_norm) AS norms FROM python.steps",
+        "--format",
+        "json",
+    )
+    assert json.loads(out.stdout)[0] == {"n": 5, "losses": 5, "norms": 5}
+
+
+def test_autocast_asked_for_float32_is_no_finding(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # nanoGPT with --dtype=float32 on a GPU: autocast(dtype=float32) lowers nothing, on purpose.
+    import torch
+
+    import torchdoctor
+
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    model = model.cuda()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with torchdoctor.Session(tmp_path / "run", quiet=True):
+        for _ in range(5):
+            with torch.autocast("cuda", dtype=torch.float32):
+                loss = model(torch.randn(4, 8, device="cuda")).pow(2).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    found = cli("diagnoses", str(tmp_path / "run"), "--format", "json").stdout
+    assert "autocast_unused" not in found, found

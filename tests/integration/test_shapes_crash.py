@@ -103,3 +103,13 @@ def test_grayscale_batch_on_an_untraced_step_is_named_with_the_last_recorded_sha
     fixed = record("shape_channels.py", "--fixed", run_dir=tmp_path / "fixed", quiet=False)
     assert fixed.code == 0, fixed.output()
     assert "[crash]" not in fixed.stderr
+
+
+def test_a_crash_outside_backward_is_placed_at_its_line_not_at_a_traced_backward(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # On every step traced, the generator's backward is the last one started when the saver
+    # raises; that guess is for errors raised inside backward() only.
+    recorded = record(script("crash_after_gan_step.py"), run_dir=tmp_path / "run", trace_every=1)
+    assert recorded.code == 1
+    (crash,) = [d for d in _diagnoses(recorded.run_dir) if d["kind"] == "crash"]
+    assert crash["evidence"]["location_source"] == "script_line", crash
+    assert crash["location"].endswith("crash_after_gan_step.py:20"), crash["location"]

@@ -10,8 +10,7 @@ from typing import Any
 import torch
 
 import torchdoctor.telemetry.recorder  # noqa: F401  (the package's own import order)
-from torchdoctor.telemetry import nan_replay
-from torchdoctor.telemetry.graph_walk import walk
+from torchdoctor.telemetry.graph_walk import edges, node_names, walk
 from torchdoctor.telemetry.silent import loss_graph
 
 
@@ -61,7 +60,10 @@ def test_walks_reach_the_parameters_through_fresh_node_objects() -> None:
     assert [n.name() for n, _up in walk(root, 100, depth_first=True)] == NAMES
     assert [n.name() for n, _up in walk(root, 100)] == NAMES
     assert loss_graph._reaches(root, {id(weight)}, torch.nn.Parameter) == (True, [])
-    assert list(nan_replay._node_names(type("Loss", (), {"grad_fn": root})())) == NAMES
+    loss = type("Loss", (), {"grad_fn": root})()
+    assert list(node_names(loss, 100)) == NAMES
+    # which op fed which: each node after the first, with the node that takes its output
+    assert [e[1] for e in edges(loss, 100)] == NAMES[1:]
 
 
 def test_a_graph_without_any_leaf_is_unknown_not_detached() -> None:

@@ -71,3 +71,18 @@ def test_weights_never_initialised_are_named_though_finite(tmp_path: Path) -> No
     (nan,) = [d for d in saved_diagnoses(tmp_path / "run") if d["kind"] == "nan"]
     assert nan["step"] == 0 and nan["location"].endswith("2")  # the last Linear
     assert "as large as 1e+30 before the first update" in nan["summary"], nan["summary"]
+
+
+def test_a_nan_seen_after_its_update_says_why_it_was_not_replayed() -> None:
+    # On a GPU a step's values come back after its update; the localizer then waits for the
+    # next step, checked in time. A run that ends first leaves no origin: say why.
+    from helpers import series_inputs
+
+    from torchdoctor.diagnose import nan
+
+    inputs = series_inputs([1.0, 0.9, float("nan"), float("nan")])
+    (plain,) = nan.diagnose(inputs)
+    assert plain.step == 2 and "could not be replayed" in plain.summary
+    inputs.events.append({"kind": "nan_armed", "data": {"step": 2}})
+    (armed,) = nan.diagnose(inputs)
+    assert "after its update" in armed.summary and "--guard" in armed.summary

@@ -125,13 +125,20 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
     if first is None:
         return []
     step, loss, norm = first
+    why = "it could not be replayed to find the origin."
+    if inputs.events_of("nan_armed"):
+        # seen on a GPU after its update; no later step came to be checked before its own
+        why = (
+            "its values came back from the GPU after its update, and no later step was "
+            "checked before the run ended, so it was not replayed: run with --guard to check "
+            "each step before its update."
+        )
     return [
         Diagnosis(
             kind="nan",
             severity="error",
             step=step,
-            summary=f"Step {step} went non-finite (loss {loss}, gradient norm {norm}); "
-            "it could not be replayed to find the origin.",
+            summary=f"Step {step} went non-finite (loss {loss}, gradient norm {norm}); {why}",
             evidence=NanEvidence(loss=loss, grad_norm=norm, history=_history(inputs, step)),
             fix=_generic_fixes(),
         )

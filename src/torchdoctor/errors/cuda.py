@@ -90,6 +90,13 @@ DEVICE_ASSERT = Entry(
             signals=(r"input_val >= zero && input_val <= one|binary_cross_entropy|BCELoss",),
         ),
         Cause(
+            "bce_nan",
+            "NaN reached BCELoss: the model's output went non-finite, most often a run that "
+            "diverged under a learning rate too high for it.",
+            weight=0.8,
+            signals=(r"input_val >= zero && input_val <= one|binary_cross_entropy|BCELoss",),
+        ),
+        Cause(
             "invalid_values",
             "NaN or Inf reached a kernel that validates its input (torch.multinomial with "
             "invalid probabilities, an explicit _assert_async).",
@@ -130,6 +137,12 @@ DEVICE_ASSERT = Entry(
             "Give BCE raw logits",
             "criterion = nn.BCEWithLogitsLoss()  # applies the sigmoid itself, stably",
             ("bce",),
+        ),
+        Fix(
+            "Lower the learning rate: the run diverged to NaN",
+            "torchdoctor run --guard train.py  # names the first op that goes non-finite\n"
+            "optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)  # a lower learning rate",
+            ("bce_nan",),
         ),
         Fix(
             "Locate the failing kernel",

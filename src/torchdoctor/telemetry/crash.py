@@ -80,7 +80,8 @@ def _process_findings(training: TrainingView | None, exc: BaseException) -> list
     """What this process knows that a pasted text does not: for a backward() on a tensor with
     no grad_fn, whether the step's forward ran with grad on and whether any parameter trains
     decide between the graph cut before the loss, no_grad, frozen weights and checkpointing;
-    for a device-side assert, whether the model looks ids up in an embedding."""
+    for a device-side assert, whether the model looks ids up in an embedding, what fed a BCE
+    loss, and whether the last steps' values were lost with the GPU context."""
     if training is None:
         return []
     try:
@@ -89,7 +90,10 @@ def _process_findings(training: TrainingView | None, exc: BaseException) -> list
         return []
     out = []
     lookups = facts.get("embeddings") or []
-    if lookups and "device-side assert" in _message(exc):
+    device_assert = "device-side assert" in _message(exc)
+    if device_assert:
+        out += _device_assert_findings(facts)
+    if lookups and device_assert:
         # The message alone cannot tell an id past an embedding's end from a label past the
         # classes; a model that looks ids up runs that kernel first, in its forward.
         names = ", ".join(f"{name} ({size} ids)" for name, size in lookups)
@@ -104,8 +108,8 @@ def _process_findings(training: TrainingView | None, exc: BaseException) -> list
         out.append(
             Finding(
                 diverged,
-                rule_in=("nan",),
-                rule_out=("logits",),
+                rule_in=("nan", "bce_nan"),
+                rule_out=("logits", "bce"),
                 fields={"lr": lr} if lr is not None else {},
             )
         )
@@ -130,6 +134,43 @@ def _process_findings(training: TrainingView | None, exc: BaseException) -> list
                 "the graph was cut between the model's output and the loss",
                 rule_in=("checkpoint_inputs",) if facts.get("checkpointing") else ("detached",),
                 rule_out=ruled_out,
+            )
+        )
+    return out
+
+
+# autograd nodes whose outputs lie in [0, 1] (NaN aside)
+_BOUNDED = ("SigmoidBackward0", "HardsigmoidBackward0", "SoftmaxBackward0")
+
+
+def _device_assert_findings(facts: dict[str, Any]) -> list[Finding]:
+    """What a broken GPU context still lets be read: the loss's graph (which op fed BCE), and
+    whether the last steps' values were lost with it."""
+    out = []
+    feeds_bce = [up for node, up in facts.get("loss_edges") or [] if node.startswith("BinaryCross")]
+    if feeds_bce and feeds_bce[0] in _BOUNDED:
+        out.append(
+            Finding(
+                f"the loss is binary_cross_entropy of {feeds_bce[0]}'s output, which stays in "
+                "[0, 1] unless it is NaN",
+                rule_in=("bce_nan",),
+                rule_out=("bce", "labels", "embedding"),
+            )
+        )
+    elif feeds_bce:
+        out.append(
+            Finding(
+                f"the loss is binary_cross_entropy of {feeds_bce[0]}'s output, which no sigmoid "
+                "bounds to [0, 1]",
+                rule_in=("bce",),
+                rule_out=("labels",),
+            )
+        )
+    if facts.get("unread"):
+        out.append(
+            Finding(
+                "the last steps' losses were still on the GPU when it failed, unread: whether "
+                "the loss ran away before the error cannot be told"
             )
         )
     return out

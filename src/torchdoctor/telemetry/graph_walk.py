@@ -28,3 +28,20 @@ def walk(
         seen[id(node)] = node
         yield node, parent
         todo.extend((n, node) for n, _ in node.next_functions)
+
+
+def node_names(loss: Any, limit: int) -> Iterator[str]:
+    """The names of the autograd nodes of `loss`'s graph (a tensor, or anything else: none),
+    breadth first from the loss, each node once, at most `limit`. Host-side only: it reads no
+    value, so it works in a GPU context an error broke."""
+    return (node.name() for node, _up in walk(getattr(loss, "grad_fn", None), limit))
+
+
+def edges(loss: Any, limit: int) -> list[tuple[str, str]]:
+    """(node, the node it takes its input from) by name, for the first `limit` nodes of
+    `loss`'s graph, breadth first: which op fed which (host-side only, as node_names)."""
+    return [
+        (up.name(), node.name())
+        for node, up in walk(getattr(loss, "grad_fn", None), limit)
+        if up is not None
+    ]

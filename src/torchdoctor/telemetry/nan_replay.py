@@ -19,7 +19,6 @@ synchronous check so the next occurrence is caught before its update.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import math
 import sys
 import time
@@ -29,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from torchdoctor.frames import site, user_frame
-from torchdoctor.telemetry.graph_walk import walk
+from torchdoctor.telemetry.graph_walk import node_names, walk
 from torchdoctor.telemetry.local_shards import has_sharded_state, largest_values, local
 
 if TYPE_CHECKING:  # a diagnosis module: loaded when a replay runs, not with the telemetry
@@ -123,7 +122,7 @@ class NanLocalizer:
         if not found:
             origin.stage = "loss"
             origin.location = _site(state.backward_site)
-            origin.loss_graph = _graph_names(state.loss_ref)
+            origin.loss_graph = list(node_names(state.loss_ref, 12))
         return origin
 
     @staticmethod
@@ -435,7 +434,7 @@ def _risky_nodes(loss: Any, limit: int = 5000) -> list[str]:
     """The names of RISKY_NODES in the graph of `loss`, nearest the loss first (at most
     `limit` nodes looked at), each once."""
     found: list[str] = []
-    for name in itertools.islice(_node_names(loss), limit):
+    for name in node_names(loss, limit):
         if name in RISKY_NODES and name not in found:
             found.append(name)
     return found
@@ -467,16 +466,6 @@ def _nearest_module(rec: Any, start: Any, skip: Any, limit: int = 200) -> str | 
         if named is not None:
             return str(named[0])
     return None
-
-
-def _graph_names(loss: Any, limit: int = 12) -> list[str]:
-    """Names of the autograd nodes from the loss back towards the model, breadth first."""
-    return list(itertools.islice(_node_names(loss), limit))
-
-
-def _node_names(loss: Any) -> Iterator[str]:
-    """The names of the autograd nodes of `loss`'s graph, breadth first, each node once."""
-    return (node.name() for node, _up in walk(getattr(loss, "grad_fn", None), sys.maxsize))
 
 
 def _flatten(obj: Any) -> list[Any]:

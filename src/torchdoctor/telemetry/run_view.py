@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any, Protocol
 
+from torchdoctor.telemetry.graph_walk import edges
 from torchdoctor.telemetry.local_shards import largest_values
 from torchdoctor.telemetry.optimizers import learning_rate
 from torchdoctor.telemetry.step_rows import StepHeadline
@@ -42,6 +43,7 @@ class RunView:
     mode: str
     models: Any
     tables: Any
+    readback: Any
 
     @property
     def phase(self) -> str:
@@ -107,7 +109,9 @@ class RunView:
         its first model call (None: no model call seen), the parameters that train, and
         whether a model checkpoints its activations (Hugging Face's flag); and the losses of
         the steps so far, the learning rate and the weights that are not finite (a run that
-        diverged before the error; read on a crash only)."""
+        diverged before the error; read on a crash only); which op fed which in the loss's
+        graph nearest it, and how many values were still on the GPU, unread (what a broken GPU
+        context leaves to go on)."""
         models = [m for m, _label in self.models.models()]
         trainable = sum(1 for m in models for p in m.parameters() if p.requires_grad)
         checkpointing = any(getattr(m, "is_gradient_checkpointing", False) for m in models)
@@ -127,6 +131,8 @@ class RunView:
             "nonfinite_weights": [".".join(n) for n in nonfinite[:5]],
             "largest_weight": largest,
             "embeddings": _embeddings(models),
+            "loss_edges": edges(self.state.loss_ref, 12),
+            "unread": len(self.readback),
         }
 
 

@@ -48,6 +48,9 @@ _MATMULS = {
 }
 
 
+LOWER_PRECISION = ("torch.float16", "torch.bfloat16")
+
+
 class LossGraphs:
     def __init__(self, host: Any) -> None:
         self.host = host
@@ -69,7 +72,10 @@ class LossGraphs:
         device = first.device.type
         enabled = [str(d) for d, _dtype in state.autocast]
         if device in enabled:
-            self.autocast_on = True
+            # autocast asked for float32 (nanoGPT's --dtype=float32 on a GPU): nothing to lower
+            self.autocast_on = any(
+                str(d) == device and str(dtype) in LOWER_PRECISION for d, dtype in state.autocast
+            )
             return
         self.autocast_checked = True
         data = {

@@ -26,7 +26,7 @@ def save_image(
     **kwargs: Any,
 ) -> None:
     grid = make_grid(tensor, nrow=nrow, padding=padding, normalize=normalize, **kwargs)
-    data = (grid.clamp(0, 1) * 255).to(torch.uint8).numpy().tobytes()
+    data = (grid.clamp(0, 1) * 255).to(torch.uint8).cpu().numpy().tobytes()
     if hasattr(fp, "write"):
         fp.write(data)
     else:
