@@ -195,8 +195,8 @@ def locate(
             return where
     # Only an error raised inside backward() may be blamed on the module whose backward ran
     # last (an error in a helper after the step raised in none: dcgan's save_image on a GPU).
-    in_backward = training is not None and phase_of(frames, torch) == "backward"
-    traced = training.last_traced_backward() if in_backward else None
+    in_backward = phase_of(frames, torch) == "backward"
+    traced = training.last_traced_backward() if training is not None and in_backward else None
     if traced is not None:
         where.update(
             module=traced,
