@@ -140,8 +140,8 @@ DEVICE_ASSERT = Entry(
         ),
         Fix(
             "Lower the learning rate: the run diverged to NaN",
-            "torchdoctor run --guard train.py  # names the first op that goes non-finite\n"
-            "optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)  # a lower learning rate",
+            "optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)  # a tenth, say\n"
+            "# the first op that goes non-finite: rerun under torchdoctor with --guard",
             ("bce_nan",),
         ),
         Fix(
