@@ -305,3 +305,20 @@ def _assignment(cls: type, attr: str) -> dict[str, Any] | None:
                     "owner": klass.__name__,
                 }
     return None
+
+
+def optimizer_line(label: str, kind: str, files: list[str]) -> dict[str, Any] | None:
+    """Where the script makes its optimizer: the first line of `files` that assigns `label` a
+    `kind(...)` (`optimizer = optim.Adam(`). {"file", "line", "code"}, or None when no line
+    of those files does (made elsewhere, or under another name)."""
+    assign = re.compile(rf"(^|[^\w.]){re.escape(label)}\s*=\s*[\w.]*\b{re.escape(kind)}\(")
+    for path in dict.fromkeys(files):
+        try:
+            with open(path, encoding="utf-8") as f:
+                lines = f.read().splitlines()
+        except (OSError, UnicodeDecodeError):
+            continue
+        for number, text in enumerate(lines, 1):
+            if assign.search(text):
+                return {"file": path, "line": number, "code": text.strip()}
+    return None

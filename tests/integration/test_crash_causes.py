@@ -43,6 +43,9 @@ def test_bce_out_of_range_after_a_divergence_is_the_learning_rate(
     crash = [d for d in recorded.diagnoses() if d["kind"] == "crash"]
     assert crash, recorded.diagnoses()
     assert crash[-1]["fix"].splitlines()[0].startswith(first), crash[-1]["fix"]
+    if args[0] == "high":  # the line to change: where the script makes its optimizer
+        assert "is made, at " in crash[-1]["summary"], crash[-1]["summary"]
+        assert crash[-1]["summary"].endswith("crash_bce_diverged.py:17."), crash[-1]["summary"]
 
 
 def test_a_device_assert_in_a_model_with_embeddings_names_the_embedding(tmp_path: Path) -> None:
@@ -70,3 +73,6 @@ def test_a_device_assert_under_bce_is_told_by_what_fed_it(
     (crash,) = [d for d in recorded.diagnoses() if d["kind"] == "crash"]
     assert crash["evidence"]["category"] == "cuda.device_assert"
     assert crash["fix"].splitlines()[0].startswith(first), crash["fix"]
+    if output == "probs":  # the line to change, with a tenth of its rate
+        assert crash["summary"].endswith("crash_device_assert_bce.py:22."), crash["summary"]
+        assert "lr=0.0001)" in crash["fix"], crash["fix"]

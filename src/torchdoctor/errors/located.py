@@ -10,10 +10,16 @@ Pure: plain data in, a new Explanation out.
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any
 
 from torchdoctor.errors.api import Explanation
 from torchdoctor.frames import short_path
+
+# The first words of the learning-rate fix of the catalog's entries (a diverged run's NaN
+# reached a loss): errors/numerics.py, errors/cuda.py.
+LOWER_LR = "Lower the learning rate"
+_LR_ARG = re.compile(r"\blr\s*=\s*[-+\d.eE]+")
 
 # The layer kinds whose constructor we can write back with a corrected number.
 _BUILDERS = ("Linear", "Conv1d", "Conv2d", "Conv3d")
@@ -22,13 +28,16 @@ _BUILDERS = ("Linear", "Conv1d", "Conv2d", "Conv3d")
 def locate_explanation(explanation: Explanation, place: dict[str, Any]) -> Explanation:
     """`place`: module (qualified name), module_type, target (`self.fc1`), definition
     ({file, line, code}), config (the module's constructor arguments), inputs (tensors its
-    forward received)."""
+    forward received); optimizer (the primary: label, type, lr, the definition of the line
+    that makes it), for a learning-rate fix that names that line."""
     e = dataclasses.replace(
         explanation,
         fields=dict(explanation.fields),
         fixes=list(explanation.fixes),
         causes=list(explanation.causes),
     )
+    if e.recognised and e.fixes and e.fixes[0]["title"].startswith(LOWER_LR):
+        _lower_lr_at_its_line(e, place.get("optimizer") or {})
     module = place.get("module")
     if not module or not e.recognised:
         return e
@@ -51,6 +60,25 @@ def locate_explanation(explanation: Explanation, place: dict[str, Any]) -> Expla
     else:
         e.summary = f"In {where}: {e.summary}"
     return e
+
+
+def _lower_lr_at_its_line(e: Explanation, optimizer: dict[str, Any]) -> None:
+    """The learning-rate fix ranked first (the run diverged): written on the script's own line
+    that makes the optimizer, with a tenth of its rate, and that line named in the summary."""
+    made, lr = optimizer.get("definition") or {}, optimizer.get("lr")
+    if not made.get("code"):
+        return
+    at = f"{short_path(made['file'])}:{made['line']}"
+    code = made["code"]
+    lower = f"{lr / 10:g}" if isinstance(lr, (int, float)) and lr > 0 else None
+    fixed = _LR_ARG.sub(f"lr={lower}", code, count=1) if lower else code
+    lines = [f"# {at} now: {code}"]
+    lines += [fixed if fixed != code else f"{code}  # lower its lr: 10x or more"]
+    e.fixes = [{"title": e.fixes[0]["title"], "code": "\n".join(lines)}, *e.fixes[1:]]
+    rate = f" (lr {lr:g})" if isinstance(lr, (int, float)) else ""
+    name = optimizer.get("label") or "the optimizer"
+    e.summary = f"{e.summary} The learning rate{rate} is set where {name} is made, at {at}."
+    e.fields["optimizer_at"] = at
 
 
 def _rebuilt(e: Explanation, place: dict[str, Any]) -> tuple[str, str, str] | None:

@@ -15,7 +15,14 @@ from torchdoctor.diagnose.nan import HUGE_WEIGHT
 from torchdoctor.errors.api import explain_exception
 from torchdoctor.errors.here import Finding
 from torchdoctor.errors.located import locate_explanation
-from torchdoctor.failure import definition, frames_of, locate, phase_of, user_frame
+from torchdoctor.failure import (
+    definition,
+    frames_of,
+    locate,
+    optimizer_line,
+    phase_of,
+    user_frame,
+)
 from torchdoctor.views import TrainingView
 
 _CONFIG = {
@@ -27,7 +34,8 @@ _CONFIG = {
 
 
 def capture(exc: BaseException, training: TrainingView | None) -> CrashEvidence:
-    explanation = explain_exception(exc, process=_process_findings(training, exc))
+    facts = _forward_facts(training)
+    explanation = explain_exception(exc, process=_process_findings(facts, exc))
     torch = sys.modules.get("torch")
     frames = frames_of(exc)
     place: dict[str, Any] = {}
@@ -51,6 +59,7 @@ def capture(exc: BaseException, training: TrainingView | None) -> CrashEvidence:
         if phase == "other" and not training.steps_done:
             phase = "setup" if not training.model_inputs() else phase
     flow_step, flow, live = training.module_calls() if training is not None else (None, [], False)
+    place["optimizer"] = _optimizer(facts, frames_file=place.get("file"))
     located = locate_explanation(explanation, place)
     return CrashEvidence(
         exception=type(exc).__name__,
@@ -76,17 +85,33 @@ def capture(exc: BaseException, training: TrainingView | None) -> CrashEvidence:
     )
 
 
-def _process_findings(training: TrainingView | None, exc: BaseException) -> list[Finding]:
+def _forward_facts(training: TrainingView | None) -> dict[str, Any]:
+    if training is None:
+        return {}
+    try:
+        return training.forward_facts()
+    except Exception:
+        return {}
+
+
+def _optimizer(facts: dict[str, Any], frames_file: str | None) -> dict[str, Any] | None:
+    """The primary optimizer and the line that makes it, looked for in the file of the loop's
+    backward() and in the file that failed (for a fix that names the line to change)."""
+    info = facts.get("optimizer")
+    if not info:
+        return None
+    files = [f for f in (info.get("loop_file"), frames_file) if f]
+    made = optimizer_line(info["label"], info["type"], files)
+    return {**info, "lr": facts.get("lr"), "definition": made}
+
+
+def _process_findings(facts: dict[str, Any], exc: BaseException) -> list[Finding]:
     """What this process knows that a pasted text does not: for a backward() on a tensor with
     no grad_fn, whether the step's forward ran with grad on and whether any parameter trains
     decide between the graph cut before the loss, no_grad, frozen weights and checkpointing;
     for a device-side assert, whether the model looks ids up in an embedding, what fed a BCE
     loss, and whether the last steps' values were lost with the GPU context."""
-    if training is None:
-        return []
-    try:
-        facts = training.forward_facts()
-    except Exception:
+    if not facts:
         return []
     out = []
     lookups = facts.get("embeddings") or []

@@ -132,8 +132,22 @@ class RunView:
             "largest_weight": largest,
             "embeddings": _embeddings(models),
             "loss_edges": edges(self.state.loss_ref, 12),
+            "optimizer": _optimizer_facts(self.optimizers, self.state.backward_site),
             "unread": len(self.readback),
         }
+
+
+def _optimizer_facts(optimizers: Any, backward_site: Any) -> dict[str, Any] | None:
+    """The primary optimizer as the loop names it, its class, and the file the loop called
+    backward() from (where its construction is looked for)."""
+    primary = optimizers.primary
+    if primary is None:
+        return None
+    return {
+        "label": optimizers.label(primary),
+        "type": type(primary).__name__,
+        "loop_file": backward_site[0] if backward_site else None,
+    }
 
 
 def _embeddings(models: list[Any]) -> list[tuple[str, int]]:
