@@ -434,7 +434,10 @@ PROGRAMS: tuple[Program, ...] = (
             ),
         ),
         needs=("lightning",),
-        env={"TQDM_DISABLE": "1"},
+        # COLUMNS: a console wide enough for the progress bar's one line. At rich's default
+        # of 80 columns the rate's width (9.8it/s, 10.2it/s) decided whether the remaining
+        # time wrapped to the next line, differently from run to run.
+        env={"TQDM_DISABLE": "1", "COLUMNS": "200"},
         # Lightning's rich progress bar (stdout): elapsed, remaining, rate, and the bar whose
         # length follows them.
         timing=(r"\d+:\d\d:\d\d", r"[\d.]+it/s", r"━+"),
