@@ -19,7 +19,7 @@ from torchdoctor.frames import short_path
 # The first words of the learning-rate fix of the catalog's entries (a diverged run's NaN
 # reached a loss): errors/numerics.py, errors/cuda.py.
 LOWER_LR = "Lower the learning rate"
-_LR_ARG = re.compile(r"\blr\s*=\s*[-+\d.eE]+")
+_LR_ARG = re.compile(r"\blr\s*=\s*[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?(?![\w.])")
 
 # The layer kinds whose constructor we can write back with a corrected number.
 _BUILDERS = ("Linear", "Conv1d", "Conv2d", "Conv3d")

@@ -172,7 +172,9 @@ def _device_assert_findings(facts: dict[str, Any]) -> list[Finding]:
     """What a broken GPU context still lets be read: the loss's graph (which op fed BCE), and
     whether the last steps' values were lost with it."""
     out = []
-    feeds_bce = [up for node, up in facts.get("loss_edges") or [] if node.startswith("BinaryCross")]
+    # (with logits, BCE takes any value: only the plain one's kernel checks its input)
+    edges = facts.get("loss_edges") or []
+    feeds_bce = [source for node, source in edges if node == "BinaryCrossEntropyBackward0"]
     if feeds_bce and feeds_bce[0] in _BOUNDED:
         out.append(
             Finding(
