@@ -27,6 +27,9 @@ def _assert_fields(message: str, text: str) -> Fields:
     return f
 
 
+# what names BCE in a device-side assert's text: its kernel's assertion, the op, the module
+_BCE = r"input_val >= zero && input_val <= one|binary_cross_entropy|BCELoss"
+
 DEVICE_ASSERT = Entry(
     code="cuda.device_assert",
     title="CUDA device-side assert triggered",
@@ -87,14 +90,14 @@ DEVICE_ASSERT = Entry(
             "bce",
             "BCELoss received values outside [0, 1]: logits instead of probabilities, or NaN.",
             weight=1,
-            signals=(r"input_val >= zero && input_val <= one|binary_cross_entropy|BCELoss",),
+            signals=(_BCE,),
         ),
         Cause(
             "bce_nan",
             "NaN reached BCELoss: the model's output went non-finite, most often a run that "
             "diverged under a learning rate too high for it.",
             weight=0.8,
-            signals=(r"input_val >= zero && input_val <= one|binary_cross_entropy|BCELoss",),
+            signals=(_BCE,),
         ),
         Cause(
             "invalid_values",
