@@ -19,6 +19,7 @@ from typing import Any
 from torchdoctor._failsafe import first_line, keep_to_exit, warn_once
 
 Done = Callable[[list[float]], None]
+Lost = Callable[[], None]
 
 BATCH = 16  # submissions copied back together at most
 MAX_DELAY = 0.1  # seconds a submission may wait for others before it is copied back
@@ -27,15 +28,16 @@ MAX_DELAY = 0.1  # seconds a submission may wait for others before it is copied 
 class Readback:
     def __init__(self, torch: Any) -> None:
         self._torch = torch
-        self._batch: list[tuple[Any, Done]] = []  # on the device, not copied yet
+        self._batch: list[tuple[Any, Done, Lost | None]] = []  # on the device, not copied yet
         self._batch_started = 0.0
         self._last_submit = 0.0
-        self._pending: deque[tuple[Any, Any, list[tuple[int, Done]]]] = deque()
+        self._pending: deque[tuple[Any, Any, list[tuple[int, Done, Lost | None]]]] = deque()
 
-    def submit(self, values: Any, done: Done) -> None:
+    def submit(self, values: Any, done: Done, lost: Lost | None = None) -> None:
         """`values`: a 1-D float tensor made for this (a stack, a cat: nothing changes it
         afterwards, since it may be copied a few steps later); `done(list_of_floats)` runs
-        when it is readable."""
+        when it is readable, `lost()` instead when it never will be (a GPU context an error
+        broke)."""
         if values.device.type != "cuda":
             done(values.tolist())
             return
@@ -46,22 +48,25 @@ class Readback:
         self._last_submit = now
         if not self._batch:
             self._batch_started = now
-        self._batch.append((values, done))
+        self._batch.append((values, done, lost))
         if slow or len(self._batch) >= BATCH or now - self._batch_started >= MAX_DELAY:
             self._copy_batch()
 
     def _copy_batch(self) -> None:
-        batch, self._batch = self._batch, []
+        batch = self._batch
         if not batch:
             return
         torch = self._torch
-        parts = [v.reshape(-1) for v, _done in batch]
+        parts = [v.reshape(-1) for v, _done, _lost in batch]
         values = torch.cat(parts) if len(parts) > 1 else parts[0]
         host = torch.empty(values.shape, dtype=values.dtype, pin_memory=True)
         host.copy_(values, non_blocking=True)
         event = torch.cuda.Event()
         event.record()
-        sizes = [(p.numel(), done) for p, (_v, done) in zip(parts, batch, strict=True)]
+        sizes = [(p.numel(), done, lost) for p, (_v, done, lost) in zip(parts, batch, strict=True)]
+        # the batch leaves only once its copy is queued: a broken context raises above, and
+        # poll_at_end must still find its submissions
+        self._batch = []
         self._pending.append((host, event, sizes))
 
     def poll(self, force: bool = False) -> None:
@@ -76,22 +81,34 @@ class Readback:
                 return
             self._pending.popleft()
             values, at = host.tolist(), 0
-            for n, done in dones:
+            for n, done, _lost in dones:
                 done(values[at : at + n])
                 at += n
 
     def poll_at_end(self) -> None:
         """Wait for the rest; a GPU context an error broke (a device-side assert) has lost
-        them: said in one line, and the run's other last rows are still written."""
+        them: said in one line, and what can do without them (a step's row, its time and
+        phases) is still written, through the submissions' `lost`."""
         try:
             self.poll(force=True)
         except Exception as exc:
+            unread = [lost for _h, _e, dones in self._pending for _n, _d, lost in dones]
+            unread += [lost for _v, _d, lost in self._batch]
             # Freeing a pinned buffer asks the broken context about its event, and an error
             # thrown there ends the process (std::terminate): they are kept to the exit.
             keep_to_exit((self._pending, self._batch))
             self._pending, self._batch = deque(), []
-            lost = first_line(exc)
-            warn_once("readback-lost", f"the last steps' loss and gradient norm are lost: {lost}")
+            for lost in unread:
+                if lost is not None:
+                    try:
+                        lost()
+                    except Exception:  # ours: the warning below still says what is missing
+                        continue
+            warn_once(
+                "readback-lost",
+                f"the last steps' loss and gradient norm are lost ({first_line(exc)}); "
+                "their rows are written without them",
+            )
 
     def __len__(self) -> int:
         return len(self._pending) + len(self._batch)

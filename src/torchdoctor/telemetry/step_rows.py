@@ -198,7 +198,10 @@ class StepRows:
             loss_value, norm_value = values
             done(loss_value if has_loss else None, norm_value if has_norm else known_norm)
 
-        self.readback.submit(torch.stack([loss, value]), landed)
+        def lost() -> None:  # the context broke first: the row without the values
+            done(None, known_norm)
+
+        self.readback.submit(torch.stack([loss, value]), landed, lost)
         self.readback.poll()
 
 
