@@ -23,6 +23,11 @@ CORPUS = ROOT / "tests" / "transparency"
 TORCHDOCTOR = str(Path(sys.executable).with_name("torchdoctor"))
 WAYS = ("plain", "run", "env")
 ADDRESS_IN_USE = "address already in use"  # gloo's and the TCP store's words for EADDRINUSE
+# Python's own race at a spawned DataLoader's shutdown: multiprocessing's resource tracker
+# warns of a semaphore "leaked" by a worker that was still exiting (a plain run showed it
+# once in many suites). Only a plain run that alone shows it is run again; under torchdoctor
+# it stays a difference.
+SHUTDOWN_RACE = "resource_tracker: There appear to be"
 # TORCHDOCTOR=1 starts the probe by another road (the start-up hook at `import torch`) but
 # instruments the same way: it runs where the road matters (child processes, exits, import
 # order under torch.compile, a plain loop); the other scripts run plain and under `run`.
@@ -178,6 +183,10 @@ def test_same_behaviour_with_and_without_torchdoctor(  # type: ignore[no-untyped
     # One way after the other: run at the same time they made the suite slower (2 cores) and
     # the timing-sensitive tests beside them flaky.
     results = {way: _run_way(way, CORPUS / script, args, tmp_path, env) for way in ways}
+    if SHUTDOWN_RACE in results["plain"]["stderr"] and not any(
+        SHUTDOWN_RACE in results[way]["stderr"] for way in ways[1:]
+    ):  # the plain run alone met it: not ours to answer for, so it runs again
+        results["plain"] = _run_way("plain", CORPUS / script, args, tmp_path / "again", env)
     plain = results["plain"]
     assert not plain["probed"]
     for way in ways[1:]:
