@@ -408,3 +408,28 @@ def test_cli_does_not_import_torch() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
+
+
+@pytest.mark.parametrize(
+    ("value", "global_name"),
+    [
+        ("array", "_reconstruct"),  # pytorch/examples' time_sequence_prediction saves one
+        ("scalar", "scalar"),  # a metric saved as np.float64
+    ],
+)
+def test_the_numpy_allow_list_it_writes_loads_the_file(value, global_name, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import numpy as np
+    import torch
+
+    from torchdoctor.errors.api import explain
+
+    path = tmp_path / "data.pt"
+    torch.save(np.zeros((2, 3)) if value == "array" else {"m": np.float64(1.5)}, path)
+    with pytest.raises(Exception) as refused:
+        torch.load(path)
+    assert f"multiarray.{global_name}" in str(refused.value)
+    fix = explain(f"{type(refused.value).__name__}: {refused.value}").fixes[0]["code"]
+    allow = fix[fix.index("torch.serialization.add_safe_globals(") :]
+    with torch.serialization.safe_globals([]):  # what the fix adds, undone afterwards
+        exec(allow, {"torch": torch, "np": np})
+        torch.load(path)  # weights_only=True, the default

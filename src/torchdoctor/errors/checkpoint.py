@@ -460,6 +460,12 @@ def _weights_only_fields(message: str, text: str) -> Fields:
         f["global_name"] = name
         module, _, cls = name.rpartition(".")
         f["global_module"], f["global_class"] = module, cls
+        if module.startswith("numpy.") and module.endswith("multiarray"):
+            # what else the load meets after this global: an array's class, or a scalar's
+            # dtype and its class (numpy 2 names the module numpy._core, 1 numpy.core)
+            here = "np" + module[len("numpy") :]
+            wanted = [f"{here}.{cls}", "np.ndarray"] if cls == "_reconstruct" else [f"{here}.{cls}"]
+            f["numpy_globals"] = ", ".join([*wanted, "np.dtype", "type(np.dtype(np.float64))"])
     operand = first(r"Unsupported operand (\d+)", message)
     if operand:
         f["operand"] = int(operand)
@@ -537,10 +543,16 @@ WEIGHTS_ONLY = Entry(
     fixes=(
         Fix(
             "A file you trust: load it with weights_only=False (or allow-list all NumPy needs)",
-            'state = torch.load(path, map_location="cpu", weights_only=False)  # trusted only\n'
-            "# or, keeping weights_only=True, every global a NumPy scalar needs:\n"
-            "torch.serialization.add_safe_globals(\n"
-            "    [np.core.multiarray.scalar, np.dtype, type(np.dtype(np.float64))])",
+            (
+                'state = torch.load(path, map_location="cpu", weights_only=False)  # trusted only\n'
+                "# or, keeping weights_only=True, every global this NumPy value needs:\n"
+                "torch.serialization.add_safe_globals(\n"
+                "    [{{numpy_globals}}])",
+                'state = torch.load(path, map_location="cpu", weights_only=False)  # trusted only\n'
+                "# or, keeping weights_only=True, every global a NumPy scalar needs:\n"
+                "torch.serialization.add_safe_globals(\n"
+                "    [np.core.multiarray.scalar, np.dtype, type(np.dtype(np.float64))])",
+            ),
             ("numpy",),
         ),
         Fix(
