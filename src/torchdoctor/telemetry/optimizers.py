@@ -3,7 +3,11 @@ python.steps), what the training loop calls each one, and the updates in progres
 
 The primary is the first optimizer that steps, or the one given to `watch()`. Every other
 optimizer's updates are rows of python.optimizer_steps; so are the primary's once a run has
-several (docs/architecture.md, "What a step is").
+several (docs/architecture.md, "What a step is"). An optimizer first seen after the primary's
+last update that then makes HANDOVER updates in a row, with none of the primary's between,
+becomes the primary: the primary's training has ended and this one's has begun (layer-wise
+training, a second phase with an optimizer of its own). Optimizers that take turns (a GAN's
+two) never do: the primary steps again after the other's first update.
 """
 
 from __future__ import annotations
@@ -14,9 +18,15 @@ from typing import Any
 
 from torchdoctor.frames import user_frame
 
+# Updates in a row of a new optimizer, the primary's none, that make it the primary: more than
+# a critic makes between two generator updates (5 in WGAN-GP, where the critic usually steps
+# first anyway), few against a training phase of its own.
+HANDOVER = 20
+
 
 class Optimizers:
     __slots__ = (
+        "_fresh",
         "_info",
         "_last",
         "_open",
@@ -39,6 +49,9 @@ class Optimizers:
         self.closure_checked = False  # LBFGS: the first closure's gradients were checked
         self._last = 0  # id of the optimizer noted last (most steps: the same one again)
         self.several = False  # more than one optimizer has stepped
+        # id -> updates of an optimizer first seen after the primary's last update (cleared
+        # when the primary steps again)
+        self._fresh: dict[int, int] = {}
 
     @property
     def primary(self) -> Any:
@@ -66,7 +79,10 @@ class Optimizers:
         self._open[id(optimizer)] = (now, check)
 
     def end(self, optimizer: Any, now: float) -> tuple[float, Any]:
-        """(when its step() began, its gradient check)."""
+        """(when its step() began, its gradient check). The primary's update (the steady
+        step's too) leaves no optimizer fresh."""
+        if self._fresh and optimizer is self.primary:
+            self._fresh.clear()
         return self._open.pop(id(optimizer), (now, None))
 
     def recheck(self, optimizer: Any, check: Any) -> None:
@@ -89,6 +105,21 @@ class Optimizers:
         lag = 1 if optimizer is not self.primary and steps_done > 0 else 0
         self._info[optimizer] = (label, lag)
         self.several = len(self._info) > 1
+        if optimizer is not self.primary:
+            self._fresh[id(optimizer)] = 0
+        return True
+
+    def takes_over(self, optimizer: Any) -> bool:
+        """An update of `optimizer` begins (after note()): True when it becomes the primary
+        now (the module docstring says when; end() clears the counts)."""
+        made = self._fresh.get(id(optimizer))
+        if made is None or self.named:
+            return False
+        if made + 1 < HANDOVER:
+            self._fresh[id(optimizer)] = made + 1
+            return False
+        self._fresh.clear()
+        self._primary = weakref.ref(optimizer)
         return True
 
     def known(self) -> list[Any]:

@@ -31,6 +31,9 @@ class Updates:
             primary = optimizer
         if optimizers.note(optimizer, rec.steps_done) and optimizer is not primary:
             self._second_optimizer_seen()
+        if optimizers.takes_over(optimizer):  # the primary's training ended, this one's began
+            rec.event("primary_changed", {"optimizer": optimizers.label(optimizer)})
+            primary = optimizer
         if rec.mode != OPTIMIZER and optimizer is primary:
             rec.enter_mode(OPTIMIZER)
         state = rec.state
