@@ -88,23 +88,32 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
     first = top[0]
     what = f"{first['function']}()" if first.get("function") else "the loop's own line"
     line = f" (`{first['code']}`)" if first.get("code") else ""
-    return [
-        _finding(
-            inputs,
-            f"{head}: {'mostly' if first['share'] >= 0.5 else 'the largest part'} in {what} "
-            f"called at {first['site']}{line}, {first['share']:.0%} of the samples taken after "
-            f"{_after(gap)}.",
-            first["site"],
-            evidence,
-            [
-                f"if {what} is bookkeeping (logging, metrics, checkpoints), run it every N "
-                "steps or off the training thread",
-                "if the step needs it (an environment's steps, a batch built by hand), that is "
-                "where the step's time goes: make it cheaper, or overlap it with the model (a "
-                "DataLoader with workers, a background thread filling a queue)",
-            ],
-        )
+    fixes = [
+        f"if {what} is bookkeeping (logging, metrics, checkpoints), run it every N "
+        "steps or off the training thread",
+        "if the step needs it (an environment's steps, a batch built by hand), that is "
+        "where the step's time goes: make it cheaper, or overlap it with the model (a "
+        "DataLoader with workers, a background thread filling a queue)",
     ]
+    direct = first.get("function") == "forward" and ".forward(" in (first.get("code") or "")
+    if direct:  # a module's forward called as a method: no hook of the module runs
+        what = "a module's forward() called directly"
+        fixes[0] = (  # not bookkeeping: the model's own work, unseen
+            "call the module, not its forward() (`model(x)` for `model.forward(x)`): its "
+            "hooks run (torchdoctor's too), and its time is the forward pass's"
+        )
+    said = (
+        f"{head}: {'mostly' if first['share'] >= 0.5 else 'the largest part'} in {what} "
+        f"{'at' if direct else 'called at'} {first['site']}{line}, {first['share']:.0%} of "
+        "the samples taken after "
+        f"{_after(gap)}."
+    )
+    if direct:
+        said += (
+            " A direct .forward() call runs none of the module's hooks, so that time counts "
+            "as other here, not as forward."
+        )
+    return [_finding(inputs, said, first["site"], evidence, fixes)]
 
 
 def _finding(

@@ -1,0 +1,32 @@
+"""`unattributed_time` on the samples of a module's forward() called directly, as stack samples
+showed it in pytorch/examples' mnist_forward_forward (its layers train through
+`self.forward(x)`): the time is the model's, but no hook saw it."""
+
+from __future__ import annotations
+
+from helpers import series_inputs
+
+from torchdoctor.diagnose import unattributed_time
+
+
+def _inputs(function: str, code: str):  # type: ignore[no-untyped-def]
+    inputs = series_inputs([1.0] * 60)
+    inputs.steps.data["other"][:] = 0.05  # half of each 0.1 s step, outside every phase
+    top = [{"function": function, "site": "main.py:74", "code": code, "share": 0.6}]
+    inputs.events.append(
+        {"kind": "gap_samples", "data": {"gaps": {"optimizer": {"samples": 40, "top": top}}}}
+    )
+    return inputs
+
+
+def test_a_forward_called_directly_is_named_and_the_module_call_is_the_fix() -> None:
+    (found,) = unattributed_time.diagnose(_inputs("forward", "g = self.forward(x).pow(2).mean(1)"))
+    assert "a module's forward() called directly at main.py:74" in found.summary
+    assert "runs none of the module's hooks" in found.summary
+    assert found.fix[0].startswith("call the module, not its forward()")
+
+
+def test_any_other_function_keeps_the_bookkeeping_advice() -> None:
+    (found,) = unattributed_time.diagnose(_inputs("log_metrics", "log_metrics(loss)"))
+    assert "log_metrics() called at main.py:74" in found.summary
+    assert "hooks" not in found.summary and found.fix[0].startswith("if log_metrics()")
