@@ -30,3 +30,17 @@ def test_any_other_function_keeps_the_bookkeeping_advice() -> None:
     (found,) = unattributed_time.diagnose(_inputs("log_metrics", "log_metrics(loss)"))
     assert "log_metrics() called at main.py:74" in found.summary
     assert "hooks" not in found.summary and found.fix[0].startswith("if log_metrics()")
+
+
+def test_unsampled_time_is_said_unknown_only_when_there_is_enough_of_it() -> None:
+    # 40% of 3 ms steps, 21 steps judged: 25 ms in all, beside torchdoctor's own start (the
+    # README's demo on a loaded machine); 15 steps of 20 ms in a slow fetch: worth saying.
+    short = series_inputs([1.0] * 24)
+    short.steps.data["duration"][:] = 0.003
+    short.steps.data["other"][:] = 0.0012
+    assert unattributed_time.diagnose(short) == []
+    slow = series_inputs([1.0] * 15)
+    slow.steps.data["duration"][:] = 0.03
+    slow.steps.data["other"][:] = 0.02
+    (found,) = unattributed_time.diagnose(slow)
+    assert "not sampled" in found.summary

@@ -30,6 +30,10 @@ RESOLVES = True  # it describes the recent steps: when they change, it no longer
 # worth sampling (gap_sampler.worth_sampling) and, unexplained, worth saying.
 OTHER_SHARE = 0.3
 MIN_OTHER = 0.001
+# Unsampled, the time is said to be unknown only when there is enough of it to matter: a run
+# of a few dozen millisecond steps (the README's demo) spends it mostly beside torchdoctor's
+# own start (its doctor loading the diagnoses, on a loaded machine), not in the loop's work.
+MIN_UNSAMPLED = 0.1  # seconds of `other` in the window
 
 
 @kind("unattributed_time")
@@ -66,8 +70,8 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
     )
     sampled = _largest_gap(inputs)
     if sampled is None:
-        if not inputs.final:
-            return []  # the doctor has asked for samples: they name it
+        if not inputs.final or float(other.sum()) < MIN_UNSAMPLED:
+            return []  # the doctor has asked for samples: they name it; or too little to say
         return [
             _finding(
                 inputs,
