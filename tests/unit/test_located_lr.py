@@ -28,6 +28,10 @@ def test_the_rate_on_the_line_that_makes_the_optimizer(code: str, lr: float, wri
     first = located.fixes[0]["code"].splitlines()
     assert first[0] == f"# /x/train.py:7 now: {code}"
     assert first[1].endswith(written), first
+    # the catalog's other lines stay: only its stand-in optimizer line is replaced
+    assert first[2:] == [
+        "torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)  # before optimizer.step()"
+    ]
     assert located.summary.endswith("is set where opt is made, at /x/train.py:7.")
     # no line found: the catalog's fix as it was
     assert locate_explanation(diverged, {}).fixes == diverged.fixes

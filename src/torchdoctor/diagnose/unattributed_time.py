@@ -109,8 +109,7 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
     said = (
         f"{head}: {'mostly' if first['share'] >= 0.5 else 'the largest part'} in {what} "
         f"{'at' if direct else 'called at'} {first['site']}{line}, {first['share']:.0%} of "
-        "the samples taken after "
-        f"{_after(gap)}."
+        f"the samples taken after {_after(gap)}."
     )
     if direct:
         said += (

@@ -124,6 +124,11 @@ class Cause:
         return pick(self.text, fields)
 
 
+# The first words of every fix that lowers the learning rate: errors/located.py writes the
+# first of them, when it ranks first, on the script's own line that makes the optimizer.
+LOWER_LR = "Lower the learning rate"
+
+
 @dataclass(frozen=True)
 class Fix:
     """A remedy with a short piece of code; it ranks with the best-ranked of its causes.

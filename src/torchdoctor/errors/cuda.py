@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from torchdoctor.errors import facts, here
-from torchdoctor.errors.catalog import Cause, Entry, Fields, Fix, first
+from torchdoctor.errors.catalog import LOWER_LR, Cause, Entry, Fields, Fix, first
 
 _BLOCKING = (
     "Rerun with CUDA_LAUNCH_BLOCKING=1 so that kernels run synchronously and the traceback "
@@ -142,7 +142,7 @@ DEVICE_ASSERT = Entry(
             ("bce",),
         ),
         Fix(
-            "Lower the learning rate: the run diverged to NaN",
+            f"{LOWER_LR}: the run diverged to NaN",
             "optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)  # a tenth, say\n"
             "# the first op that goes non-finite: rerun under torchdoctor with --guard",
             ("bce_nan",),

@@ -14,11 +14,9 @@ import re
 from typing import Any
 
 from torchdoctor.errors.api import Explanation
+from torchdoctor.errors.catalog import LOWER_LR
 from torchdoctor.frames import short_path
 
-# The first words of the learning-rate fix of the catalog's entries (a diverged run's NaN
-# reached a loss): errors/numerics.py, errors/cuda.py.
-LOWER_LR = "Lower the learning rate"
 _LR_ARG = re.compile(r"\blr\s*=\s*[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?(?![\w.])")
 
 # The layer kinds whose constructor we can write back with a corrected number.
@@ -64,7 +62,9 @@ def locate_explanation(explanation: Explanation, place: dict[str, Any]) -> Expla
 
 def _lower_lr_at_its_line(e: Explanation, optimizer: dict[str, Any]) -> None:
     """The learning-rate fix ranked first (the run diverged): written on the script's own line
-    that makes the optimizer, with a tenth of its rate, and that line named in the summary."""
+    that makes the optimizer, with a tenth of its rate, in place of the catalog's stand-in
+    optimizer line (its other lines, a clip or a warm-up, stay), and that line named in the
+    summary."""
     made, lr = optimizer.get("definition") or {}, optimizer.get("lr")
     if not made.get("code"):
         return
@@ -74,7 +74,9 @@ def _lower_lr_at_its_line(e: Explanation, optimizer: dict[str, Any]) -> None:
     fixed = _LR_ARG.sub(f"lr={lower}", code, count=1) if lower else code
     lines = [f"# {at} now: {code}"]
     lines += [fixed if fixed != code else f"{code}  # lower its lr: 10x or more"]
-    e.fixes = [{"title": e.fixes[0]["title"], "code": "\n".join(lines)}, *e.fixes[1:]]
+    first = e.fixes[0]
+    lines += [x for x in first["code"].splitlines() if not x.startswith("optimizer = ")]
+    e.fixes = [{"title": first["title"], "code": "\n".join(lines)}, *e.fixes[1:]]
     rate = f" (lr {lr:g})" if isinstance(lr, (int, float)) else ""
     name = optimizer.get("label") or "the optimizer"
     e.summary = f"{e.summary} The learning rate{rate} is set where {name} is made, at {at}."

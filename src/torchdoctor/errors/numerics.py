@@ -3,7 +3,7 @@ and loss inputs outside their domain."""
 
 from __future__ import annotations
 
-from torchdoctor.errors.catalog import Cause, Entry, Fields, Fix, first, rx
+from torchdoctor.errors.catalog import LOWER_LR, Cause, Entry, Fields, Fix, first, rx
 from torchdoctor.errors.extract import FRAME, LIBRARY
 
 _NAN_STEPS = (
@@ -171,7 +171,7 @@ ANOMALY = Entry(
             ("bad_input",),
         ),
         Fix(
-            "Lower the learning rate and warm up",
+            f"{LOWER_LR} and warm up",
             "scheduler = torch.optim.lr_scheduler.LambdaLR(\n"
             "    optimizer, lambda step: min(1.0, (step + 1) / 1000))",
             ("learning_rate",),
@@ -211,7 +211,7 @@ _NAN_CAUSES = (
 
 _NAN_FIXES = (
     Fix(
-        "Lower the learning rate and warm it up",
+        f"{LOWER_LR} and warm it up",
         "optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)  # e.g. a tenth of now\n"
         "scheduler = torch.optim.lr_scheduler.LambdaLR(\n"
         "    optimizer, lambda step: min(1.0, (step + 1) / 1000))",
@@ -374,7 +374,7 @@ BCE_RANGE = Entry(
             ("logits",),
         ),
         Fix(
-            "Lower the learning rate: the run diverged and its NaN reached the loss",
+            f"{LOWER_LR}: the run diverged and its NaN reached the loss",
             "optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)  # 10x lower or more\n"
             "torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)  # before optimizer.step()",
             ("nan",),

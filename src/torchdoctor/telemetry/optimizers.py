@@ -119,7 +119,7 @@ class Optimizers:
             self._fresh[id(optimizer)] = made + 1
             return False
         self._fresh.clear()
-        self._primary = weakref.ref(optimizer)
+        self.adopt(optimizer)
         return True
 
     def known(self) -> list[Any]:
