@@ -1,4 +1,4 @@
-"""The steady step's short paths (telemetry/recorder.py, "The steady step") record what the
+"""The steady step's compiled handlers (telemetry/steady.py, native/steady.cpp) record what the
 general path records: each loop here runs twice in this process, once as it runs under
 torchdoctor and once with every step on the general path, and the rows must be the same
 (times and memory aside)."""
@@ -134,6 +134,7 @@ def _record(run_dir: Path, loop: Callable[[], None], steady: bool) -> dict[str, 
         taken: list[bool] = []
         recorder.step_listeners.append(lambda _state, _step: taken.append(recorder.steady))
         loop()
+        handlers = recorder.steady_handlers
         steps = recorder.tables["steps"].snapshot()
         updates = recorder.tables["optimizer_steps"].snapshot()
         events = recorder.tables["events"].snapshot()
@@ -142,6 +143,7 @@ def _record(run_dir: Path, loop: Callable[[], None], steady: bool) -> dict[str, 
         "updates": _rows(updates, UPDATE_COLUMNS),
         "events": sorted(str(k) for k in events.data["kind"]),
         "steady_steps": sum(1 for s in taken if s is not None),
+        "ended_in_cpp": handlers.steps if handlers is not None else 0,
     }
 
 
@@ -164,7 +166,7 @@ def _rows(block: Any, columns: tuple[str, ...]) -> list[tuple[Any, ...]]:
 def test_the_steady_path_records_what_the_general_path_records(tmp_path: Path, name: str) -> None:
     general = _record(tmp_path / "general", LOOPS[name], steady=False)
     steady = _record(tmp_path / "steady", LOOPS[name], steady=True)
-    assert general["steady_steps"] == 0
+    assert general["steady_steps"] == general["ended_in_cpp"] == 0
     assert steady["steps"] == general["steps"]
     assert steady["updates"] == general["updates"]
     assert steady["events"] == general["events"]
@@ -176,6 +178,8 @@ def test_a_settled_loop_takes_the_steady_path_and_a_traced_step_does_not(tmp_pat
     traced = sum(1 for row in seen["steps"] if row[-1])
     # every step after the first, but those traced and the silent checks' sampled ones
     assert 0 < seen["steady_steps"] < STEPS - traced
+    # the compiled handlers ended the steady steps (those a rank poll was not due at)
+    assert 0 < seen["ended_in_cpp"] <= seen["steady_steps"]
     seen = _record(tmp_path / "two", two_optimizers, steady=True)
     assert seen["steady_steps"] <= 4  # not once a second optimizer steps
 
@@ -195,3 +199,46 @@ def test_the_loss_line_follows_the_line_that_called_backward() -> None:
     again = [site() for _ in range(2)]  # one line twice (from the comprehension's frame)
     assert first == (__file__, here + 1) and second == (__file__, here + 2)
     assert again == [(__file__, here + 3)] * 2
+
+
+def test_what_the_compiled_handlers_use_is_on_a_real_recorder(tmp_path: Path) -> None:
+    # steady.cpp reads and writes the Recorder's parts by name: each name must be there
+    with torchdoctor.Session(tmp_path, quiet=True) as session:
+        recorder = session.ensure_telemetry()
+        assert recorder is not None
+        handlers = recorder.steady_handlers
+        assert handlers is not None, "the compiled module is built for the tests (make test)"
+        missing = []
+        for owner, attribute in handlers.names:
+            obj: Any = recorder
+            for part in owner.split(".")[1:]:
+                obj = getattr(obj, part)
+            if not hasattr(obj, attribute):
+                missing.append(f"{owner}.{attribute}")
+        assert missing == []
+        assert len(handlers.names) > 30
+
+
+def test_a_failure_in_a_compiled_handler_switches_the_telemetry_off_not_the_training(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr("torchdoctor._failsafe._said", set())  # said once: here, not for good
+    with torchdoctor.Session(tmp_path, quiet=True) as session:
+        recorder = session.ensure_telemetry()
+        assert recorder is not None and recorder.steady_handlers is not None
+        model = _model()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        losses = []
+        for step in range(12):
+            if step == 8:  # the steady step's state broken under it
+                recorder.state.losses = None
+            loss = model(_data(step)).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        assert recorder.steady_handlers.steps > 0
+        assert not recorder.switch.on  # turned off, and said so once
+        assert len(losses) == 12  # the training went on
+    said = capsys.readouterr().err
+    assert "telemetry failed (TypeError: StepState.losses is not a list)" in said

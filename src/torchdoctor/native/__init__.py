@@ -1,17 +1,19 @@
 """torchdoctor's compiled part: a Python module built from the C++ here, for the places where
 Python costs too much per call: the kernel that records python.collectives (collectives.cpp,
 its Python half telemetry/collectives_native.py), the step's gradient norm of a few small
-tensors (squares.cpp: sum_of_squares, and grad_squares and group_squares that read them from
-the parameters or an optimizer's param_groups) and the phase timer the hooks call a few times a
-step (phases.cpp: PhaseTimer, the same as telemetry/phases.py's).
+tensors (squares.cpp: sum_of_squares, and grad_squares that reads them from the parameters),
+the phase timer the hooks call a few times a step (phases.cpp: PhaseTimer, the same as
+telemetry/phases.py's), and the steady step's handlers and hooks (steady.cpp: SteadyStep,
+telemetry/steady.py).
 
 Optional: used wherever it is built (TORCHDOCTOR_NATIVE=0 turns it off). Built once per torch
 and Python version, by `python -m torchdoctor.native` (which `make install`, `make test` and
 `make bench` run), with the system's C++ compiler, into a private cache directory. Without it,
 collective tracing runs its Python kernel (telemetry/collectives.py): the same rows, at several
 times the cost per call (docs/benchmarks.md), sum_of_squares and grad_squares answer None
-(the caller asks torch), group_squares and scalar_value None (the steady step takes the
-general way, the loss is read with .item()), and the phase timer is telemetry/phases.py's own.
+(the caller asks torch), scalar_value None (the loss is read with .item()), the phase timer
+is telemetry/phases.py's own, and no step is steady (every step takes the Recorder's general
+path, with the Python hooks).
 Nothing is ever compiled inside a training process: a probe only loads what is built.
 
 The boundary is typed: the module's functions (listed once, with their signatures, in
@@ -44,7 +46,13 @@ from torchdoctor.native import layout
 
 HERE = Path(__file__).parent
 # compiled each on its own (in parallel), then linked; -O3 where a loop is worth vectorizing
-UNITS = {"collectives.cpp": "-O2", "squares.cpp": "-O3", "phases.cpp": "-O2", "module.cpp": "-O2"}
+UNITS = {
+    "collectives.cpp": "-O2",
+    "squares.cpp": "-O3",
+    "phases.cpp": "-O2",
+    "steady.cpp": "-O2",
+    "module.cpp": "-O2",
+}
 HEADERS = ("native.h",)
 LIBRARY = "_kernels.so"
 MODULE = "torchdoctor.native._kernels"  # module.cpp's PyInit__kernels
@@ -71,9 +79,9 @@ class Kernels(Protocol):
     def take_failure(self) -> str: ...
     def sum_of_squares(self, tensors: Sequence[Any], /) -> float | None: ...
     def grad_squares(self, params: list[Any], limit: int, /) -> tuple[float, int] | None: ...
-    def group_squares(self, groups: list[Any], limit: int, /) -> tuple[float, int] | None: ...
     def scalar_value(self, tensor: Any, /) -> float | None: ...
     def PhaseTimer(self) -> object: ...  # telemetry/phases.py's PhaseTimer (phases.cpp)
+    def SteadyStep(self, recorder: Any, parts: Any) -> Any: ...  # telemetry/steady.py (steady.cpp)
 
 
 class BuildError(Exception):
@@ -95,7 +103,8 @@ def _key() -> str:
     for name in (*UNITS, *HEADERS):
         digest.update(name.encode() + b"\0" + (HERE / name).read_bytes())
     digest.update(repr(sorted(UNITS.items())).encode())
-    digest.update(layout.header().encode())
+    for text in layout.headers().values():
+        digest.update(text.encode())
     for part in (torch.__version__, sys.version, sys.platform, str(_cxx11_abi())):
         digest.update(b"\0" + part.encode())
     return digest.hexdigest()[:16]
@@ -139,7 +148,8 @@ def build(force: bool = False) -> Path:
     _private_dir(target.parent)
     with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
         work = Path(scratch)
-        (work / layout.HEADER).write_text(layout.header())
+        for file_name, text in layout.headers().items():
+            (work / file_name).write_text(text)
         flags = [
             "-fPIC", "-std=c++17", "-w", f"-D_GLIBCXX_USE_CXX11_ABI={_cxx11_abi()}",
             f"-I{work}", f"-I{HERE}", f"-I{include}",
@@ -230,11 +240,6 @@ def _grads_not_built(params: list[Any], limit: int) -> tuple[float, int] | None:
     return None
 
 
-def _groups_not_built(groups: list[Any], limit: int) -> tuple[float, int] | None:
-    """group_squares where the module is not built: the caller takes the general way."""
-    return None
-
-
 def _scalar_not_built(tensor: Any) -> float | None:
     """scalar_value where the module is not built: the caller asks .item()."""
     return None
@@ -255,11 +260,6 @@ if TYPE_CHECKING:
         gradient cannot be read so, they hold more than `limit` elements, or the module is not
         built: the caller collects the gradients in Python then."""
 
-    def group_squares(groups: list[Any], limit: int) -> tuple[float, int] | None:
-        """grad_squares over the parameters of an optimizer's `param_groups` (dicts, each with
-        a list under "params"), with no list of parameters made in Python; None where
-        grad_squares would answer None, or a group is not a dict."""
-
     def scalar_value(tensor: Any) -> float | None:
         """The value of a one-element tensor as .item() gives it, read in place (no dispatch);
         None for one sum_of_squares could not read, or where the module is not built."""
@@ -268,13 +268,12 @@ if TYPE_CHECKING:
 _FALLBACKS: dict[str, Callable[..., Any]] = {
     "sum_of_squares": _not_built,
     "grad_squares": _grads_not_built,
-    "group_squares": _groups_not_built,
     "scalar_value": _scalar_not_built,
 }
 
 
 def __getattr__(name: str) -> Any:
-    # sum_of_squares, grad_squares, group_squares, scalar_value: the compiled function itself
+    # sum_of_squares, grad_squares, scalar_value: the compiled function itself
     # (no Python frame between the caller and it), bound at the first use, or its fallback
     fallback = _FALLBACKS.get(name)
     if fallback is None:

@@ -42,11 +42,6 @@ PyMethodDef kMethods[] = {
      "(the sum of the squares of the gradients of a list of Tensors or Parameters, how many\n"
      "have one), read as sum_of_squares reads; None when one cannot be read so or they hold\n"
      "more than `limit` elements."},
-    {"group_squares",
-     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(td::group_squares)), METH_FASTCALL,
-     "group_squares($module, groups, limit, /)\n--\n\n"
-     "grad_squares over the parameters of an optimizer's param_groups (a list of dicts, each\n"
-     "with a list under \"params\"); None where grad_squares would answer None."},
     {"scalar_value", td::scalar_value, METH_O,
      "scalar_value($module, tensor, /)\n--\n\n"
      "The value of a one-element tensor as .item() gives it, read in place; None for one\n"
@@ -57,7 +52,7 @@ PyMethodDef kMethods[] = {
 PyModuleDef kModule = {
     PyModuleDef_HEAD_INIT, "_kernels",
     "torchdoctor's compiled part: the c10d kernels of python.collectives, sum_of_squares,\n"
-    "PhaseTimer.", -1,
+    "PhaseTimer, SteadyStep.", -1,
     kMethods,
 };
 
@@ -66,6 +61,8 @@ PyModuleDef kModule = {
 PyMODINIT_FUNC PyInit__kernels() {
   td::at_load();
   PyObject* module = PyModule_Create(&kModule);
-  if (module != nullptr && !td::add_phase_timer(module)) Py_CLEAR(module);
+  if (module != nullptr && !(td::add_phase_timer(module) && td::add_steady_step(module))) {
+    Py_CLEAR(module);
+  }
   return module;
 }

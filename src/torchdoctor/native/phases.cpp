@@ -19,6 +19,10 @@ enum Phase { kData, kForward, kEvaluation, kBackward, kOptimizer, kPhases };
 const char* const kNames[kPhases] = {"data", "forward", "evaluation", "backward", "optimizer"};
 const char* const kColumns[kPhases] = {"data_wait", "forward", "evaluation", "backward",
                                        "optimizer"};
+static_assert(kData == td::kPhaseData && kForward == td::kPhaseForward &&
+                  kEvaluation == td::kPhaseEvaluation && kBackward == td::kPhaseBackward &&
+                  kOptimizer == td::kPhaseOptimizer,
+              "native.h's PhaseId is this order");
 constexpr int kStart = kPhases;  // the gap that opens a step ("start")
 
 PyObject* name_of[kPhases + 1];  // interned: "data" ... "optimizer", "start"
@@ -199,47 +203,22 @@ PyObject* timer_begin_forward(PyObject* self, PyObject* const* args, Py_ssize_t 
   if (!arity(n, 2, 3, "begin_forward") || !number(args[0], &now)) return nullptr;
   int phase = kForward;
   if (n == 3 && (phase = phase_of(args[2])) < 0) return nullptr;
-  Timer* t = reinterpret_cast<Timer*>(self);
-  if (!t->open->empty() && segment(t->open->back().phase)) {  // a model called inside a model
-    t->open->back().calls += 1;
-    Py_RETURN_FALSE;
-  }
-  if (!enter(t, phase, now, args[1])) return nullptr;
-  Py_RETURN_TRUE;
+  int opened = td::phase_begin_forward(self, now, args[1], phase);
+  if (opened < 0) return nullptr;
+  return PyBool_FromLong(opened);
 }
 
 PyObject* timer_end_forward(PyObject* self, PyObject* const* args, Py_ssize_t n) {
   double now;
   if (!arity(n, 2, 2, "end_forward") || !number(args[0], &now)) return nullptr;
-  Timer* t = reinterpret_cast<Timer*>(self);
-  auto& open = *t->open;
-  if (!open.empty() && segment(open.back().phase)) {
-    Open& top = open.back();
-    if (top.calls > 1) {
-      top.calls -= 1;
-      Py_RETURN_NONE;
-    }
-    if (!close_segment(t, now, args[1])) return nullptr;
-    Py_RETURN_NONE;
-  }
-  if (!exit(t, kForward, now, args[1])) return nullptr;
+  if (!td::phase_end_forward(self, now, args[1])) return nullptr;
   Py_RETURN_NONE;
 }
 
 PyObject* timer_step_ended(PyObject* self, PyObject* const* args, Py_ssize_t n) {
   double now;
   if (!arity(n, 2, 2, "step_ended") || !number(args[0], &now)) return nullptr;
-  Timer* t = reinterpret_cast<Timer*>(self);
-  auto& open = *t->open;
-  PyObject* totals = args[1];
-  if (!open.empty() && segment(open.back().phase) && !close_segment(t, now, totals)) {
-    return nullptr;
-  }
-  if (open.empty()) {
-    if (!book_gap(t, now, totals)) return nullptr;
-    t->after = kStart;
-    t->since = now;
-  }
+  if (!td::phase_step_ended(self, now, args[1])) return nullptr;
   Py_RETURN_NONE;
 }
 
@@ -352,9 +331,56 @@ PyTypeObject kTimerType = {
     sizeof(Timer),
 };
 
+Timer* as_timer(PyObject* timer) { return reinterpret_cast<Timer*>(timer); }
+
 }  // namespace
 
 namespace td {
+
+// The timer's operations for the steady step (steady.cpp), on a PhaseTimer it has checked with
+// is_phase_timer; false: a Python error is set.
+bool is_phase_timer(PyObject* obj) { return Py_TYPE(obj) == &kTimerType; }
+bool phase_enter(PyObject* timer, int phase, double now, PyObject* totals) {
+  return enter(as_timer(timer), phase, now, totals);
+}
+bool phase_exit(PyObject* timer, int phase, double now, PyObject* totals) {
+  return exit(as_timer(timer), phase, now, totals);
+}
+bool phase_inside(PyObject* timer, int phase) { return inside(as_timer(timer), phase); }
+int phase_begin_forward(PyObject* timer, double now, PyObject* totals, int segment_phase) {
+  Timer* t = as_timer(timer);
+  if (!t->open->empty() && segment(t->open->back().phase)) {  // a model called inside a model
+    t->open->back().calls += 1;
+    return 0;
+  }
+  return enter(t, segment_phase, now, totals) ? 1 : -1;
+}
+bool phase_end_forward(PyObject* timer, double now, PyObject* totals) {
+  Timer* t = as_timer(timer);
+  auto& open = *t->open;
+  if (!open.empty() && segment(open.back().phase)) {
+    Open& top = open.back();
+    if (top.calls > 1) {
+      top.calls -= 1;
+      return true;
+    }
+    return close_segment(t, now, totals);
+  }
+  return exit(t, kForward, now, totals);
+}
+bool phase_step_ended(PyObject* timer, double now, PyObject* totals) {
+  Timer* t = as_timer(timer);
+  auto& open = *t->open;
+  if (!open.empty() && segment(open.back().phase) && !close_segment(t, now, totals)) {
+    return false;
+  }
+  if (open.empty()) {
+    if (!book_gap(t, now, totals)) return false;
+    t->after = kStart;
+    t->since = now;
+  }
+  return true;
+}
 
 bool add_phase_timer(PyObject* module) {
   for (int k = 0; k < kPhases; ++k) {

@@ -9,7 +9,7 @@ background threads take. The oldest rows are dropped once the table holds `capac
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from torchdoctor.store.columns import Block
@@ -29,7 +29,10 @@ class RingTable:
     def __init__(self, spec: TableSpec, capacity: int | None = None) -> None:
         self.spec = spec
         self.capacity = capacity or spec.capacity
-        self._pending: list[tuple[Any, ...]] = []
+        self._pending: list[tuple[Any, ...]] = []  # never replaced: sealing deletes a prefix
+        # The training thread's appends are the list's own methods: no Python frame per row.
+        self.append: Callable[[tuple[Any, ...]], None] = self._pending.append
+        self.extend: Callable[[Sequence[tuple[Any, ...]]], None] = self._pending.extend
         self._blocks: list[Block] = []
         self._rows = 0
         self._dropped = 0
@@ -38,13 +41,6 @@ class RingTable:
         self._unspilled_cap = max(self.capacity, UNSPILLED_FLOOR)
         self._lock = threading.Lock()
         self._cache: Block | None = None
-
-    # -- training thread -------------------------------------------------------------------
-    def append(self, row: tuple[Any, ...]) -> None:
-        self._pending.append(row)
-
-    def extend(self, rows: Sequence[tuple[Any, ...]]) -> None:
-        self._pending.extend(rows)
 
     # -- background threads ----------------------------------------------------------------
     def seal(self) -> None:

@@ -13,11 +13,9 @@ import dataclasses
 import math
 from typing import Any
 
-from torchdoctor.native import grad_squares, group_squares, sum_of_squares
+from torchdoctor.native import grad_squares, sum_of_squares
 from torchdoctor.telemetry import gradients
-from torchdoctor.telemetry.local_shards import PLAIN, local
-
-_TENSOR = PLAIN[0]  # a plain tensor's class (a DTensor's norm is its shard's: the general way)
+from torchdoctor.telemetry.local_shards import local
 
 
 @dataclasses.dataclass
@@ -79,23 +77,6 @@ class GradientCheck:
                 return Check(params, value, value)
         params, grads = gradients.collect(optimizer)
         return self.measure(id(optimizer), params, grads, clip_norm, read_now)
-
-    def steady(self, optimizer: Any, clip_norm: Any) -> tuple[Any, float] | None:
-        """(norm, value) of the primary's gradients on a steady step (telemetry/steady.py):
-        the one clip_grad_norm_ gave, else their squares read in C++ straight from the
-        optimizer's param_groups. None, for the general check (of_optimizer), where that
-        cannot be read so, there is no gradient, or it is not finite."""
-        norm: Any
-        if clip_norm is None:
-            quick = group_squares(optimizer.param_groups, gradients.NATIVE_MAX)
-            if quick is None or not quick[1]:
-                return None
-            norm = value = math.sqrt(quick[0])
-        elif clip_norm.__class__ is _TENSOR:
-            norm, value = clip_norm, clip_norm.item()
-        else:
-            return None
-        return (norm, value) if math.isfinite(value) else None
 
     def of_params(self, key: int, params: list[Any], read_now: bool) -> Check:
         with_grad = [p for p in params if p.grad is not None]

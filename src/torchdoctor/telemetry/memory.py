@@ -26,7 +26,8 @@ class MemoryReader:
         self._torch = torch
         self.device: int | None = None  # the training thread's CUDA device, once known
         self.gpu: bool | None = None  # the steps run on a GPU (None: not known before one ends)
-        self._latest: tuple[int, int, int, int] | None = None
+        # the sampler thread's last reading (the steady step reads it too: native/steady.cpp)
+        self.latest: tuple[int, int, int, int] | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         try:
@@ -99,7 +100,7 @@ class MemoryReader:
 
     def read(self) -> tuple[int, int, int, int]:
         """The latest sample (at most INTERVAL old), or a reading now if there is none yet."""
-        latest = self._latest
+        latest = self.latest
         return latest if latest is not None else self.read_now()
 
     def allocated(self) -> tuple[int, int]:
@@ -113,7 +114,7 @@ class MemoryReader:
     # -- the sampler -------------------------------------------------------------------------
     def start(self) -> None:
         if self._thread is None:
-            self._latest = self.read_now()
+            self.latest = self.read_now()
             self._thread = threading.Thread(
                 target=self._loop, name="torchdoctor-memory", daemon=True
             )
@@ -122,9 +123,9 @@ class MemoryReader:
     def _loop(self) -> None:
         while not self._stop.wait(INTERVAL):
             try:
-                self._latest = self.read_now()
+                self.latest = self.read_now()
             except Exception:
-                self._latest = None  # readings fall back to the training thread
+                self.latest = None  # readings fall back to the training thread
                 return
 
     def close(self) -> None:

@@ -35,6 +35,7 @@ class ModelRoots:
         self.tables = tables
         self.event = event
         self.hooks = Hooks()  # the hooks on each root
+        self._model_handles: list[tuple[Any, Any]] = []  # each model's (pre, post) handles
         self._hooked: set[int] = set()  # ids of the roots hooked
         self.pending: list[Any] = []  # found in the step in progress: hooked once it ends
         self.random = True  # keep the random state per step (until the models are known)
@@ -44,8 +45,8 @@ class ModelRoots:
         self.scanned = False  # looked for models in the training code's frames
         self.call_site: tuple[str, int] | None = None  # the line that called the first model
         # loss_site's last walk: (its first frame's code, frames up, the code found, whether it
-        # is the user's, the offset there, the site it gave)
-        self._last_walk: tuple[Any, int, Any, bool, int, Any] = (None, 0, None, False, -1, None)
+        # is the user's, the offset there, the site it gave); native/steady.cpp reads it too
+        self.last_walk: tuple[Any, int, Any, bool, int, Any] = (None, 0, None, False, -1, None)
 
     def hook(self, modules: list[Any], hooks: Any) -> None:
         """Put `hooks` (torch_hooks.ModelHooks) on each of `modules`."""
@@ -54,8 +55,11 @@ class ModelRoots:
                 continue
             self._hooked.add(id(module))
             if has_params(module):
-                self.hooks.handle(module.register_forward_pre_hook(hooks.pre, with_kwargs=True))
-                self.hooks.handle(module.register_forward_hook(hooks.post, always_call=True))
+                pre = module.register_forward_pre_hook(hooks.pre, with_kwargs=True)
+                post = module.register_forward_hook(hooks.post, always_call=True)
+                self.hooks.handle(pre)
+                self.hooks.handle(post)
+                self._model_handles.append((pre, post))
             else:
                 self.hooks.handle(module.register_forward_pre_hook(hooks.loss, with_kwargs=True))
             self.random = self.random or _has_randomness(module)
@@ -64,6 +68,13 @@ class ModelRoots:
                 if root is module:
                     self.tables["modules"].extend(self.models.module_rows(module, label))
                     self.event("model", {"name": label, "type": type(module).__name__})
+
+    def use(self, hooks: Any) -> None:
+        """The models hooked so far get `hooks`' pre and post in place of theirs (the Python
+        twins of the compiled hooks, at the first torch.compile: torch_hooks.py)."""
+        for pre, post in self._model_handles:
+            self.hooks.replace(pre, hooks.pre)
+            self.hooks.replace(post, hooks.post)
 
     def found_in_step(self, module: Any, frame: Any) -> None:
         """An outermost module call seen by the global hooks (`frame`: a frame inside the
@@ -90,7 +101,7 @@ class ModelRoots:
         # Most steps call backward() from the same line as the last: the walk is taken again
         # only where the frames it went through are not the same code as last time's, and the
         # line is worked out again (a search of the code's line table) only for another offset.
-        code, up, found, mine, lasti, site = self._last_walk
+        code, up, found, mine, lasti, site = self.last_walk
         if frame.f_code is code:
             caller = frame
             for _ in range(up):
@@ -101,7 +112,7 @@ class ModelRoots:
                 if caller.f_lasti == lasti:
                     return site
                 site = (found.co_filename, caller.f_lineno)
-                self._last_walk = (code, up, found, mine, caller.f_lasti, site)
+                self.last_walk = (code, up, found, mine, caller.f_lasti, site)
                 return site
         caller, mine = caller_frame(frame)
         if caller is None:
@@ -110,7 +121,7 @@ class ModelRoots:
         while walked is not caller:
             walked, up = walked.f_back, up + 1
         site = (caller.f_code.co_filename, caller.f_lineno)
-        self._last_walk = (frame.f_code, up, caller.f_code, mine, caller.f_lasti, site)
+        self.last_walk = (frame.f_code, up, caller.f_code, mine, caller.f_lasti, site)
         return site if mine or self.call_site is None else self.call_site
 
     def draw_from(self, generator: Any) -> None:

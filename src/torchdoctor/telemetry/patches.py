@@ -29,6 +29,14 @@ class Hooks:
         self._undo.append(handle.remove)
         return handle
 
+    def replace(self, handle: Any, hook: Any) -> None:
+        """Put `hook` in the place of the hook `handle` removes: the same dict (torch keeps a
+        module's or the global hooks as handle id -> hook), the same place in it, its options
+        (with_kwargs, always_call: kept by the id) unchanged."""
+        hooks = handle.hooks_dict_ref()
+        if hooks is not None and handle.id in hooks:
+            hooks[handle.id] = hook
+
     def on_remove(self, fn: Callable[[], None]) -> None:
         self._undo.append(fn)
 

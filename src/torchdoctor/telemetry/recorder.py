@@ -19,7 +19,8 @@ whole when the step ends), its phases (phases.py), the gradient check and --guar
 (model_roots.py), the rows (step_rows.py), module tracing (tracer.py, shapes.py), the
 silent-error checks on sampled steps (silent/: called behind `if self.silent.active`).
 
-Most steps are steady (steady.py): the hot handlers take a short path at their top then.
+Most steps are steady (steady.py): the hooks call compiled handlers for them then
+(native/steady.cpp), and the handlers here for everything else.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from torchdoctor.telemetry.cycle_steps import CycleSteps
 from torchdoctor.telemetry.gap_sampler import GapSampler
 from torchdoctor.telemetry.gradient_check import Check, GradientCheck
 from torchdoctor.telemetry.invisible import compile_in_use
-from torchdoctor.telemetry.local_shards import PLAIN, local
+from torchdoctor.telemetry.local_shards import local
 from torchdoctor.telemetry.memory import MemoryReader
 from torchdoctor.telemetry.model_roots import ModelRoots
 from torchdoctor.telemetry.models import Models
@@ -58,7 +59,6 @@ from torchdoctor.telemetry.trace_plan import TracePlan
 from torchdoctor.telemetry.tracer import Tracer
 from torchdoctor.telemetry.updates import Updates
 
-_TENSOR = PLAIN[0]  # a plain tensor's class (a DTensor is a subclass: its shard)
 OPTIMIZER, CYCLE, MANUAL = "optimizer", "cycle", "manual"
 
 
@@ -97,19 +97,25 @@ class Recorder(RunView):
         self.skipped_steps = 0
         self.collective_calls: Any = None  # telemetry.collectives.Collectives, once installed
         self.safe_point = SafePoint()  # the probe's evals, run between two steps
-        self._memory_at_setup = False  # python.memory's "setup" row was written
-        self._next_rank_poll = 0.0  # perf_counter time of the next process_group.poll()
+        self.memory_at_setup = False  # python.memory's "setup" row was written
+        self.next_rank_poll = 0.0  # perf_counter time of the next process_group.poll()
         self._compile_watch: Any = None
-        self.model_hook = torch_hooks.model_hooks(self)
         self.gaps = GapSampler(self)  # stack samples of the gaps, when the doctor asks
         self.silent = SilentChecks(self)  # silent-error checks on sampled steps (silent/)
         self.steady: Any = None  # the primary's weakref.ref while the step is steady (steady.py)
         self.allow_steady = True  # False: every step takes the general path (the tests' twin)
+        # the steady step's compiled handlers (steady.py; None: not built), made with the parts
+        self.steady_handlers = steady.handlers(self)
+        self.python_model_hook = torch_hooks.model_hooks(self)  # while torch.compile is in use
+        self.model_hook = torch_hooks.compiled_model_hooks(self, self.python_model_hook)
+        self._python_twins: Any = None  # swaps the optimizer hooks (torch_hooks.install)
 
     # -- install / remove ------------------------------------------------------------------
     def install(self) -> None:
         self.compiled = compile_in_use(self.torch)
-        torch_hooks.install(self, self.torch, self.hooks)
+        if self.compiled:
+            self.model_hook = self.python_model_hook
+        self._python_twins = torch_hooks.install(self, self.torch, self.hooks)
         if not self.compiled:
             self.plan.global_hooks(True)
         from torchdoctor.telemetry.nan_replay import NanLocalizer
@@ -178,7 +184,7 @@ class Recorder(RunView):
             return
         self.enter_mode(MANUAL)
         if loss is not None and not self.state.losses:
-            self._note_loss(local(loss))
+            self._note_loss(local(loss), sys._getframe(2))  # torchdoctor.step()'s caller
         self.end_step(time.perf_counter(), skipped=False)
 
     def training_thread_is_this_one(self) -> None:
@@ -216,10 +222,20 @@ class Recorder(RunView):
         """torch.compile was called: Dynamo must never see a global module hook of ours."""
         if not self.compiled:
             self.compiled = True
+            self.use_python_hooks()
             self.plan.compile_seen()
             self.roots.scanned = False  # the compiled models may be new: look again
             self.steady = None
             self.event("compile_seen", {"module_tracing": "off"})
+
+    def use_python_hooks(self) -> None:
+        """The compiled hooks (steady.py) swapped for their Python twins in place, once: Dynamo
+        cannot trace a builtin, and traces the Python ones to nothing."""
+        if self.model_hook is not self.python_model_hook:
+            self.model_hook = self.python_model_hook
+            self.roots.use(self.model_hook)
+            if self._python_twins is not None:
+                self._python_twins()
 
     def on_data(self, now: float) -> None:
         if self.cycle is not None:
@@ -240,8 +256,8 @@ class Recorder(RunView):
         if self.plan.depth > 1:
             return  # a model called inside another model (global hooks tell us so)
         now = time.perf_counter()
-        if not self._memory_at_setup:
-            self._memory_at_setup = True
+        if not self.memory_at_setup:
+            self.memory_at_setup = True
             self.memory_row("setup")
             if self.memory.on_cuda():  # allocator history from the first step, not the second
                 self.host.on_cuda_detected()
@@ -264,19 +280,8 @@ class Recorder(RunView):
         loss computed outside the model is `other`); kept for a NaN replay."""
         self.state.keep_call(module, args, kwargs, self.torch, self.roots.generator)
 
-    def on_backward(self, tensors: Any, now: float) -> None:
-        if (
-            self.steady is not None
-            and tensors.__class__ is _TENSOR
-            and tensors.numel() == 1
-            and not self.timer.inside("optimizer")
-        ):  # the steady step's backward() of its loss: its phase, its value, its line
-            state = self.state
-            if state.start is None:
-                state.start = now
-            self.timer.enter("backward", now, state.phases)
-            state.note_loss(tensors, self.roots.loss_site(sys._getframe(2)), False, False)
-            return
+    def on_backward(self, tensors: Any, now: float, caller: Any) -> None:
+        """backward() begins (`caller`: the frame that called torch.autograd.backward)."""
         loss = tensors  # the one scalar tensor backward() ran on, if that is what it got
         if isinstance(loss, (tuple, list)):
             loss = loss[0] if len(loss) == 1 else None
@@ -285,13 +290,13 @@ class Recorder(RunView):
         if self.cycle is not None:
             self.cycle.before_backward(now, loss)
         if not self.roots.scanned:
-            self.roots.scan_frames(self.torch.nn.Module, sys._getframe(2), self.model_hook)
+            self.roots.scan_frames(self.torch.nn.Module, caller, self.model_hook)
         state = self.state
         if state.start is None:
             state.start = now
         self.timer.enter("backward", now, state.phases)
         if loss is not None:
-            self._note_loss(local(loss))
+            self._note_loss(local(loss), caller)
         if self.silent.active:
             self.silent.on_backward(loss)
 
@@ -299,10 +304,6 @@ class Recorder(RunView):
         state = self.state
         self.timer.exit("backward", now, state.phases)
         state.micro += 1
-        if self.steady is not None and not self.timer.inside("optimizer"):
-            last = state.losses[-1] if state.losses else None
-            if last.__class__ is not float or math.isfinite(last):
-                return  # the steady step's: nothing more to see
         if self.plan.tracing:
             self.memory_row("backward")
         in_step = self.timer.inside("optimizer")  # a closure that optimizer.step() runs
@@ -329,11 +330,10 @@ class Recorder(RunView):
     def judge(self, check: Check, guard: bool) -> None:  # the gradients' check of an update
         self.nonfinite.judge(self, self.state, check, guard)
 
-    def _note_loss(self, loss: Any) -> None:
+    def _note_loss(self, loss: Any, caller: Any) -> None:
         if self.plan.tracing:
             self.memory_row("forward")
-        # from the frame that called backward()'s wrapper: ours and torch's are not the place
-        site = self.roots.loss_site(sys._getframe(3))
+        site = self.roots.loss_site(caller)  # ours and torch's frames are not the place
         self.state.note_loss(loss, site, self.rows.cuda, self.timer.inside("optimizer"))
 
     # -- step boundary -----------------------------------------------------------------------
@@ -346,8 +346,8 @@ class Recorder(RunView):
     def _finish(self, state: StepState, end: float, skipped: bool) -> None:
         """The hot path's end: a finished step becomes its row; then the next step is set up.
         Everything here runs once per step; what need not is behind a cheap test."""
-        if end >= self._next_rank_poll:  # a rank whose init_process_group we did not see:
-            self._next_rank_poll = end + 1.0  # two torch calls, once a second
+        if end >= self.next_rank_poll:  # a rank whose init_process_group we did not see:
+            self.next_rank_poll = end + 1.0  # two torch calls, once a second
             process_group.poll()
         plan = self.plan
         if plan.tracing:

@@ -11,7 +11,7 @@ from torchdoctor.native import scalar_value as _scalar
 from torchdoctor.telemetry.phases import PHASES
 
 TAPE_LIMIT = 8  # root-module calls kept per step for a NaN replay
-_any_autocast = getattr(torch._C, "_is_any_autocast_enabled", None)  # torch 2.4 on
+any_autocast = getattr(torch._C, "_is_any_autocast_enabled", None)  # torch 2.4 on
 
 
 class StepState:
@@ -47,7 +47,7 @@ class StepState:
         if not tape:
             if generator is not None:
                 self.rng = (generator, generator.get_state())
-            self.autocast = _autocast_now(torch)
+            self.autocast = autocast_now(torch)
             self.grad_enabled = torch.is_grad_enabled()  # a crash in backward asks
         if len(tape) < TAPE_LIMIT:
             tape.append((module, args, kwargs))
@@ -114,8 +114,8 @@ class StepState:
         return not isinstance(loss, torch.Tensor)
 
 
-def _autocast_now(torch: Any) -> list[tuple[str, Any]]:
-    any_enabled = _any_autocast
+def autocast_now(torch: Any) -> list[tuple[str, Any]]:
+    any_enabled = any_autocast
     if any_enabled is not None and not any_enabled():  # the common case: one call
         return []
     out = []

@@ -17,8 +17,10 @@ it calls. Every patch and handle is kept in the Recorder's `Hooks`.
 from __future__ import annotations
 
 import functools
+import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from torchdoctor.telemetry import invisible
@@ -43,10 +45,12 @@ def _guarded(rec: Any, method: Any, *args: Any) -> None:
         rec.switch.fail(exc)
 
 
-def install(rec: Any, torch: Any, hooks: Hooks) -> None:
+def install(rec: Any, torch: Any, hooks: Hooks) -> Callable[[], None]:
+    """Patch torch and hook it; what swaps the compiled hooks for their Python twins."""
     switch = rec.switch
     counter = rec.optimizers
     updates = rec.updates
+    fast = rec.steady_handlers  # a steady step's events (steady.py), or None: never steady
 
     def on_train_thread() -> bool:
         return switch.on and _get_ident() == rec.train_thread
@@ -65,7 +69,8 @@ def install(rec: Any, torch: Any, hooks: Hooks) -> None:
         ):
             return original_backward(tensors, *args, **kwargs)
         try:
-            rec.on_backward(tensors, _now())
+            if fast is None or not fast.backward(tensors):
+                rec.on_backward(tensors, _now(), sys._getframe(1))
         except Exception as exc:
             switch.fail(exc)
         try:
@@ -73,12 +78,17 @@ def install(rec: Any, torch: Any, hooks: Hooks) -> None:
         finally:
             if switch.on:
                 try:
-                    rec.on_backward_done(_now())
+                    if fast is None or not fast.backward_done():
+                        rec.on_backward_done(_now())
                 except Exception as exc:
                     switch.fail(exc)
 
     backward.__wrapped__ = original_backward  # type: ignore[attr-defined]
-    hooks.patch(torch.autograd, "backward", backward)
+    # Where no torch.compile is in use, torch.autograd.backward is backward's compiled twin
+    # (native/steady.cpp's Backward: no Python frame, none in a traceback either)
+    native = fast is not None and not rec.compiled
+    compiled_backward = fast.wrap_backward(original_backward) if native else backward
+    hooks.patch(torch.autograd, "backward", compiled_backward)
 
     # -- optimizers (global step hooks: every optimizer, no per-instance state) ----------------
     from torch.optim.optimizer import (
@@ -93,19 +103,34 @@ def install(rec: Any, torch: Any, hooks: Hooks) -> None:
         counter.count_call()  # GradScaler.step compares the count to see a skipped step
         if switch.on:
             try:
-                updates.begin(optimizer, _now())
+                if fast is None or not fast.optimizer_pre(optimizer):
+                    updates.begin(optimizer, _now())
             except Exception as exc:
                 switch.fail(exc)
 
     def optimizer_post(optimizer: Any, args: Any, kwargs: Any) -> None:
         if not (dynamo_compiling() or export_flags._is_compiling_flag) and switch.on:
             try:
-                updates.end(optimizer, _now())
+                if fast is None or not fast.optimizer_post(optimizer):
+                    updates.end(optimizer, _now())
             except Exception as exc:
                 switch.fail(exc)
 
-    hooks.handle(register_optimizer_step_pre_hook(optimizer_pre))
-    hooks.handle(register_optimizer_step_post_hook(optimizer_post))
+    # Where no torch.compile is in use, torch calls the compiled twins of these two (no Python
+    # frame a step); at the first torch.compile they are swapped in place (Dynamo cannot trace
+    # a builtin, and traces these to nothing).
+    pre_handle = hooks.handle(
+        register_optimizer_step_pre_hook(fast.optimizer_pre_hook if native else optimizer_pre)
+    )
+    post_handle = hooks.handle(
+        register_optimizer_step_post_hook(fast.optimizer_post_hook if native else optimizer_post)
+    )
+
+    def python_twins() -> None:
+        hooks.replace(pre_handle, optimizer_pre)
+        hooks.replace(post_handle, optimizer_post)
+        if torch.autograd.backward is compiled_backward:  # ours still, not a later patch
+            torch.autograd.backward = backward
 
     # -- DataLoader ----------------------------------------------------------------------------
     from torch.utils.data import dataloader as dl
@@ -198,6 +223,21 @@ def install(rec: Any, torch: Any, hooks: Hooks) -> None:
     compile.__doc__ = original_compile.__doc__
     hooks.patch(torch, "compile", compile)
 
+    # -- torch.export: a strict export traces the models' hooks with Dynamo ---------------------
+    export_module = getattr(torch, "export", None)
+    original_export = getattr(export_module, "export", None)
+    export_fns: list[Any] = []
+    if fast is not None and original_export is not None:
+
+        def export(*args: Any, **kwargs: Any) -> Any:
+            if not compiling():
+                _guarded(rec, rec.use_python_hooks)  # Dynamo cannot trace a compiled hook
+            return original_export(*args, **kwargs)
+
+        functools.update_wrapper(export, original_export)
+        hooks.patch(export_module, "export", export)
+        export_fns.append(export)
+
     invisible.install(torch, hooks)
     invisible.skip_frames(
         _guarded,
@@ -208,13 +248,21 @@ def install(rec: Any, torch: Any, hooks: Hooks) -> None:
         rec.on_data_done,
         optimizer_pre,
         optimizer_post,
-        *rec.model_hook,  # model_hooks' closures
+        *rec.python_model_hook,  # model_hooks' closures
         global_pre,
         global_post,
     )
     invisible.skip_own_frames(
-        backward, __next__, __iter__, clip_grad_norm_, compile, on_train_thread, *scaler_fns
+        backward,
+        __next__,
+        __iter__,
+        clip_grad_norm_,
+        compile,
+        on_train_thread,
+        *scaler_fns,
+        *export_fns,
     )
+    return python_twins
 
 
 class ModelHooks(NamedTuple):
@@ -228,9 +276,19 @@ class ModelHooks(NamedTuple):
     loss: invisible.ModelHook
 
 
+def compiled_model_hooks(rec: Any, python: ModelHooks) -> ModelHooks:
+    """The model hooks torch calls while no torch.compile is in use: the compiled twins of
+    `python`'s pre and post (native/steady.cpp: no Python frame a call), where built."""
+    fast = rec.steady_handlers
+    if fast is None:
+        return python
+    return python._replace(pre=fast.pre_hook, post=fast.post_hook)
+
+
 def model_hooks(rec: Any) -> ModelHooks:
     switch, on_model_call, on_model_return = rec.switch, rec.on_model_call, rec.on_model_return
     plan = rec.plan
+    fast = rec.steady_handlers  # steady.py
 
     def model_call(module: Any, args: Any, kwargs: Any) -> None:
         if (
@@ -242,7 +300,8 @@ def model_hooks(rec: Any) -> ModelHooks:
         ):
             return
         try:
-            on_model_call(module, args, kwargs)
+            if fast is None or not fast.model_call(module, args, kwargs):
+                on_model_call(module, args, kwargs)
         except Exception as exc:
             switch.fail(exc)
 
@@ -260,7 +319,10 @@ def model_hooks(rec: Any) -> ModelHooks:
         ):
             return
         try:
-            on_model_return(_now())
+            if fast is None:
+                on_model_return(_now())
+            else:
+                fast.model_return()  # the same, without a Python frame
         except Exception as exc:
             switch.fail(exc)
 

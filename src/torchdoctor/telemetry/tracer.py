@@ -26,10 +26,7 @@ class Tracer:
         self._nodes: dict[int, tuple[tuple[str, ...], tuple[str, ...]]] = {}
         self._bwd_events: list[tuple[Any, tuple[str, ...], tuple[str, ...], float, int]] = []
         self._pending: list[tuple[list[Any], Any]] = []
-
-    @property
-    def pending(self) -> bool:
-        return bool(self._pending)
+        self.pending = False  # traced steps wait for the device (a plain flag: read every step)
 
     @property
     def depth(self) -> int:
@@ -127,6 +124,7 @@ class Tracer:
             else:
                 keep.append((marks, job))
         self._pending = keep
+        self.pending = bool(keep)
 
     def _rows(
         self, forward: list[Any], events: list[Any], backward_end: Any, step: int

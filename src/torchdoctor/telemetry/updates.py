@@ -21,9 +21,6 @@ class Updates:
     def begin(self, optimizer: Any, now: float) -> None:
         """optimizer.step() is called: check the gradients it is about to apply."""
         rec, optimizers = self.rec, self.optimizers
-        steady = rec.steady
-        if steady is not None and steady() is optimizer and self._steady_begin(optimizer, now):
-            return
         primary = optimizers.primary
         if primary is None:  # the first optimizer that steps is the primary
             optimizers.adopt(optimizer)
@@ -51,38 +48,19 @@ class Updates:
         if rec.silent.active:
             rec.silent.before_update(optimizer)
 
-    def _steady_begin(self, optimizer: Any, now: float) -> bool:
-        """The primary's update on a steady step (steady.py): its gradient norm, when the
-        gradient check reads it finite without torch; False, with nothing done, for anything
-        else (the general way then checks it)."""
-        rec = self.rec
-        state = rec.state
-        read = rec.gradients.steady(optimizer, state.clip_norm)
-        if read is None:
-            return False
-        if state.start is None:
-            state.start = now
-        rec.timer.enter("optimizer", now, state.phases)
-        self.optimizers.closure_checked = False
-        state.grad_norm, state.grad_norm_value = read
-        self.optimizers.begin(optimizer, now, None)
-        return True
-
     def end(self, optimizer: Any, now: float) -> None:
         """optimizer.step() returned: the primary's update ends the step."""
         rec = self.rec
         state = rec.state
         rec.timer.exit("optimizer", now, state.phases)
-        steady = rec.steady
-        if steady is None or steady() is not optimizer:
-            if rec.silent.active:
-                rec.silent.after_update(optimizer)
-            if optimizer is not self.optimizers.primary:
-                t0, check = self.optimizers.end(optimizer, now)
-                self._other_row(optimizer, now - t0, check)
-                return
-            if rec.plan.tracing:
-                rec.memory_row("optimizer")
+        if rec.silent.active:
+            rec.silent.after_update(optimizer)
+        if optimizer is not self.optimizers.primary:
+            t0, check = self.optimizers.end(optimizer, now)
+            self._other_row(optimizer, now - t0, check)
+            return
+        if rec.plan.tracing:
+            rec.memory_row("optimizer")
         t0, _check = self.optimizers.end(optimizer, now)
         state.update = (optimizer, now - t0)
         rec.end_step(now, skipped=state.skip)
