@@ -33,14 +33,18 @@ def _train(model: nn.Module, opt: torch.optim.Optimizer, steps: int) -> list[flo
     return losses
 
 
+def _model_and_optimizer() -> tuple[nn.Module, torch.optim.Optimizer]:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    return model, torch.optim.SGD(model.parameters(), lr=0.1)
+
+
 def _ours(model: nn.Module) -> list[object]:
     return [*model._forward_pre_hooks.values(), *model._forward_hooks.values()]
 
 
 def test_the_first_torch_compile_swaps_in_the_python_hooks(tmp_path: Path) -> None:
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, opt = _model_and_optimizer()
     with torchdoctor.Session(tmp_path, quiet=True) as session:
         recorder = session.ensure_telemetry()
         assert recorder is not None and recorder.steady_handlers is not None
@@ -67,9 +71,7 @@ def test_the_first_torch_compile_swaps_in_the_python_hooks(tmp_path: Path) -> No
 
 
 def test_copies_files_and_torchscript_leave_the_compiled_hooks_out(tmp_path: Path) -> None:
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, opt = _model_and_optimizer()
     with torchdoctor.Session(tmp_path, quiet=True) as session:
         _train(model, opt, 3)
         assert len(_ours(model)) == 2  # hooked, with the compiled hooks
@@ -94,9 +96,7 @@ def test_copies_files_and_torchscript_leave_the_compiled_hooks_out(tmp_path: Pat
 
 def test_a_strict_export_traces_the_python_hooks(tmp_path: Path) -> None:
     # torch.export with strict=True traces the model's hooks with Dynamo, without torch.compile
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, opt = _model_and_optimizer()
     with torchdoctor.Session(tmp_path, quiet=True) as session:
         recorder = session.ensure_telemetry()
         assert recorder is not None

@@ -8,6 +8,17 @@
 
 namespace td {
 
+// A type of the module, readied and added under `name` (false: an error is set).
+inline bool add_type(PyObject* module, PyTypeObject* type, const char* name) {
+  if (PyType_Ready(type) < 0) return false;
+  Py_INCREF(type);
+  if (PyModule_AddObject(module, name, reinterpret_cast<PyObject*>(type)) < 0) {
+    Py_DECREF(type);
+    return false;
+  }
+  return true;
+}
+
 // collectives.cpp: the c10d kernels that record python.collectives
 PyObject* register_ops(PyObject* self, PyObject* ops);
 PyObject* unregister(PyObject* self, PyObject* unused);

@@ -400,13 +400,7 @@ bool add_phase_timer(PyObject* module) {
   kTimerType.tp_dealloc = timer_dealloc;
   kTimerType.tp_methods = kTimerMethods;
   kTimerType.tp_getset = kTimerGetSet;
-  if (PyType_Ready(&kTimerType) < 0) return false;
-  Py_INCREF(&kTimerType);
-  if (PyModule_AddObject(module, "PhaseTimer", reinterpret_cast<PyObject*>(&kTimerType)) < 0) {
-    Py_DECREF(&kTimerType);
-    return false;
-  }
-  return true;
+  return add_type(module, &kTimerType, "PhaseTimer");
 }
 
 }  // namespace td

@@ -836,6 +836,18 @@ bool general(PyObject* owner, PyObject* method, PyObject* a, PyObject* b, PyObje
   return result != nullptr;
 }
 
+// Where the steady handler answered `handled` 0, the general way's owner.method([arg,] now):
+// whether either failed.
+bool or_general(int handled, PyObject* owner, PyObject* method, PyObject* arg = nullptr) {
+  if (handled != 0) return handled < 0;
+  PyObject* now = PyFloat_FromDouble(perf_counter());
+  bool ok = now != nullptr &&
+            (arg != nullptr ? general(owner, method, arg, now, nullptr)
+                            : general(owner, method, now, nullptr, nullptr));
+  Py_XDECREF(now);
+  return !ok;
+}
+
 // (module, args, kwargs): a model's forward pre-hook (torch_hooks.model_hooks' model_call).
 PyObject* pre_hook(PyObject* self, PyObject* const* args, Py_ssize_t n) {
   if (!arity(n, 3, "pre_hook")) return nullptr;
@@ -883,16 +895,7 @@ PyObject* optimizer_pre_hook(PyObject* self, PyObject* const* args, Py_ssize_t n
   Py_DECREF(counted);
   int on = truth(s->switch_, name.on);
   if (on == 0) Py_RETURN_NONE;
-  bool failed = on < 0;
-  if (!failed) {
-    int handled = optimizer_pre(s, args[0]);
-    if (handled == 0) {
-      PyObject* now = PyFloat_FromDouble(perf_counter());
-      failed = now == nullptr || !general(s->updates, name.begin, args[0], now, nullptr);
-      Py_XDECREF(now);
-    }
-    failed = failed || handled < 0;
-  }
+  bool failed = on < 0 || or_general(optimizer_pre(s, args[0]), s->updates, name.begin, args[0]);
   return settle(s, failed);
 }
 
@@ -903,16 +906,7 @@ PyObject* optimizer_post_hook(PyObject* self, PyObject* const* args, Py_ssize_t 
   int now = truth(s->export_flags, name._is_compiling_flag);
   now = now < 0 ? -1 : now ? 0 : truth(s->switch_, name.on);
   if (now == 0) Py_RETURN_NONE;
-  bool failed = now < 0;
-  if (!failed) {
-    int handled = optimizer_post(s, args[0]);
-    if (handled == 0) {
-      PyObject* t = PyFloat_FromDouble(perf_counter());
-      failed = t == nullptr || !general(s->updates, name.end, args[0], t, nullptr);
-      Py_XDECREF(t);
-    }
-    failed = failed || handled < 0;
-  }
+  bool failed = now < 0 || or_general(optimizer_post(s, args[0]), s->updates, name.end, args[0]);
   return settle(s, failed);
 }
 
@@ -953,19 +947,7 @@ PyObject* backward_call(PyObject* self, PyObject* const* args, size_t nargsf, Py
   PyObject *type = nullptr, *value = nullptr, *traceback = nullptr;
   if (result == nullptr) PyErr_Fetch(&type, &value, &traceback);
   int on = truth(s->switch_, name.on);
-  failed = on < 0;
-  if (on == 1) {
-    int handled = backward_done(s);
-    failed = handled < 0;
-    if (handled == 0) {
-      PyObject* t = PyFloat_FromDouble(perf_counter());
-      PyObject* done = t == nullptr ? nullptr
-                                    : PyObject_CallMethodOneArg(s->rec, name.on_backward_done, t);
-      failed = done == nullptr;
-      Py_XDECREF(done);
-      Py_XDECREF(t);
-    }
-  }
+  failed = on < 0 || (on == 1 && or_general(backward_done(s), s->rec, name.on_backward_done));
   settled = settle(s, failed);
   if (settled == nullptr) {  // a KeyboardInterrupt in the handler: it replaces, as in Python
     Py_XDECREF(type);
@@ -1246,7 +1228,6 @@ bool add_steady_step(PyObject* module) {
   kSteadyType.tp_clear = clear;
   kSteadyType.tp_methods = kMethods;
   kSteadyType.tp_getset = kGetSet;
-  if (PyType_Ready(&kSteadyType) < 0) return false;
   kBackwardType.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL;
   kBackwardType.tp_doc = "torch.autograd.backward, recorded (SteadyStep.wrap_backward).";
   kBackwardType.tp_vectorcall_offset = offsetof(Backward, call);
@@ -1256,13 +1237,7 @@ bool add_steady_step(PyObject* module) {
   kBackwardType.tp_traverse = backward_traverse;
   kBackwardType.tp_clear = backward_clear;
   kBackwardType.tp_dealloc = backward_dealloc;
-  if (PyType_Ready(&kBackwardType) < 0) return false;
-  Py_INCREF(&kSteadyType);
-  if (PyModule_AddObject(module, "SteadyStep", reinterpret_cast<PyObject*>(&kSteadyType)) < 0) {
-    Py_DECREF(&kSteadyType);
-    return false;
-  }
-  return true;
+  return PyType_Ready(&kBackwardType) == 0 && add_type(module, &kSteadyType, "SteadyStep");
 }
 
 }  // namespace td

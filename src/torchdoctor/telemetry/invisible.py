@@ -2,9 +2,10 @@
 
 - Copies and files: the one thing put on a user's module is a model hook (a function marked by
   `model_hook`, or while no torch.compile is in use its compiled twin, a builtin method of
-  native/steady.cpp's SteadyStep) in its forward pre-hooks and in its forward hooks. `nn.Module.__getstate__`
-  (which `copy.deepcopy`, `pickle` and `torch.save` use) is wrapped to leave model hooks out,
-  so a copy is a copy of the unprobed model and no file ever holds a reference to torchdoctor.
+  native/steady.cpp's SteadyStep) in its forward pre-hooks and in its forward hooks.
+  `nn.Module.__getstate__` (which `copy.deepcopy`, `pickle` and `torch.save` use) is wrapped to
+  leave model hooks out, so a copy is a copy of the unprobed model and no file ever holds a
+  reference to torchdoctor.
 - TorchScript: `torch.jit.script` compiles a module's hooks; it is wrapped to lift the
   model hooks off for the duration. `torch.jit.trace` and `torch.export` run the hooks, which
   return at once while a tracer is active (`tracing()`). (A traced archive's debug tables,
@@ -12,9 +13,9 @@
 - torch.compile: the compiled hooks are swapped for their Python twins at the first
   torch.compile or torch.export (telemetry/steady.py); every Python hook body starts with `if
   compiling(): return` (or its inline form, below), so when Dynamo inlines a hook inside a
-  compiled region it traces a no-op (no graph break, no guard), and every hook's code object is marked "skip" for Dynamo's frame
-  evaluation, so eager code between two graphs that calls a hook runs it as plain Python
-  instead of compiling it as a frame.
+  compiled region it traces a no-op (no graph break, no guard), and every hook's code object
+  is marked "skip" for Dynamo's frame evaluation, so eager code between two graphs that calls
+  a hook runs it as plain Python instead of compiling it as a frame.
 """
 
 from __future__ import annotations
