@@ -10,8 +10,12 @@
 // only one that saw it. So the rows are the same either way (tests/unit/test_steady_step.py runs
 // each loop both ways).
 //
-// What it reads and writes of the Recorder's parts is listed once, in kNames below, and
-// SteadyStep.names lets a test check each against a real Recorder.
+// While no torch.compile is in use, the hooks themselves are here too (pre_hook, post_hook,
+// optimizer_pre_hook, optimizer_post_hook, and the Backward standing for
+// torch.autograd.backward): torch calls them with no Python frame between.
+//
+// The attributes the handlers use are interned once (TD_STEADY_NAMES); kUses lists those of
+// the Recorder's parts, and SteadyStep.names lets a test check each against a real Recorder.
 
 #include "native.h"
 #include "steps_layout.h"
@@ -28,25 +32,23 @@
 namespace {
 
 // Every attribute the handlers touch, interned once: name.<x> is the Python string "x".
-#define TD_STEADY_NAMES(X)                                                                   \
-  /* the Recorder */                                                                        \
-  X(steady) X(state) X(memory_at_setup) X(next_rank_poll) X(step) X(steps_done)              \
-  X(skipped_steps) X(rank) X(compiled) X(host) X(switch_) X(step_listeners) X(train_thread)  \
-  X(on) X(fail) X(on_model_call) X(updates) X(count_call) X(depth) X(_is_compiling_flag)       \
-  X(on_backward) X(on_backward_done)                                                        \
-  /* its parts */                                                                           \
-  X(timer) X(silent) X(plan) X(roots) X(optimizers) X(rows) X(memory) X(tracer) X(safe_point) \
-  X(active) X(tracing) X(shaping) X(discovering) X(hooks_on) X(requested) X(next_step)         \
-  X(generator) X(last_walk) X(call_site) X(loss_site) X(pending) X(several) X(closure_checked) \
-  X(begin) X(end) X(cuda) X(steps) X(append) X(last) X(latest) X(read) X(drain) X(config)     \
-  X(trace_every)                                                                            \
-  /* the step in progress (StepState) */                                                    \
-  X(tape) X(rng) X(autocast) X(grad_enabled) X(phases) X(start) X(losses) X(loss_ref)          \
-  X(backward_site) X(scaled) X(micro) X(clip_norm) X(grad_norm) X(grad_norm_value) X(update)   \
-  X(skip) X(claimed) X(closure_losses)                                                      \
-  /* torch's objects */                                                                     \
-  X(training) X(get_state) X(param_groups) X(lr)                                             \
-  /* the phases' columns */                                                                 \
+#define TD_STEADY_NAMES(X)                                                                 \
+  /* the Recorder, and what it calls */                                                   \
+  X(steady) X(state) X(memory_at_setup) X(next_rank_poll) X(step) X(steps_done)            \
+  X(skipped_steps) X(rank) X(compiled) X(host) X(switch_) X(train_thread) X(on) X(fail)    \
+  X(on_model_call) X(on_backward) X(on_backward_done) X(count_call) X(_is_compiling_flag)  \
+  /* its parts' */                                                                        \
+  X(active) X(tracing) X(shaping) X(discovering) X(hooks_on) X(requested) X(next_step)     \
+  X(depth) X(generator) X(last_walk) X(call_site) X(loss_site) X(pending) X(several)       \
+  X(closure_checked) X(begin) X(end) X(cuda) X(steps) X(append) X(last) X(latest) X(read)  \
+  X(drain) X(config) X(trace_every)                                                       \
+  /* the step in progress (StepState) */                                                  \
+  X(tape) X(rng) X(autocast) X(grad_enabled) X(phases) X(start) X(losses) X(loss_ref)      \
+  X(backward_site) X(scaled) X(micro) X(clip_norm) X(grad_norm) X(grad_norm_value)         \
+  X(update) X(skip) X(claimed) X(closure_losses)                                          \
+  /* torch's objects */                                                                   \
+  X(training) X(get_state) X(param_groups) X(lr)                                          \
+  /* the phases' columns */                                                               \
   X(data_wait) X(forward) X(backward) X(optimizer) X(evaluation)
 
 struct Names {
