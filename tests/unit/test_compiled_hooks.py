@@ -74,7 +74,8 @@ def test_copies_files_and_torchscript_leave_the_compiled_hooks_out(tmp_path: Pat
     model, opt = _model_and_optimizer()
     with torchdoctor.Session(tmp_path, quiet=True) as session:
         _train(model, opt, 3)
-        assert len(_ours(model)) == 2  # hooked, with the compiled hooks
+        hooks = _ours(model)  # hooked, with the compiled hooks
+        assert len(hooks) == 2 and all(type(h) is not FunctionType for h in hooks)
         twin = copy.deepcopy(model)
         assert _ours(twin) == []
         buffer = io.BytesIO()
@@ -101,6 +102,7 @@ def test_a_strict_export_traces_the_python_hooks(tmp_path: Path) -> None:
         recorder = session.ensure_telemetry()
         assert recorder is not None
         _train(model, opt, 3)
+        assert all(type(h) is not FunctionType for h in _ours(model))  # compiled until now
         program = torch.export.export(model, (torch.randn(2, 4),), strict=True)
         assert [type(h) for h in _ours(model)] == [FunctionType, FunctionType]
         assert program.module()(torch.ones(2, 4)).shape == (2, 2)

@@ -90,7 +90,7 @@ struct Steady {
   PyObject* state_type;    // StepState
   PyObject* after;         // steady.after(rec): whether the next step is steady
   PyObject* learning_rate; // optimizers.learning_rate(optimizer)
-  PyObject* autocast_now;  // step._autocast_now(torch)
+  PyObject* autocast_now;  // step.autocast_now(torch)
   PyObject* any_autocast;  // torch._C._is_any_autocast_enabled, or None
   PyObject* torch;
   PyObject* export_flags;  // invisible.export_flags: its _is_compiling_flag while torch.export runs
@@ -155,6 +155,12 @@ double wall_time() {
 #else
   return _PyTime_AsSecondsDouble(_PyTime_GetSystemClock());
 #endif
+}
+
+// StepState.start = now, where the step has not started yet (false: an error is set).
+bool start_once(PyObject* state, double now) {
+  int fresh = is_none(state, name.start);
+  return fresh >= 0 && (fresh == 0 || set_new(state, name.start, PyFloat_FromDouble(now)));
 }
 
 // The Recorder's steady flag holds `optimizer`'s weak reference (or any, with optimizer null):
@@ -315,10 +321,7 @@ int model_call(Steady* s, PyObject* module, PyObject* args, PyObject* kwargs) {
       int opened = td::phase_begin_forward(s->timer, now, phases,
                                            grad ? td::kPhaseForward : td::kPhaseEvaluation);
       done = opened >= 0;
-      if (opened == 1) {
-        int fresh = is_none(state, name.start);
-        done = fresh >= 0 && (fresh == 0 || set_new(state, name.start, PyFloat_FromDouble(now)));
-      }
+      if (opened == 1) done = start_once(state, now);
     }
   } else if (tape != nullptr && phases != nullptr) {
     PyErr_SetString(PyExc_TypeError, "StepState.tape is not a list");
@@ -364,9 +367,7 @@ int backward(Steady* s, PyObject* tensors, PyFrameObject* caller) {
   PyObject* losses = phases == nullptr ? nullptr : get(state, name.losses);
   bool done = losses != nullptr && PyList_Check(losses);
   if (done) {
-    int fresh = is_none(state, name.start);
-    done = fresh >= 0 && (fresh == 0 || set_new(state, name.start, PyFloat_FromDouble(now))) &&
-           td::phase_enter(s->timer, td::kPhaseBackward, now, phases) &&
+    done = start_once(state, now) && td::phase_enter(s->timer, td::kPhaseBackward, now, phases) &&
            set(state, name.loss_ref, tensors) && set(state, name.backward_site, site);
     if (done) {
       PyObject* loss = PyFloat_FromDouble(value);
@@ -464,9 +465,7 @@ int optimizer_pre(Steady* s, PyObject* optimizer) {
   PyObject* phases = value_obj == nullptr ? nullptr : get(state, name.phases);
   bool done = false;
   if (phases != nullptr) {
-    int fresh = is_none(state, name.start);
-    done = fresh >= 0 && (fresh == 0 || set_new(state, name.start, PyFloat_FromDouble(now))) &&
-           td::phase_enter(s->timer, td::kPhaseOptimizer, now, phases) &&
+    done = start_once(state, now) && td::phase_enter(s->timer, td::kPhaseOptimizer, now, phases) &&
            set(s->optimizers, name.closure_checked, Py_False) &&
            set(state, name.grad_norm, norm) && set(state, name.grad_norm_value, value_obj);
     if (done) {
@@ -676,7 +675,7 @@ int optimizer_post(Steady* s, PyObject* optimizer) {
     Py_XDECREF(steps_done);
     Py_XDECREF(more_skipped);
     Py_XDECREF(more_done);
-    if (done) {  // TracePlan.next_step's own first test, then the call where it has work
+    if (done) {  // TracePlan.next_step's first test (trace_plan.py), then the call with work
       PyObject* host = get(s->rec, name.host);
       PyObject* config = host == nullptr ? nullptr : get(host, name.config);
       PyObject* every = config == nullptr ? nullptr : get(config, name.trace_every);

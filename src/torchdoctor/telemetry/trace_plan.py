@@ -54,6 +54,7 @@ class TracePlan:
         if rec.tracer.pending:
             rec.tracer.flush()
         due = every and (every == 1 or step % every == 1)
+        # native/steady.cpp asks this same first test before it calls here: keep the two alike
         if not (due or self.requested or self.tracing or self.hooks_on):
             return  # an untraced step after an untraced step (most steps): nothing changes
         tracing = self.requested or (bool(every) and (every == 1 or step % every == 1))
