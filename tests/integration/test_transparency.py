@@ -186,7 +186,9 @@ def test_same_behaviour_with_and_without_torchdoctor(  # type: ignore[no-untyped
     if SHUTDOWN_RACE in results["plain"]["stderr"] and not any(
         SHUTDOWN_RACE in results[way]["stderr"] for way in ways[1:]
     ):  # the plain run alone met it: not ours to answer for, so it runs again
-        results["plain"] = _run_way("plain", CORPUS / script, args, tmp_path / "again", env)
+        again = tmp_path / "again"
+        again.mkdir()  # _run makes the way's own directory in it, not its parents
+        results["plain"] = _run_way("plain", CORPUS / script, args, again, env)
     plain = results["plain"]
     assert not plain["probed"]
     for way in ways[1:]:
