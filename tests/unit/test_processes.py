@@ -4,6 +4,7 @@ directory, read from a working directory that one of them was started from."""
 
 from __future__ import annotations
 
+import datetime as _dt
 import os
 import re
 import sys
@@ -53,8 +54,14 @@ def test_no_endpoint_takes_the_only_process_started_here(two, monkeypatch) -> No
     table = processes.table(found, None, "table").splitlines()
     assert table[0].split() == ["pid", "rank", "world_size", "node", "job", "started",
                                 "directory", "command"]  # fmt: skip
+    # the time of day for a process started today, the date too for one started before (a
+    # suite that runs past midnight: this process is the test worker)
+    began = processes.start_time(found[0])
+    assert began is not None
+    today = _dt.datetime.fromtimestamp(began).date() == _dt.date.today()
+    when = r"\d\d:\d\d:\d\d" if today else r"[A-Z][a-z]{2} \d\d \d\d:\d\d"
     assert re.fullmatch(
-        rf"{os.getpid()}\s+-\s+-\s+-\s+-\s+\d\d:\d\d:\d\d\s+\.\s+train\.py --lr 3e-4", table[2]
+        rf"{os.getpid()}\s+-\s+-\s+-\s+-\s+{when}\s+\.\s+train\.py --lr 3e-4", table[2]
     )
     # a long command is never cut: the script and every argument are there
     assert table[3].endswith(
