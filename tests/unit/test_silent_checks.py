@@ -76,8 +76,9 @@ def test_a_tiny_models_pairs_are_spread_by_what_they_cost(tmp_path: Path) -> Non
         recorder = session.ensure_telemetry()
         assert recorder is not None
         sampled: list[int] = []
-        recorder.step_listeners.insert(
-            0, lambda _state, step: sampled.append(step) if recorder.silent.active else None
+        # a step listener runs after the silent checks chose whether the next step is sampled
+        recorder.step_listeners.append(
+            lambda _state, step: sampled.append(step + 1) if recorder.silent.active else None
         )
         for _ in range(120):
             loss = model(x).pow(2).mean()

@@ -242,3 +242,52 @@ def test_a_failure_in_a_compiled_handler_switches_the_telemetry_off_not_the_trai
         assert len(losses) == 12  # the training went on
     said = capsys.readouterr().err
     assert "telemetry failed (TypeError: StepState.losses is not a list)" in said
+
+
+def test_the_next_step_state_made_in_cpp_is_the_one_python_makes(tmp_path: Path) -> None:
+    # steady.cpp makes the next StepState without calling its __init__: the same attributes
+    from torchdoctor.telemetry.step import StepState
+
+    with torchdoctor.Session(tmp_path, quiet=True, trace_every=0) as session:
+        recorder = session.ensure_telemetry()
+        assert recorder is not None and recorder.steady_handlers is not None
+        model = _model()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step in range(8):
+            loss = model(_data(step)).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            ended = recorder.steady_handlers.steps
+            opt.step()
+        assert recorder.steady_handlers.steps == ended + 1  # the last step ended in C++
+        made = vars(recorder.state)
+        expected = vars(StepState(made["start"]))
+    assert made == expected
+    assert {k: type(v) for k, v in made.items()} == {k: type(v) for k, v in expected.items()}
+    assert list(made["phases"]) == list(expected["phases"])
+
+
+def test_a_step_grad_scaler_skips_is_a_skipped_step_through_either_hook(tmp_path: Path) -> None:
+    # the count of optimizer.step() calls GradScaler.step compares is kept by the hook torch
+    # calls: the compiled one until the swap to the Python twins (torch.compile's), then theirs
+    with torchdoctor.Session(tmp_path, quiet=True, trace_every=0) as session:
+        recorder = session.ensure_telemetry()
+        assert recorder is not None and recorder.steady_handlers is not None
+        model = _model()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        scaler = torch.amp.GradScaler("cpu")
+        for step in range(10):
+            if step == 6:
+                recorder.use_python_hooks()
+            loss = model(_data(step)).pow(2).mean()
+            if step in (4, 8):
+                loss = loss * math.inf  # inf gradients: the scaler skips this update
+            opt.zero_grad()
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+        calls = recorder.steady_handlers.optimizer_calls
+        rows = _rows(recorder.tables["steps"].snapshot(), ("step", "skipped"))
+    assert calls == 5  # steps 0-5 but the skipped 4
+    assert [step for step, skipped in rows if skipped] == [4, 8]
+    assert len(rows) == 10

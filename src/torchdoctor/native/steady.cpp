@@ -36,12 +36,12 @@ namespace {
   /* the Recorder, and what it calls */                                                   \
   X(steady) X(state) X(memory_at_setup) X(next_rank_poll) X(step) X(steps_done)            \
   X(skipped_steps) X(rank) X(compiled) X(host) X(switch_) X(train_thread) X(on) X(fail)    \
-  X(on_model_call) X(on_backward) X(on_backward_done) X(count_call) X(_is_compiling_flag)  \
+  X(on_model_call) X(on_backward) X(on_backward_done) X(_is_compiling_flag)  \
   /* its parts' */                                                                        \
   X(active) X(tracing) X(shaping) X(discovering) X(hooks_on) X(requested) X(next_step)     \
   X(depth) X(generator) X(last_walk) X(call_site) X(loss_site) X(pending) X(several)       \
-  X(closure_checked) X(begin) X(end) X(cuda) X(steps) X(append) X(last) X(latest) X(read)  \
-  X(drain) X(config) X(trace_every)                                                       \
+  X(closure_checked) X(open) X(begin) X(end) X(cuda) X(steps) X(append) X(last) X(latest) X(read)  \
+  X(drain) X(config) X(trace_every) X(quiet_until) X(on_step_end)                                                       \
   /* the step in progress (StepState) */                                                  \
   X(tape) X(rng) X(autocast) X(grad_enabled) X(phases) X(start) X(losses) X(loss_ref)      \
   X(backward_site) X(scaled) X(micro) X(clip_norm) X(grad_norm) X(grad_norm_value)         \
@@ -63,7 +63,8 @@ const char* python_name(const char* field) {
   return std::strcmp(field, "switch_") == 0 ? "switch" : field;
 }
 
-PyObject* one;  // the int 1
+PyObject* one;    // the int 1
+PyObject* empty;  // ()
 
 namespace col = steps::column;  // python.steps' columns by name (steps_layout.h, layout.py)
 constexpr Py_ssize_t kRowSize = steps::kColumns;
@@ -97,9 +98,11 @@ struct Steady {
   PyObject* switch_;       // the Recorder's Switch
   PyObject* updates;       // the Recorder's Updates (the general way of optimizer.step())
   PyObject* sum;           // builtins.sum: the losses' mean as Python adds them
+  PyObject* zero_phases;   // dict.fromkeys(PHASES, 0.0): a new StepState's phases are its copy
   long long limit;         // gradient elements squares_of_groups reads (gradients.NATIVE_MAX)
   Py_ssize_t tape_limit;   // model calls kept for a NaN replay (step.TAPE_LIMIT)
   long long steps;         // steps ended here
+  long long optimizer_calls;  // optimizer.step() calls through optimizer_pre_hook
 };
 
 // -- small helpers (each returns a new reference, or nullptr with an error set) -----------------
@@ -468,15 +471,17 @@ int optimizer_pre(Steady* s, PyObject* optimizer) {
     done = start_once(state, now) && td::phase_enter(s->timer, td::kPhaseOptimizer, now, phases) &&
            set(s->optimizers, name.closure_checked, Py_False) &&
            set(state, name.grad_norm, norm) && set(state, name.grad_norm_value, value_obj);
-    if (done) {
-      PyObject* t0 = PyFloat_FromDouble(now);
-      PyObject* result =
-          t0 == nullptr ? nullptr
-                        : PyObject_CallMethodObjArgs(s->optimizers, name.begin, optimizer, t0,
-                                                     Py_None, nullptr);
-      done = result != nullptr;
-      Py_XDECREF(result);
-      Py_XDECREF(t0);
+    if (done) {  // Optimizers.begin(optimizer, now, None): open[id(optimizer)] = (now, None)
+      PyObject* open = get(s->optimizers, name.open);
+      PyObject* key = open == nullptr ? nullptr : PyLong_FromVoidPtr(optimizer);
+      PyObject* opened = key == nullptr ? nullptr : Py_BuildValue("(dO)", now, Py_None);
+      done = opened != nullptr && PyDict_Check(open) && PyDict_SetItem(open, key, opened) == 0;
+      if (opened != nullptr && !PyDict_Check(open)) {
+        PyErr_SetString(PyExc_TypeError, "Optimizers.open is not a dict");
+      }
+      Py_XDECREF(opened);
+      Py_XDECREF(key);
+      Py_XDECREF(open);
     }
   }
   Py_XDECREF(phases);
@@ -608,6 +613,40 @@ PyObject* step_row(Steady* s, PyObject* state, PyObject* optimizer, double end, 
   return row;
 }
 
+// Optimizers.end(optimizer, now) for the primary of a steady step: open.pop(id(optimizer),
+// (now, None)) (its `fresh` is empty while there is one optimizer).
+PyObject* end_update(Steady* s, PyObject* optimizer, PyObject* now) {
+  PyObject* open = get(s->optimizers, name.open);
+  if (open == nullptr) return nullptr;
+  PyObject* key = PyDict_Check(open) ? PyLong_FromVoidPtr(optimizer) : nullptr;
+  PyObject* out = key == nullptr ? nullptr : PyDict_GetItemWithError(open, key);  // borrowed
+  if (out != nullptr) {
+    Py_INCREF(out);
+    if (PyDict_DelItem(open, key) != 0) Py_CLEAR(out);
+  } else if (key != nullptr && !PyErr_Occurred()) {
+    out = PyTuple_Pack(2, now, Py_None);
+  } else if (!PyErr_Occurred()) {
+    PyErr_SetString(PyExc_TypeError, "Optimizers.open is not a dict");
+  }
+  Py_XDECREF(key);
+  Py_DECREF(open);
+  return out;
+}
+
+// StepState(start) as its __init__ makes it, without the call: its five instance attributes
+// (step.py; a test compares the two).
+PyObject* new_state(Steady* s, PyObject* start) {
+  PyTypeObject* type = reinterpret_cast<PyTypeObject*>(s->state_type);
+  PyObject* state = PyBaseObject_Type.tp_new(type, empty, nullptr);
+  bool ok = state != nullptr && set(state, name.start, start) &&
+            set_new(state, name.phases, PyDict_Copy(s->zero_phases)) &&
+            set_new(state, name.losses, PyList_New(0)) &&
+            set_new(state, name.closure_losses, PyList_New(0)) &&
+            set_new(state, name.tape, PyList_New(0));
+  if (!ok) Py_CLEAR(state);
+  return state;
+}
+
 // The primary's optimizer.step() returned (Updates.end, Recorder.end_step and _finish): the
 // step's row, then the next step set up.
 int optimizer_post(Steady* s, PyObject* optimizer) {
@@ -630,7 +669,7 @@ int optimizer_post(Steady* s, PyObject* optimizer) {
   PyObject* step = nullptr;
   if (phases != nullptr && now_obj != nullptr &&
       td::phase_exit(s->timer, td::kPhaseOptimizer, now, phases)) {
-    opened = PyObject_CallMethodObjArgs(s->optimizers, name.end, optimizer, now_obj, nullptr);
+    opened = end_update(s, optimizer, now_obj);
     if (opened != nullptr && PyTuple_Check(opened) && PyTuple_GET_SIZE(opened) == 2) {
       double t0 = PyFloat_AsDouble(PyTuple_GET_ITEM(opened, 0));
       PyObject* seconds = PyErr_Occurred() ? nullptr : PyFloat_FromDouble(now - t0);
@@ -639,12 +678,12 @@ int optimizer_post(Steady* s, PyObject* optimizer) {
       done = set_new(state, name.update, update) &&
              td::phase_step_ended(s->timer, now, phases);
     } else if (opened != nullptr) {
-      PyErr_SetString(PyExc_TypeError, "Optimizers.end did not answer (t0, check)");
+      PyErr_SetString(PyExc_TypeError, "Optimizers.open holds no (t0, check)");
     }
   }
   if (done) {
     PyObject* next_start = PyFloat_FromDouble(perf_counter());
-    fresh = next_start == nullptr ? nullptr : PyObject_CallOneArg(s->state_type, next_start);
+    fresh = next_start == nullptr ? nullptr : new_state(s, next_start);
     Py_XDECREF(next_start);
     step = get(s->rec, name.step);
     done = fresh != nullptr && step != nullptr && set(s->rec, name.state, fresh);
@@ -703,6 +742,18 @@ int optimizer_post(Steady* s, PyObject* optimizer) {
       Py_XDECREF(host);
     }
     Py_XDECREF(next);
+  }
+  if (done) {  // rec.silent.on_step_end(state, step), spared while its first test says quiet
+    PyObject* quiet = get(s->silent, name.quiet_until);
+    int later = quiet == nullptr ? -1 : PyObject_RichCompareBool(step, quiet, Py_LT);
+    Py_XDECREF(quiet);
+    done = later >= 0;
+    if (later == 0) {
+      PyObject* result = PyObject_CallMethodObjArgs(s->silent, name.on_step_end, state, step,
+                                                    nullptr);
+      done = result != nullptr;
+      Py_XDECREF(result);
+    }
   }
   if (done) {  // for listener in rec.step_listeners: listener(state, step)
     for (Py_ssize_t k = 0; done && k < PyList_GET_SIZE(s->listeners); ++k) {
@@ -889,11 +940,9 @@ PyObject* optimizer_pre_hook(PyObject* self, PyObject* const* args, Py_ssize_t n
   Steady* s = self_of(self);
   int exporting = truth(s->export_flags, name._is_compiling_flag);
   if (exporting > 0) Py_RETURN_NONE;
+  if (exporting < 0) return nullptr;  // as from the Python hook: not behind the guard
   // GradScaler.step compares the count to see a skipped step: counted with the switch off too
-  PyObject* counted =
-      exporting < 0 ? nullptr : PyObject_CallMethodNoArgs(s->optimizers, name.count_call);
-  if (counted == nullptr) return nullptr;  // as from the Python hook: not behind the guard
-  Py_DECREF(counted);
+  s->optimizer_calls += 1;
   int on = truth(s->switch_, name.on);
   if (on == 0) Py_RETURN_NONE;
   bool failed = on < 0 || or_general(optimizer_pre(s, args[0]), s->updates, name.begin, args[0]);
@@ -1062,6 +1111,10 @@ PyMethodDef kMethods[] = {
 
 PyObject* get_steps(PyObject* self, void*) { return PyLong_FromLongLong(self_of(self)->steps); }
 
+PyObject* get_optimizer_calls(PyObject* self, void*) {
+  return PyLong_FromLongLong(self_of(self)->optimizer_calls);
+}
+
 // (object, attribute) for every attribute the handlers use of the Recorder's parts, beyond
 // the StepState's and torch's: a test checks each against a real Recorder.
 const char* const kUses[][2] = {
@@ -1074,10 +1127,11 @@ const char* const kUses[][2] = {
     {"rec.plan", "next_step"},  {"rec.roots", "generator"}, {"rec.roots", "last_walk"},
     {"rec.roots", "call_site"}, {"rec.roots", "loss_site"}, {"rec.roots", "pending"},
     {"rec.optimizers", "several"}, {"rec.optimizers", "closure_checked"},
-    {"rec.optimizers", "begin"}, {"rec.optimizers", "end"}, {"rec.rows", "cuda"},
+    {"rec.optimizers", "open"}, {"rec.rows", "cuda"},
     {"rec.rows", "steps"},      {"rec.rows", "last"},       {"rec.memory", "latest"},
     {"rec.memory", "read"},     {"rec.tracer", "pending"},  {"rec.safe_point", "pending"},
     {"rec.safe_point", "drain"}, {"rec.host.config", "trace_every"},
+    {"rec.silent", "quiet_until"}, {"rec.silent", "on_step_end"},
 };
 
 PyObject* get_names(PyObject*, void*) {
@@ -1096,6 +1150,8 @@ PyObject* get_names(PyObject*, void*) {
 
 PyGetSetDef kGetSet[] = {
     {"steps", get_steps, nullptr, "Steps ended by optimizer_post.", nullptr},
+    {"optimizer_calls", get_optimizer_calls, nullptr,
+     "optimizer.step() calls seen by optimizer_pre_hook (the switch off too).", nullptr},
     {"names", get_names, nullptr, "(object, attribute) pairs the handlers use.", nullptr},
     {nullptr, nullptr, nullptr, nullptr, nullptr},
 };
@@ -1109,7 +1165,7 @@ void each_ref(Steady* s, F f) {
                        &s->tracer,     &s->safe_point,    &s->listeners,     &s->row_type,
                        &s->state_type, &s->after,         &s->learning_rate, &s->autocast_now,
                        &s->any_autocast, &s->torch,       &s->export_flags,
-                       &s->switch_,    &s->updates,       &s->sum};
+                       &s->switch_,    &s->updates,       &s->sum,           &s->zero_phases};
   for (PyObject** ref : refs) f(ref);
 }
 
@@ -1178,7 +1234,19 @@ PyObject* make(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
   Py_XDECREF(limit);
   Py_XDECREF(tape);
   s->steps = 0;
-  if (PyErr_Occurred() || s->sum == nullptr) {
+  s->optimizer_calls = 0;
+  PyObject* phases = PyObject_GetAttrString(parts, "phases");  // PHASES, in the columns' order
+  s->zero_phases = phases == nullptr ? nullptr : PyDict_New();
+  for (Py_ssize_t k = 0; s->zero_phases != nullptr && PyTuple_Check(phases) &&
+                         k < PyTuple_GET_SIZE(phases); ++k) {
+    PyObject* zero = PyFloat_FromDouble(0.0);
+    if (zero == nullptr || PyDict_SetItem(s->zero_phases, PyTuple_GET_ITEM(phases, k), zero)) {
+      Py_CLEAR(s->zero_phases);
+    }
+    Py_XDECREF(zero);
+  }
+  Py_XDECREF(phases);
+  if (PyErr_Occurred() || s->sum == nullptr || s->zero_phases == nullptr) {
     if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "builtins.sum is missing");
     Py_DECREF(s);
     return nullptr;
@@ -1195,6 +1263,7 @@ PyObject* make(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
                                                 &PyTuple_Type)
                           ? "row_type is not a tuple type"
                       : !same ? "row_type is not python.steps' row (steps_layout.h)"
+                      : PyDict_GET_SIZE(s->zero_phases) != td::kPhaseOptimizer + 1 ? "Parts.phases is not the five phases"
                               : nullptr;
   if (wrong != nullptr) {
     PyErr_SetString(PyExc_TypeError, wrong);
@@ -1218,7 +1287,8 @@ bool add_steady_step(PyObject* module) {
   TD_STEADY_NAMES(TD_INTERN)
 #undef TD_INTERN
   one = PyLong_FromLong(1);
-  if (one == nullptr) return false;
+  empty = PyTuple_New(0);
+  if (one == nullptr || empty == nullptr) return false;
   kSteadyType.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC;
   kSteadyType.tp_doc =
       "SteadyStep(recorder, parts)\n--\n\n"

@@ -29,11 +29,10 @@ class Optimizers:
         "_fresh",
         "_info",
         "_last",
-        "_open",
         "_primary",
-        "calls",
         "closure_checked",
         "named",
+        "open",
         "several",
     )
 
@@ -44,8 +43,9 @@ class Optimizers:
         # first stepped after the primary had ended a step (a GAN's generator after its
         # discriminator): its updates belong to the step that just ended, not the next one
         self._info: weakref.WeakKeyDictionary[Any, tuple[str, int]] = weakref.WeakKeyDictionary()
-        self._open: dict[int, tuple[float, Any]] = {}  # id -> (its step() began, its check)
-        self.calls = 0  # optimizer.step() calls so far: GradScaler.step compares it
+        # the updates in progress: id -> (its step() began, its check); the steady step
+        # (native/steady.cpp) adds and pops the primary's here as begin() and end() would
+        self.open: dict[int, tuple[float, Any]] = {}
         self.closure_checked = False  # LBFGS: the first closure's gradients were checked
         self._last = 0  # id of the optimizer noted last (most steps: the same one again)
         self.several = False  # more than one optimizer has stepped
@@ -72,26 +72,23 @@ class Optimizers:
         if not self.named:
             self._primary = None
 
-    def count_call(self) -> None:
-        self.calls += 1
-
     def begin(self, optimizer: Any, now: float, check: Any) -> None:
-        self._open[id(optimizer)] = (now, check)
+        self.open[id(optimizer)] = (now, check)
 
     def end(self, optimizer: Any, now: float) -> tuple[float, Any]:
         """(when its step() began, its gradient check). The primary's update (the steady
         step's too) leaves no optimizer fresh."""
         if self._fresh and optimizer is self.primary:
             self._fresh.clear()
-        return self._open.pop(id(optimizer), (now, None))
+        return self.open.pop(id(optimizer), (now, None))
 
     def recheck(self, optimizer: Any, check: Any) -> None:
         """The check of an update in progress, replaced (LBFGS: the first closure's)."""
-        if id(optimizer) in self._open:
-            self._open[id(optimizer)] = (self._open[id(optimizer)][0], check)
+        if id(optimizer) in self.open:
+            self.open[id(optimizer)] = (self.open[id(optimizer)][0], check)
 
     def in_progress(self, optimizer: Any) -> bool:
-        return id(optimizer) in self._open
+        return id(optimizer) in self.open
 
     def note(self, optimizer: Any, steps_done: int) -> bool:
         """An update begins: True when it is the optimizer's first. Its name is taken from the

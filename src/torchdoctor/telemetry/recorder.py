@@ -365,13 +365,13 @@ class Recorder(RunView):
             learning_rate(update[0] if update else self.optimizers.primary),
             self.optimizers.label(update[0]) if update and self.optimizers.several else None,
         )
-        # The next step.
-        self.skipped_steps += skipped
+        self.skipped_steps += skipped  # the next step
         self.step = step + 1
         self.steps_done += 1
         if plan.discovering or self.roots.pending:
             self._after_discovery(state)
         plan.next_step(self.step, self.host.config.trace_every, self.compiled)
+        self.silent.on_step_end(state, step)  # before the listeners: is the next one sampled
         for listener in self.step_listeners:
             listener(state, step)
         if self.safe_point.pending:

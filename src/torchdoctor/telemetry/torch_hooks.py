@@ -48,7 +48,6 @@ def _guarded(rec: Any, method: Any, *args: Any) -> None:
 def install(rec: Any, torch: Any, hooks: Hooks) -> Callable[[], None]:
     """Patch torch and hook it; what swaps the compiled hooks for their Python twins."""
     switch = rec.switch
-    counter = rec.optimizers
     updates = rec.updates
     fast = rec.steady_handlers  # a steady step's events (steady.py), or None: never steady
 
@@ -96,11 +95,19 @@ def install(rec: Any, torch: Any, hooks: Hooks) -> Callable[[], None]:
         register_optimizer_step_pre_hook,
     )
 
+    # optimizer.step() calls so far, counted by the hook torch calls (the compiled one counts
+    # its own): GradScaler.step compares the count to see a step it skipped
+    python_calls = 0
+
+    def step_calls() -> int:
+        return python_calls + (fast.optimizer_calls if fast is not None else 0)
+
     # The hooks Dynamo skips with all they call guard inline: one frame less per step.
     def optimizer_pre(optimizer: Any, args: Any, kwargs: Any) -> None:
+        nonlocal python_calls
         if dynamo_compiling() or export_flags._is_compiling_flag:
             return
-        counter.count_call()  # GradScaler.step compares the count to see a skipped step
+        python_calls += 1  # counted with the switch off too
         if switch.on:
             try:
                 if fast is None or not fast.optimizer_pre(optimizer):
@@ -188,9 +195,9 @@ def install(rec: Any, torch: Any, hooks: Hooks) -> Callable[[], None]:
         def step(scaler: Any, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
             if compiling():
                 return original_step(scaler, optimizer, *args, **kwargs)
-            before = counter.calls
+            before = step_calls()
             out = original_step(scaler, optimizer, *args, **kwargs)
-            if switch.on and counter.calls == before:
+            if switch.on and step_calls() == before:
                 _guarded(rec, updates.skipped, optimizer, _now())
             return out
 

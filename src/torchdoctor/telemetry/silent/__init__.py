@@ -84,7 +84,6 @@ class SilentChecks:
         patches.install(self, self.torch, hooks)
         self.inits.install(self.torch, hooks)
         self.generations.install(hooks)
-        self.rec.step_listeners.append(self.on_step_end)
         hooks.on_remove(self.remove)
 
     def remove(self) -> None:
@@ -202,8 +201,9 @@ class SilentChecks:
             self.fail(exc)
 
     def on_step_end(self, state: Any, step: int) -> None:
-        """A step listener: whether the next step is sampled; the sampled step's summaries."""
-        if step < self.quiet_until:
+        """A step ended (the Recorder calls this before its step listeners): whether the next
+        step is sampled; the sampled step's summaries."""
+        if step < self.quiet_until:  # steady.cpp makes this test too, to spare the call
             return
         pacing = self.pacing
         if pacing.first_update is None and state.update is not None:
