@@ -5,9 +5,10 @@ torchdoctor and once with every step on the general path, and the rows must be t
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -219,15 +220,21 @@ def test_what_the_compiled_handlers_use_is_on_a_real_recorder(tmp_path: Path) ->
         assert len(handlers.names) > 30
 
 
+@contextlib.contextmanager
+def _steady_session(tmp_path: Path) -> Iterator[tuple[Any, nn.Module, torch.optim.Optimizer]]:
+    """A session recording in this process, its compiled handlers built, and a model to train."""
+    with torchdoctor.Session(tmp_path, quiet=True, trace_every=0) as session:
+        recorder = session.ensure_telemetry()
+        assert recorder is not None and recorder.steady_handlers is not None
+        model = _model()
+        yield recorder, model, torch.optim.SGD(model.parameters(), lr=0.1)
+
+
 def test_a_failure_in_a_compiled_handler_switches_the_telemetry_off_not_the_training(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setattr("torchdoctor._failsafe._said", set())  # said once: here, not for good
-    with torchdoctor.Session(tmp_path, quiet=True) as session:
-        recorder = session.ensure_telemetry()
-        assert recorder is not None and recorder.steady_handlers is not None
-        model = _model()
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with _steady_session(tmp_path) as (recorder, model, opt):
         losses = []
         for step in range(12):
             if step == 8:  # the steady step's state broken under it
@@ -248,11 +255,7 @@ def test_the_next_step_state_made_in_cpp_is_the_one_python_makes(tmp_path: Path)
     # steady.cpp makes the next StepState without calling its __init__: the same attributes
     from torchdoctor.telemetry.step import StepState
 
-    with torchdoctor.Session(tmp_path, quiet=True, trace_every=0) as session:
-        recorder = session.ensure_telemetry()
-        assert recorder is not None and recorder.steady_handlers is not None
-        model = _model()
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with _steady_session(tmp_path) as (recorder, model, opt):
         for step in range(8):
             loss = model(_data(step)).pow(2).mean()
             opt.zero_grad()
@@ -270,11 +273,7 @@ def test_the_next_step_state_made_in_cpp_is_the_one_python_makes(tmp_path: Path)
 def test_a_step_grad_scaler_skips_is_a_skipped_step_through_either_hook(tmp_path: Path) -> None:
     # the count of optimizer.step() calls GradScaler.step compares is kept by the hook torch
     # calls: the compiled one until the swap to the Python twins (torch.compile's), then theirs
-    with torchdoctor.Session(tmp_path, quiet=True, trace_every=0) as session:
-        recorder = session.ensure_telemetry()
-        assert recorder is not None and recorder.steady_handlers is not None
-        model = _model()
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with _steady_session(tmp_path) as (recorder, model, opt):
         scaler = torch.amp.GradScaler("cpu")
         for step in range(10):
             if step == 6:
