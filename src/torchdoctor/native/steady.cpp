@@ -32,19 +32,19 @@
 namespace {
 
 // Every attribute the handlers touch, interned once: name.<x> is the Python string "x".
-#define TD_STEADY_NAMES(X)                                                                 \
+#define TD_STEADY_NAMES(X)                                                                \
   /* the Recorder, and what it calls */                                                   \
-  X(steady) X(state) X(memory_at_setup) X(next_rank_poll) X(step) X(steps_done)            \
-  X(skipped_steps) X(rank) X(compiled) X(host) X(switch_) X(train_thread) X(on) X(fail)    \
-  X(on_model_call) X(on_backward) X(on_backward_done) X(_is_compiling_flag)  \
+  X(steady) X(state) X(memory_at_setup) X(next_rank_poll) X(step) X(steps_done)           \
+  X(skipped_steps) X(rank) X(compiled) X(host) X(switch_) X(train_thread) X(on) X(fail)   \
+  X(on_model_call) X(on_backward) X(on_backward_done) X(_is_compiling_flag)               \
   /* its parts' */                                                                        \
-  X(active) X(tracing) X(shaping) X(discovering) X(hooks_on) X(requested) X(next_step)     \
-  X(depth) X(generator) X(last_walk) X(call_site) X(loss_site) X(pending) X(several)       \
-  X(closure_checked) X(open) X(begin) X(end) X(cuda) X(steps) X(append) X(last) X(latest) X(read)  \
-  X(drain) X(config) X(trace_every) X(quiet_until) X(on_step_end)                                                       \
+  X(active) X(tracing) X(shaping) X(discovering) X(hooks_on) X(requested) X(next_step)    \
+  X(depth) X(generator) X(last_walk) X(call_site) X(loss_site) X(pending) X(several)      \
+  X(closure_checked) X(open) X(begin) X(end) X(cuda) X(steps) X(append) X(last) X(latest) \
+  X(read) X(drain) X(config) X(trace_every) X(quiet_until) X(on_step_end)                 \
   /* the step in progress (StepState) */                                                  \
-  X(tape) X(rng) X(autocast) X(grad_enabled) X(phases) X(start) X(losses) X(loss_ref)      \
-  X(backward_site) X(scaled) X(micro) X(clip_norm) X(grad_norm) X(grad_norm_value)         \
+  X(tape) X(rng) X(autocast) X(grad_enabled) X(phases) X(start) X(losses) X(loss_ref)     \
+  X(backward_site) X(scaled) X(micro) X(clip_norm) X(grad_norm) X(grad_norm_value)        \
   X(update) X(skip) X(claimed) X(closure_losses)                                          \
   /* torch's objects */                                                                   \
   X(training) X(get_state) X(param_groups) X(lr)                                          \
@@ -614,7 +614,7 @@ PyObject* step_row(Steady* s, PyObject* state, PyObject* optimizer, double end, 
 }
 
 // Optimizers.end(optimizer, now) for the primary of a steady step: open.pop(id(optimizer),
-// (now, None)) (its `fresh` is empty while there is one optimizer).
+// (now, None)) (its `_fresh` is empty while there is one optimizer).
 PyObject* end_update(Steady* s, PyObject* optimizer, PyObject* now) {
   PyObject* open = get(s->optimizers, name.open);
   if (open == nullptr) return nullptr;

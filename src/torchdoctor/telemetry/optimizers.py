@@ -73,6 +73,7 @@ class Optimizers:
             self._primary = None
 
     def begin(self, optimizer: Any, now: float, check: Any) -> None:
+        # the steady step does this and end()'s pop in place (native/steady.cpp)
         self.open[id(optimizer)] = (now, check)
 
     def end(self, optimizer: Any, now: float) -> tuple[float, Any]:

@@ -33,6 +33,8 @@ class StepState:
     grad_enabled: bool | None = None  # grad mode at the step's first model call
 
     def __init__(self, start: float | None) -> None:
+        # native/steady.cpp's new_state makes the same five attributes without this call
+        # (test_steady_step.py compares the two)
         self.start = start  # None until the first step's first activity
         self.phases = dict.fromkeys(PHASES, 0.0)  # seconds per python.steps phase column
         self.losses: list[Any] = []  # losses backward() ran on outside optimizer.step()
