@@ -14,12 +14,13 @@ import cProfile
 import io
 import pstats
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch
-from _interleave import interleave, plain
+from _interleave import interleave, median_interval, plain
 from _models import tiny_step, transformer_step
 from _probe import bench_probe, recording
 
@@ -40,12 +41,22 @@ def main() -> None:
 
     torch.zeros(1, device="cuda")  # CUDA initialized, the model on the CPU
     tiny = tiny_step()
+    # 8 blocks gave anything from 2 to 110 us on a lent H100 machine (docs/benchmarks.md,
+    # "Third GPU session"): 24, with the ratio's interval printed beside it
+    ratios: dict[str, list[float]] = {}
     t = interleave(
-        tiny, {"plain": plain, "telemetry": lambda: recording(probe, trace_every=0)}, 8, 300
+        tiny,
+        {"plain": plain, "telemetry": lambda: recording(probe, trace_every=0)},
+        24,
+        300,
+        ratios=ratios,
+        clock=time.thread_time,
     )
     fixed = (t["telemetry"] - t["plain"]) * 1e6
+    low, high = median_interval(ratios["telemetry"])
     print(f"tiny CPU model beside an initialized GPU: plain {t['plain'] * 1e6:.0f} us, ", end="")
-    print(f"fixed cost {fixed:.1f} us")
+    print(f"fixed cost {fixed:.1f} us (ratio {t['telemetry'] / t['plain']:.3f}, ", end="")
+    print(f"95% interval {low:.3f}-{high:.3f})")
 
     for batch, seq in SIZES:
         step = transformer_step(batch=batch, seq=seq, device="cuda")
