@@ -98,7 +98,7 @@ struct Steady {
   PyObject* switch_;       // the Recorder's Switch
   PyObject* updates;       // the Recorder's Updates (the general way of optimizer.step())
   PyObject* sum;           // builtins.sum: the losses' mean as Python adds them
-  PyObject* zero_phases;   // dict.fromkeys(PHASES, 0.0): a new StepState's phases are its copy
+  PyObject* zero_phases;   // phases.zero(): a new StepState's phases are its copy
   long long limit;         // gradient elements squares_of_groups reads (gradients.NATIVE_MAX)
   Py_ssize_t tape_limit;   // model calls kept for a NaN replay (step.TAPE_LIMIT)
   long long steps;         // steps ended here
@@ -422,6 +422,17 @@ int backward_done(Steady* s) {
   return out;
 }
 
+// Optimizers.open, the updates in progress (id -> (began, check)): a new reference to the
+// dict, or nullptr with an error set.
+PyObject* open_updates(Steady* s) {
+  PyObject* open = get(s->optimizers, name.open);
+  if (open != nullptr && !PyDict_Check(open)) {
+    PyErr_SetString(PyExc_TypeError, "Optimizers.open is not a dict");
+    Py_CLEAR(open);
+  }
+  return open;
+}
+
 // The primary's optimizer.step() begins (Updates.begin): its gradient norm, from the norm
 // clip_grad_norm_ returned or read in C++ from its param_groups; the optimizer phase opens.
 int optimizer_pre(Steady* s, PyObject* optimizer) {
@@ -472,13 +483,10 @@ int optimizer_pre(Steady* s, PyObject* optimizer) {
            set(s->optimizers, name.closure_checked, Py_False) &&
            set(state, name.grad_norm, norm) && set(state, name.grad_norm_value, value_obj);
     if (done) {  // Optimizers.begin(optimizer, now, None): open[id(optimizer)] = (now, None)
-      PyObject* open = get(s->optimizers, name.open);
+      PyObject* open = open_updates(s);
       PyObject* key = open == nullptr ? nullptr : PyLong_FromVoidPtr(optimizer);
       PyObject* opened = key == nullptr ? nullptr : Py_BuildValue("(dO)", now, Py_None);
-      done = opened != nullptr && PyDict_Check(open) && PyDict_SetItem(open, key, opened) == 0;
-      if (opened != nullptr && !PyDict_Check(open)) {
-        PyErr_SetString(PyExc_TypeError, "Optimizers.open is not a dict");
-      }
+      done = opened != nullptr && PyDict_SetItem(open, key, opened) == 0;
       Py_XDECREF(opened);
       Py_XDECREF(key);
       Py_XDECREF(open);
@@ -616,17 +624,15 @@ PyObject* step_row(Steady* s, PyObject* state, PyObject* optimizer, double end, 
 // Optimizers.end(optimizer, now) for the primary of a steady step: open.pop(id(optimizer),
 // (now, None)) (its `_fresh` is empty while there is one optimizer).
 PyObject* end_update(Steady* s, PyObject* optimizer, PyObject* now) {
-  PyObject* open = get(s->optimizers, name.open);
+  PyObject* open = open_updates(s);
   if (open == nullptr) return nullptr;
-  PyObject* key = PyDict_Check(open) ? PyLong_FromVoidPtr(optimizer) : nullptr;
+  PyObject* key = PyLong_FromVoidPtr(optimizer);
   PyObject* out = key == nullptr ? nullptr : PyDict_GetItemWithError(open, key);  // borrowed
   if (out != nullptr) {
     Py_INCREF(out);
     if (PyDict_DelItem(open, key) != 0) Py_CLEAR(out);
   } else if (key != nullptr && !PyErr_Occurred()) {
     out = PyTuple_Pack(2, now, Py_None);
-  } else if (!PyErr_Occurred()) {
-    PyErr_SetString(PyExc_TypeError, "Optimizers.open is not a dict");
   }
   Py_XDECREF(key);
   Py_DECREF(open);
@@ -1235,17 +1241,9 @@ PyObject* make(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
   Py_XDECREF(tape);
   s->steps = 0;
   s->optimizer_calls = 0;
-  PyObject* phases = PyObject_GetAttrString(parts, "phases");  // PHASES, in the columns' order
-  s->zero_phases = phases == nullptr ? nullptr : PyDict_New();
-  for (Py_ssize_t k = 0; s->zero_phases != nullptr && PyTuple_Check(phases) &&
-                         k < PyTuple_GET_SIZE(phases); ++k) {
-    PyObject* zero = PyFloat_FromDouble(0.0);
-    if (zero == nullptr || PyDict_SetItem(s->zero_phases, PyTuple_GET_ITEM(phases, k), zero)) {
-      Py_CLEAR(s->zero_phases);
-    }
-    Py_XDECREF(zero);
-  }
-  Py_XDECREF(phases);
+  PyObject* zero = PyObject_GetAttrString(parts, "zero_phases");  // phases.zero
+  s->zero_phases = zero == nullptr ? nullptr : PyObject_CallNoArgs(zero);
+  Py_XDECREF(zero);
   if (PyErr_Occurred() || s->sum == nullptr || s->zero_phases == nullptr) {
     if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "builtins.sum is missing");
     Py_DECREF(s);
@@ -1263,7 +1261,9 @@ PyObject* make(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
                                                 &PyTuple_Type)
                           ? "row_type is not a tuple type"
                       : !same ? "row_type is not python.steps' row (steps_layout.h)"
-                      : PyDict_GET_SIZE(s->zero_phases) != td::kPhaseOptimizer + 1 ? "Parts.phases is not the five phases"
+                      : !PyDict_Check(s->zero_phases) ||
+                              PyDict_GET_SIZE(s->zero_phases) != td::kPhaseOptimizer + 1
+                          ? "Parts.zero_phases did not make the five phases"
                               : nullptr;
   if (wrong != nullptr) {
     PyErr_SetString(PyExc_TypeError, wrong);

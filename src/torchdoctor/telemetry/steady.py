@@ -26,7 +26,7 @@ from torchdoctor import native
 from torchdoctor.telemetry.gradients import NATIVE_MAX
 from torchdoctor.telemetry.invisible import export_flags
 from torchdoctor.telemetry.optimizers import learning_rate
-from torchdoctor.telemetry.phases import PHASES
+from torchdoctor.telemetry.phases import zero
 from torchdoctor.telemetry.step import TAPE_LIMIT, StepState, any_autocast, autocast_now
 from torchdoctor.telemetry.step_rows import StepRow
 from torchdoctor.telemetry.updates import OPTIMIZER  # the mode in which a step can be steady
@@ -39,7 +39,7 @@ class Parts:
 
     row_type: type = StepRow  # python.steps' row (steady.cpp checks its columns)
     state_type: type = StepState  # the next step's state
-    phases: tuple[str, ...] = PHASES  # its phases' keys, in the columns' order
+    zero_phases: Any = zero  # a new step's phases dict (copied for each next StepState)
     after: Any = None  # whether the next step is steady (this module's after)
     learning_rate: Any = learning_rate  # a learning rate that is not a float
     autocast_now: Any = autocast_now  # the autocast contexts, where one is on

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from torchdoctor.native import scalar_value as _scalar
-from torchdoctor.telemetry.phases import PHASES
+from torchdoctor.telemetry.phases import zero
 
 TAPE_LIMIT = 8  # root-module calls kept per step for a NaN replay
 any_autocast = getattr(torch._C, "_is_any_autocast_enabled", None)  # torch 2.4 on
@@ -36,7 +36,7 @@ class StepState:
         # native/steady.cpp's new_state makes the same five attributes without this call
         # (test_steady_step.py compares the two)
         self.start = start  # None until the first step's first activity
-        self.phases = dict.fromkeys(PHASES, 0.0)  # seconds per python.steps phase column
+        self.phases = zero()  # seconds per python.steps phase column
         self.losses: list[Any] = []  # losses backward() ran on outside optimizer.step()
         self.closure_losses: list[Any] = []  # ... inside it (an LBFGS closure)
         self.tape: list[tuple[Any, tuple[Any, ...], dict[str, Any]]] = []  # model calls
