@@ -35,9 +35,12 @@ def test_explain_reads_a_live_torchrun_log(env: dict[str, str], tmp_path: Path) 
 @pytest.mark.slow
 def test_explain_names_the_rank_gloo_aborted(env: dict[str, str], tmp_path: Path) -> None:
     # Rank 1 all-reduces 64 elements, rank 0 one: gloo aborts rank 0 (SIGABRT, no prefixed
-    # line of its own) and rank 1 loses its peer. The answer is rank 0's abort.
+    # line of its own) and rank 1 loses its peer. The answer is rank 0's abort. The agent looks
+    # at its workers every 0.1 s by default and then ends rank 1, sometimes before rank 1 has
+    # printed the error it got: every 3 s lets rank 1 print it and exit on its own.
     torchrun = Path(sys.executable).with_name("torchrun")
     cmd = [str(torchrun), "--nproc_per_node=2", f"--master_port={free_port()}"]
+    cmd += ["--monitor-interval=3"]
     cmd += [script("dist_rank_fails.py"), "sizes"]
     job = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     log = job.stdout + job.stderr
