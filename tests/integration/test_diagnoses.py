@@ -241,3 +241,57 @@ def test_diagnoses_verb_on_a_saved_run(finished) -> None:  # type: ignore[no-unt
     assert "[error] nan at step 9 in head" in out.stdout and "1. " in out.stdout
     records = json.loads(td("diagnoses", run_dir, "--format", "json").stdout)
     assert records[0]["evidence"]["op"] == "torch.log"
+
+
+# what the summary and `diagnoses` say where no step was recorded (docs/cli.md)
+NOTHING_JUDGED = "nothing judged: the training diagnoses need recorded steps"
+
+
+def test_a_run_without_steps_is_never_called_free_of_problems(  # type: ignore[no-untyped-def]
+    tmp_path: Path, uncompiled
+) -> None:
+    # Inference only: no step, so no diagnosis of training ran. The summary and `diagnoses`
+    # say that nothing was judged, not "no problems found"; the JSON is the empty list.
+    inference = tmp_path / "inference.py"
+    inference.write_text(
+        "import torch\nmodel = torch.nn.Linear(4, 2)\n"
+        "with torch.no_grad():\n    print(model(torch.ones(3, 4)).shape)\n"
+    )
+    run_dir = tmp_path / "run"
+    run = td("run", "--run-dir", run_dir, inference, cwd=tmp_path)
+    assert run.returncode == 0 and "torch.Size([3, 2])" in run.stdout, run
+    assert "no training step was seen" in run.stderr, run.stderr
+    assert NOTHING_JUDGED in run.stderr and "no problems found" not in run.stderr
+    out = td("diagnoses", run_dir)
+    assert (out.returncode, out.stdout.strip()) == (0, NOTHING_JUDGED), out
+    assert json.loads(td("diagnoses", run_dir, "--format", "json").stdout) == []
+    page = tmp_path / "report.html"
+    assert td("report", run_dir, "-o", page).returncode == 0
+    assert f"{NOTHING_JUDGED.capitalize()}." in page.read_text()
+    assert "No problems found" not in page.read_text()
+
+
+def test_a_live_process_without_steps_is_never_called_free_of_problems(  # type: ignore[no-untyped-def]
+    tmp_path: Path, sockets: Path, monkeypatch: pytest.MonkeyPatch, uncompiled
+) -> None:
+    # This process is the live one: its endpoint answers `torchdoctor PID diagnoses` before
+    # its first step (nothing judged) and after it (no problems found).
+    import os
+
+    import torch
+
+    import torchdoctor
+
+    monkeypatch.setenv("TORCHDOCTOR_SOCKET_DIR", str(sockets))
+    ask = [str(os.getpid()), "diagnoses"]
+    with torchdoctor.Session(tmp_path / "run", quiet=True):
+        before = td(*ask)
+        model = torch.nn.Linear(4, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(2):
+            optimizer.zero_grad()
+            model(torch.ones(2, 4)).sum().backward()
+            optimizer.step()
+        after = td(*ask)
+    assert (before.returncode, before.stdout.strip()) == (0, NOTHING_JUDGED), before
+    assert (after.returncode, after.stdout.strip()) == (0, "no problems found"), after

@@ -143,4 +143,5 @@ def test_an_empty_run_still_renders(tmp_path: Path) -> None:
     assert d.summary == Summary(0)
     assert json.loads(dumps(d))["summary"] == {"steps": 0}
     page = html.render(d)
-    assert "Nothing was recorded for this chart." in page and "No problems found." in page
+    assert "Nothing was recorded for this chart." in page and "No problems found." not in page
+    assert "Nothing judged: the training diagnoses need recorded steps." in page  # no step

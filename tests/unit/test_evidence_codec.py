@@ -87,6 +87,18 @@ def test_the_renderers_print_findings_read_back() -> None:
     assert renderer.of("text").render([]) == "no problems found"
 
 
+def test_no_finding_over_no_step_is_said_to_be_unjudged() -> None:
+    nothing = "nothing judged: the training diagnoses need recorded steps"
+    for fmt in ("text", "markdown"):
+        assert renderer.render_judged(renderer.of(fmt), [], steps=0) == nothing
+    assert renderer.render_judged(renderer.JobTextRenderer(), [], steps=0) == nothing
+    assert renderer.render_judged(renderer.of("json"), [], steps=0) == "[]"
+    assert renderer.render_judged(renderer.of("text"), [], steps=3) == "no problems found"
+    found = [Finding.of(d) for d in _saved_findings()[:1]]  # found before any step: shown
+    text = renderer.of("text")
+    assert renderer.render_judged(text, found, steps=0) == text.render(found)
+
+
 def test_the_one_encoder_takes_what_json_has_no_form_for() -> None:
     # The C encoder's answer where it has one; the careful pass for non-finite floats and keys.
     assert dumps({"a": [1, 2.5, None, True]}) == json.dumps({"a": [1, 2.5, None, True]})

@@ -82,3 +82,11 @@ def test_an_empty_per_module_chart_says_why() -> None:
     assert "torch.compile" in _heatmap_note(empty_heat, "compile")
     assert "ended before step 1" in _modules_note(empty_modules, "short")
     assert "--trace-every 0" in _heatmap_note(empty_heat, "off")
+
+
+def test_a_run_without_steps_is_never_called_free_of_problems() -> None:
+    # Nothing was judged: the summary says so rather than "no problems found" over the gap.
+    text = render_summary(RunSummary(steps=0, run_dir="RUN"))
+    assert "no training step was seen" in text and "no problems found" not in text
+    assert "  nothing judged: the training diagnoses need recorded steps" in text
+    assert "  no problems found" in _summary(forward=0.5, backward=0.5)

@@ -173,11 +173,15 @@ class TorchdoctorMagics(Magics):
         formats.add(parser, formats.REPORT)
         args = parser.parse_args(shlex.split(rest))
         if args.run_dir is not None:
-            rows = _saved(args.run_dir).block("diagnoses").to_records()
+            run = _saved(args.run_dir)
+            rows, steps = run.block("diagnoses").to_records(), run.block("steps").rows
         else:
-            result = _live().sql.execute("SELECT * FROM python.diagnoses ORDER BY time")
+            sql = _live().sql
+            result = sql.execute("SELECT * FROM python.diagnoses ORDER BY time")
             rows = [dict(zip(result.columns, row, strict=True)) for row in result.rows]
-        print(renderer.of(args.format).render([Finding.from_row(r) for r in rows]))
+            steps = int(sql.execute("SELECT count(*) FROM python.steps").rows[0][0])
+        findings = [Finding.from_row(r) for r in rows]
+        print(renderer.render_judged(renderer.of(args.format), findings, steps))
 
     def _query(self, rest: str, cell: str | None = None) -> None:
         fmt, run_dir, sql = _split_query(rest)

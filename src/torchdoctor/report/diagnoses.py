@@ -23,6 +23,11 @@ _SKIP = {
 }
 
 
+# Said instead of "no problems found" where no step was recorded: the diagnoses of training
+# read steps, so nothing was judged (the end-of-run summary, `diagnoses` of a run or process).
+NOTHING_JUDGED = "nothing judged: the training diagnoses need recorded steps"
+
+
 def render_full(findings: Sequence[Finding]) -> str:
     """The findings as the story they tell: the latest row of each finding (a later row is its
     state: a rise in severity, a link to its cause, resolved), a chain of one cause in order,

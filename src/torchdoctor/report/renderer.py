@@ -12,7 +12,7 @@ from typing import ClassVar
 from torchdoctor._json import dumps
 from torchdoctor.diagnose.record import Finding
 from torchdoctor.report.cluster import render_diagnoses
-from torchdoctor.report.diagnoses import block, render_full
+from torchdoctor.report.diagnoses import NOTHING_JUDGED, block, render_full
 
 
 class Renderer(abc.ABC):
@@ -73,3 +73,12 @@ RENDERERS: dict[str, type[Renderer]] = {
 def of(fmt: str) -> Renderer:
     """The renderer of a `--format` choice."""
     return RENDERERS[fmt]()
+
+
+def render_judged(renderer: Renderer, findings: Sequence[Finding], steps: int) -> str:
+    """The findings of a run, job or process that recorded `steps` steps. None found over no
+    step is a gap, not a clean bill: people are told nothing was judged (JSON stays the list,
+    empty)."""
+    if not findings and not steps and renderer.name != "json":
+        return NOTHING_JUDGED
+    return renderer.render(findings)

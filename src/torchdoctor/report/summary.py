@@ -8,6 +8,7 @@ from torchdoctor.diagnose.record import Diagnosis
 from torchdoctor.diagnose.story import chains
 from torchdoctor.digest.time_split import LABELS, shown
 from torchdoctor.report.alerts import headline, render_alert
+from torchdoctor.report.diagnoses import NOTHING_JUDGED
 from torchdoctor.telemetry.run_summary import RunSummary
 
 
@@ -45,6 +46,8 @@ def render_summary(summary: RunSummary) -> str:
         lines += ["  " + line for line in story_lines(found, summary.printed)]
     elif summary.crashed:
         lines.append("  the script crashed: see the error above")  # never "no problems found"
+    elif not steps:  # the diagnoses of training read steps: nothing was judged, say so
+        lines.append(f"  {NOTHING_JUDGED}")
     else:
         lines.append("  no problems found")
     lines.append(f"  run directory: {summary.run_dir}")

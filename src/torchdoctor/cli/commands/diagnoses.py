@@ -32,13 +32,14 @@ def main(args: Any, ctx: Any) -> int:
         from torchdoctor.store.saved import JobRun
 
         run = open_saved(args.source, ctx)
+        steps = run.block("steps").rows
         if isinstance(run, JobRun):
             findings = _job_findings(run)
-            if args.format != "json":
-                ctx.print(renderer.JobTextRenderer().render(findings))
-                return OK
-        else:
-            findings = [Finding.from_row(r) for r in run.block("diagnoses").to_records()]
+            text = args.format != "json"
+            shown = renderer.JobTextRenderer() if text else renderer.of(args.format)
+            ctx.print(renderer.render_judged(shown, findings, steps))
+            return OK
+        findings = [Finding.from_row(r) for r in run.block("diagnoses").to_records()]
     else:
         status, payload = ctx.client().request("GET", "/v1/diagnoses")
         if status != 200:
@@ -46,8 +47,20 @@ def main(args: Any, ctx: Any) -> int:
             return TARGET_ERROR
         rows = [dict(zip(payload["columns"], row, strict=True)) for row in payload["rows"]]
         findings = [Finding.from_row(r) for r in rows]
-    ctx.print(renderer.of(args.format).render(findings))
+        steps = 1 if findings or args.format == "json" else _live_steps(ctx)
+    ctx.print(renderer.render_judged(renderer.of(args.format), findings, steps))
     return OK
+
+
+def _live_steps(ctx: Any) -> int:
+    """The steps a live process has recorded (taken as some where the query fails: its
+    findings are then shown as they are)."""
+    status, payload = ctx.client().request(
+        "POST", "/v1/query", {"sql": "SELECT count(*) AS n FROM python.steps"}
+    )
+    if status != 200 or not payload.get("rows"):
+        return 1
+    return int(payload["rows"][0][0])
 
 
 def _job_findings(run: Any) -> list[Finding]:
