@@ -6,6 +6,7 @@ read back print the same through the Renderer interface as their rows say."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from torchdoctor._json import dumps
@@ -89,14 +90,22 @@ def test_the_renderers_print_findings_read_back() -> None:
 
 def test_no_finding_over_no_step_is_said_to_be_unjudged() -> None:
     nothing = "nothing judged: the training diagnoses need recorded steps"
+    asked: list[int] = []
+
+    def steps(n: int) -> Callable[[], int]:
+        return lambda: asked.append(n) or n
+
     for fmt in ("text", "markdown"):
-        assert renderer.render_judged(renderer.of(fmt), [], steps=0) == nothing
-    assert renderer.render_judged(renderer.JobTextRenderer(), [], steps=0) == nothing
-    assert renderer.render_judged(renderer.of("json"), [], steps=0) == "[]"
-    assert renderer.render_judged(renderer.of("text"), [], steps=3) == "no problems found"
-    found = [Finding.of(d) for d in _saved_findings()[:1]]  # found before any step: shown
+        assert renderer.render_judged(renderer.of(fmt), [], steps(0)) == nothing
+    assert renderer.render_judged(renderer.JobTextRenderer(), [], steps(0)) == nothing
+    assert renderer.render_judged(renderer.of("text"), [], steps(3)) == "no problems found"
+    assert asked == [0, 0, 0, 3]
+    # JSON, and findings (made before any step: shown), never ask for the steps
+    assert renderer.render_judged(renderer.of("json"), [], steps(0)) == "[]"
+    found = [Finding.of(d) for d in _saved_findings()[:1]]
     text = renderer.of("text")
-    assert renderer.render_judged(text, found, steps=0) == text.render(found)
+    assert renderer.render_judged(text, found, steps(0)) == text.render(found)
+    assert asked == [0, 0, 0, 3]
 
 
 def test_the_one_encoder_takes_what_json_has_no_form_for() -> None:

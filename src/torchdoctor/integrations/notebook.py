@@ -174,12 +174,18 @@ class TorchdoctorMagics(Magics):
         args = parser.parse_args(shlex.split(rest))
         if args.run_dir is not None:
             run = _saved(args.run_dir)
-            rows, steps = run.block("diagnoses").to_records(), run.block("steps").rows
+            rows = run.block("diagnoses").to_records()
+
+            def steps() -> int:
+                return int(run.block("steps").rows)
         else:
             sql = _live().sql
             result = sql.execute("SELECT * FROM python.diagnoses ORDER BY time")
             rows = [dict(zip(result.columns, row, strict=True)) for row in result.rows]
-            steps = int(sql.execute("SELECT count(*) FROM python.steps").rows[0][0])
+
+            def steps() -> int:
+                return int(sql.execute("SELECT count(*) FROM python.steps").rows[0][0])
+
         findings = [Finding.from_row(r) for r in rows]
         print(renderer.render_judged(renderer.of(args.format), findings, steps))
 

@@ -6,7 +6,7 @@ and a line in RENDERERS."""
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import ClassVar
 
 from torchdoctor._json import dumps
@@ -75,10 +75,10 @@ def of(fmt: str) -> Renderer:
     return RENDERERS[fmt]()
 
 
-def render_judged(renderer: Renderer, findings: Sequence[Finding], steps: int) -> str:
-    """The findings of a run, job or process that recorded `steps` steps. None found over no
-    step is a gap, not a clean bill: people are told nothing was judged (JSON stays the list,
-    empty)."""
-    if not findings and not steps and renderer.name != "json":
+def render_judged(renderer: Renderer, findings: Sequence[Finding], steps: Callable[[], int]) -> str:
+    """The findings of a run, job or process; `steps()` counts its recorded steps, asked only
+    where nothing was found. None found over no step is a gap, not a clean bill: people are
+    told nothing was judged (JSON stays the list, empty)."""
+    if not findings and renderer.name != "json" and not steps():
         return NOTHING_JUDGED
     return renderer.render(findings)

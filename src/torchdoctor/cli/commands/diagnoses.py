@@ -32,7 +32,10 @@ def main(args: Any, ctx: Any) -> int:
         from torchdoctor.store.saved import JobRun
 
         run = open_saved(args.source, ctx)
-        steps = run.block("steps").rows
+
+        def steps() -> int:
+            return run.block("steps").rows
+
         if isinstance(run, JobRun):
             findings = _job_findings(run)
             text = args.format != "json"
@@ -47,7 +50,10 @@ def main(args: Any, ctx: Any) -> int:
             return TARGET_ERROR
         rows = [dict(zip(payload["columns"], row, strict=True)) for row in payload["rows"]]
         findings = [Finding.from_row(r) for r in rows]
-        steps = 1 if findings or args.format == "json" else _live_steps(ctx)
+
+        def steps() -> int:
+            return _live_steps(ctx)
+
     ctx.print(renderer.render_judged(renderer.of(args.format), findings, steps))
     return OK
 
