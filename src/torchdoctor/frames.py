@@ -10,7 +10,10 @@ from __future__ import annotations
 import os
 import sys
 import sysconfig
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from types import FrameType
 
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 DEMOS_DIR = os.path.join(PACKAGE_DIR, "demos") + os.sep
@@ -65,7 +68,7 @@ def file_kind(path: str) -> int:
     return kind
 
 
-def user_frame(frame: Any) -> Any:
+def user_frame(frame: FrameType | None) -> FrameType | None:
     """The innermost frame from `frame` outwards that runs the user's code; failing that, the
     innermost one that is at least not torch's or torchdoctor's (a trainer library's line).
     Called on the hot path (every backward()): the test is cached per file."""
@@ -84,7 +87,7 @@ def user_frame(frame: Any) -> Any:
     return fallback
 
 
-def caller_frame(frame: Any) -> tuple[Any, bool]:
+def caller_frame(frame: FrameType | None) -> tuple[FrameType | None, bool]:
     """(the innermost frame from `frame` outwards that is not torch's, torchdoctor's or
     generated: the code that called into torch; whether it is the user's code) or (None,
     False). Called on the hot path (every backward()): cached per file, and it stops at the
@@ -102,7 +105,7 @@ def caller_frame(frame: Any) -> tuple[Any, bool]:
     return None, False
 
 
-def site(frame: Any) -> str | None:
+def site(frame: FrameType | None) -> str | None:
     return f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else None
 
 

@@ -27,6 +27,7 @@ from torchdoctor._failsafe import Switch
 from torchdoctor.native import layout
 from torchdoctor.store import journal
 from torchdoctor.store.schema import COLLECTIVES
+from torchdoctor.store.tables import Tables
 from torchdoctor.telemetry import collectives, collectives_native
 from torchdoctor.telemetry.c10d_ops import group_facts
 from torchdoctor.telemetry.patches import Hooks
@@ -150,9 +151,8 @@ class Run:
     """The Recorder's side that collective tracing reads: the table, the step, the switch."""
 
     def __init__(self, directory: Path) -> None:
-        table = journal.JournalTable(COLLECTIVES)
-        table.attach(lambda: directory)
-        self.tables = {"collectives": table}
+        self.tables = Tables()  # the process's tables, as the Recorder holds them
+        self.tables.journal("collectives").attach(lambda: directory)
         self.step = 7
         self.rank = 0
         self.switch = Switch("telemetry")

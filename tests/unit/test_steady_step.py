@@ -202,6 +202,22 @@ def test_the_loss_line_follows_the_line_that_called_backward() -> None:
     assert again == [(__file__, here + 3)] * 2
 
 
+def test_code_walked_before_from_a_deeper_stack_is_walked_again() -> None:
+    # The cached walk says the caller was `up` frames above this code; called now from a
+    # stack with fewer frames than that, the walk is taken afresh (it once ran off the top).
+    from torchdoctor.telemetry.model_roots import ModelRoots
+    from torchdoctor.telemetry.models import Models
+
+    roots = ModelRoots(Models(), {}, lambda kind, data: None)
+
+    def backward_here() -> tuple[str, int] | None:
+        return roots.loss_site(sys._getframe())
+
+    code = backward_here.__code__
+    roots.last_walk = (code, 10_000, code, True, -1, None)
+    assert backward_here() == (__file__, code.co_firstlineno + 1)
+
+
 def test_what_the_compiled_handlers_use_is_on_a_real_recorder(tmp_path: Path) -> None:
     # steady.cpp reads and writes the Recorder's parts by name: each name must be there
     with torchdoctor.Session(tmp_path, quiet=True) as session:

@@ -12,6 +12,7 @@ from types import ModuleType
 from typing import Any
 
 from torchdoctor._version import __version__
+from torchdoctor.cli.context import Context
 from torchdoctor.cli.errors import OK, USAGE, CliError
 from torchdoctor.report import formats
 
@@ -55,32 +56,6 @@ left out. Verbs:
 Exit codes: 0 success, 1 the target reported an error, 2 usage or connection error.
 `torchdoctor VERB --help` tells more about a verb.
 """
-
-
-class Context:
-    """What every verb gets besides its own arguments."""
-
-    def __init__(self, endpoint: str | None, token: str | None, timeout: float | None) -> None:
-        self.endpoint = endpoint
-        self.token = token
-        self.timeout = timeout
-        self.out = sys.stdout
-        self.err = sys.stderr
-
-    def client(self) -> Any:
-        from torchdoctor.cli.client import DEFAULT_TIMEOUT, ProbeClient
-        from torchdoctor.cli.endpoint import resolve
-
-        # --timeout bounds the work in the target (a query's time limit); the answer may take
-        # a little longer to arrive.
-        wait = (self.timeout + 5.0) if self.timeout else DEFAULT_TIMEOUT
-        return ProbeClient(resolve(self.endpoint, self.token), wait)
-
-    def print(self, text: str = "") -> None:
-        print(text, file=self.out)
-
-    def warn(self, text: str) -> None:
-        print(text, file=self.err)
 
 
 def command(name: str) -> ModuleType:

@@ -15,7 +15,10 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from torchdoctor.telemetry.recorder import Recorder
 
 ENV = "TORCHDOCTOR_RECIPE"
 
@@ -98,7 +101,7 @@ def child(argv: list[str]) -> int:
     return 130 if outcome.interrupted else 0
 
 
-def _mode(spec: dict[str, Any], recorder: Any, torch: Any) -> Any:
+def _mode(spec: dict[str, Any], recorder: Recorder, torch: Any) -> Any:
     if spec["kind"] == "overfit":
         from torchdoctor.recipes.overfit import OverfitMode
 

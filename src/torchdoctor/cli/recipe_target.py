@@ -56,7 +56,7 @@ def _check_compiles(path: str, verb: str) -> None:
         raise CliError(f"{verb}: {path!r} is not a Python script: {exc}") from None
 
 
-def target_argv(args: Any) -> list[str]:
+def target_argv(args: argparse.Namespace) -> list[str]:
     if args.module is not None:
         return ["-m", args.module, *args.args]
     return [args.script, *args.args]

@@ -12,9 +12,12 @@ import os
 import stat
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchdoctor.cli.errors import CliError
+
+if TYPE_CHECKING:
+    from torchdoctor.cli.context import Context
 
 Execute = Callable[[str], tuple[list[str], list[Any]]]
 
@@ -52,7 +55,7 @@ def is_endpoint(text: str) -> bool:
     return bool(sep and host and port.isdigit())
 
 
-def open_source(text: str, ctx: Any, token: str | None = None) -> RunSource:
+def open_source(text: str, ctx: Context, token: str | None = None) -> RunSource:
     """A saved run or job directory, or (for a pid, socket or HOST:PORT) a live process."""
     if is_endpoint(text):
         from torchdoctor.cli.client import DEFAULT_TIMEOUT, ProbeClient
@@ -63,7 +66,7 @@ def open_source(text: str, ctx: Any, token: str | None = None) -> RunSource:
     return saved(text, ctx)
 
 
-def saved(source: str, ctx: Any) -> RunSource:
+def saved(source: str, ctx: Context) -> RunSource:
     from torchdoctor.cli.saved import open_saved
     from torchdoctor.sql.engine import SqlEngine, SqlError
     from torchdoctor.store.saved import RunNotFound
@@ -96,7 +99,7 @@ def saved(source: str, ctx: Any) -> RunSource:
     return RunSource(source, execute, meta, list(run.warnings), run, run_dir)
 
 
-def live(client: Any, ctx: Any, label: str | None = None) -> RunSource:
+def live(client: Any, ctx: Context, label: str | None = None) -> RunSource:
     from torchdoctor.store import rundir
 
     _status, meta = client.request("GET", "/v1/status")

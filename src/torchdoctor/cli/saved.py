@@ -3,13 +3,16 @@ cannot be read into a usage error (exit 2) and says what was left out of a job."
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from torchdoctor.cli.errors import CliError
 from torchdoctor.store.saved import JobRun, RunNotFound, SavedRun, open_run
 
+if TYPE_CHECKING:
+    from torchdoctor.cli.context import Context
 
-def open_saved(source: str, ctx: Any) -> SavedRun | JobRun:
+
+def open_saved(source: str, ctx: Context) -> SavedRun | JobRun:
     try:
         run = open_run(source)
     except RunNotFound as exc:
@@ -19,6 +22,6 @@ def open_saved(source: str, ctx: Any) -> SavedRun | JobRun:
     return run
 
 
-def warn_truncated(run: SavedRun | JobRun, ctx: Any) -> None:
+def warn_truncated(run: SavedRun | JobRun, ctx: Context) -> None:
     for name in run.truncated:
         ctx.warn(f"torchdoctor: {name}: the last batch was cut short (killed run?) and skipped")

@@ -19,9 +19,12 @@ from __future__ import annotations
 import dataclasses
 import sys
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchdoctor.frames import is_user_file, short_path
+
+if TYPE_CHECKING:
+    from types import FrameType
 
 EVAL_FILENAME = "<torchdoctor-eval>"
 
@@ -35,7 +38,7 @@ class UserFrame:
     func: str
     file: str
     line: int
-    frame: Any  # the live frame object; dropped by Scope.release()
+    frame: FrameType  # the live frame object; dropped by Scope.release()
 
     @property
     def label(self) -> str:

@@ -17,7 +17,7 @@ import os
 import secrets
 import socket
 from http.server import HTTPServer
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
 
 import numpy as np
@@ -33,6 +33,9 @@ from torchdoctor.report.prometheus import CONTENT_TYPE, render
 from torchdoctor.store import rundir
 from torchdoctor.store.columns import Block
 from torchdoctor.store.schema import BY_NAME, STEP_PHASES
+
+if TYPE_CHECKING:
+    from torchdoctor.store.tables import Tables
 
 PHASES = STEP_PHASES
 # (column of python.steps, metric name, help) for the latest step's gauges
@@ -78,7 +81,7 @@ class Source(Protocol):
 class LiveTables:
     """The stored tables of this process, read off the training thread, block by block."""
 
-    def __init__(self, tables: Any) -> None:
+    def __init__(self, tables: Tables) -> None:
         self.tables = tables
 
     def block(self, name: str) -> Block:

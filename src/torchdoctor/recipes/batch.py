@@ -18,9 +18,12 @@ from __future__ import annotations
 
 import copy
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchdoctor.telemetry.invisible import compiling
+
+if TYPE_CHECKING:
+    from torchdoctor.telemetry.patches import Hooks
 
 CAPTURE, DATALOADER, CALLS, NONE = "capture", "dataloader", "calls", "none"
 
@@ -64,7 +67,7 @@ def merge(current: Any, kept: Any) -> Any:
 
 
 class BatchReplay:
-    def __init__(self, torch: Any, hooks: Any, depth: Any) -> None:
+    def __init__(self, torch: Any, hooks: Hooks, depth: Any) -> None:
         self.phase = CAPTURE
         self.thread = threading.main_thread().ident
         self._fetched: tuple[Any, Any] | None = None  # (dataset, deep copy of the batch)
@@ -81,7 +84,7 @@ class BatchReplay:
         self._patch_dataloader(torch, hooks)
 
     # -- DataLoader ---------------------------------------------------------------------------
-    def _patch_dataloader(self, torch: Any, hooks: Any) -> None:
+    def _patch_dataloader(self, torch: Any, hooks: Hooks) -> None:
         from torch.utils.data import dataloader as dl
 
         base = dl._BaseDataLoaderIter

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import functools
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchdoctor.telemetry.invisible import compiling
+
+if TYPE_CHECKING:
+    from torchdoctor.telemetry.patches import Hooks
 
 CLASSIFICATION = {
     "cross_entropy",
@@ -39,7 +42,7 @@ class LossCall:
 
 
 class LossWatch:
-    def __init__(self, torch: Any, hooks: Any, depth: Any, replay: Any) -> None:
+    def __init__(self, torch: Any, hooks: Hooks, depth: Any, replay: Any) -> None:
         self.torch = torch
         self.thread = threading.main_thread().ident
         self.last: LossCall | None = None  # the step's last loss call

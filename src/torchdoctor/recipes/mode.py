@@ -4,9 +4,12 @@ module calls (which calls are the model's, which a loss module's)."""
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchdoctor.telemetry.invisible import compiling
+
+if TYPE_CHECKING:
+    from torchdoctor.telemetry.patches import Hooks
 
 
 class StopTraining(BaseException):
@@ -18,7 +21,7 @@ class StopTraining(BaseException):
 class Depth:
     """Nesting of module calls on the training thread (global forward pre/post hooks)."""
 
-    def __init__(self, torch: Any, hooks: Any) -> None:
+    def __init__(self, torch: Any, hooks: Hooks) -> None:
         from torch.nn.modules.module import (
             register_module_forward_hook,
             register_module_forward_pre_hook,

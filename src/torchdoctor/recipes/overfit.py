@@ -6,7 +6,7 @@ After `steps` steps the script is stopped (StopTraining)."""
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchdoctor.recipes import verdict
 from torchdoctor.recipes.batch import NONE, BatchReplay
@@ -14,9 +14,13 @@ from torchdoctor.recipes.losses import LossWatch
 from torchdoctor.recipes.mode import Depth, StopTraining
 from torchdoctor.telemetry.patches import Hooks
 
+if TYPE_CHECKING:
+    from torchdoctor.telemetry.recorder import Recorder
+    from torchdoctor.telemetry.step import StepState
+
 
 class OverfitMode:
-    def __init__(self, recorder: Any, torch: Any, steps: int) -> None:
+    def __init__(self, recorder: Recorder, torch: Any, steps: int) -> None:
         self.rec = recorder
         self.torch = torch
         self.limit = steps
@@ -44,7 +48,7 @@ class OverfitMode:
         recorder.silent.batches_repeat_on_purpose()
 
     # -- every step -----------------------------------------------------------------------------
-    def _on_step(self, state: Any, step: int) -> None:
+    def _on_step(self, state: StepState, step: int) -> None:
         self.steps = step + 1
         losses = state.step_losses()
         self.series["loss"].append(_mean(losses))

@@ -13,9 +13,12 @@ import importlib.util
 import os
 import sys
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchdoctor.recipes.sites import user_site
+
+if TYPE_CHECKING:
+    from torchdoctor.telemetry.patches import Hooks
 
 PY_RANDOM = (
     "random", "uniform", "triangular", "randint", "randrange", "choice", "choices", "shuffle",
@@ -64,7 +67,7 @@ class Source:
 
 
 class Randomness:
-    def __init__(self, torch: Any, hooks: Any) -> None:
+    def __init__(self, torch: Any, hooks: Hooks) -> None:
         self.torch = torch
         self.thread = threading.main_thread().ident
         self.sources: dict[str, Source] = {}
@@ -108,7 +111,9 @@ class Randomness:
     def _mine(self) -> bool:
         return threading.get_ident() == self.thread
 
-    def _wrap_module(self, module: Any, name: str, functions: tuple[str, ...], hooks: Any) -> None:
+    def _wrap_module(
+        self, module: Any, name: str, functions: tuple[str, ...], hooks: Hooks
+    ) -> None:
         for fn_name in functions:
             original = getattr(module, fn_name, None)
             if original is None:
@@ -133,7 +138,7 @@ class Randomness:
         owner: Any,
         fn_name: str,
         sources: tuple[str, ...],
-        hooks: Any,
+        hooks: Hooks,
         none_unseeds: bool = False,
         unseeds: bool = False,
     ) -> None:
@@ -153,7 +158,7 @@ class Randomness:
 
         hooks.patch(owner, fn_name, seed)
 
-    def _patch_default_rng(self, np_random: Any, hooks: Any) -> None:
+    def _patch_default_rng(self, np_random: Any, hooks: Hooks) -> None:
         original = np_random.default_rng
         watch = self
 
@@ -172,7 +177,7 @@ class Randomness:
         hooks.patch(np_random, "default_rng", default_rng)
 
     # -- DataLoader workers --------------------------------------------------------------------
-    def _patch_workers(self, torch: Any, hooks: Any) -> None:
+    def _patch_workers(self, torch: Any, hooks: Hooks) -> None:
         loader_cls = torch.utils.data.DataLoader
         original = loader_cls.__dict__["_get_iterator"]
         watch = self

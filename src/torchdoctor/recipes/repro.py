@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchdoctor.recipes.digest import tensor_digest, value_digest
 from torchdoctor.recipes.mode import StopTraining
@@ -22,6 +22,10 @@ from torchdoctor.recipes.sites import skip_package, user_site
 from torchdoctor.telemetry.invisible import compiling
 from torchdoctor.telemetry.patches import Hooks
 
+if TYPE_CHECKING:
+    from torchdoctor.telemetry.recorder import Recorder
+    from torchdoctor.telemetry.step import StepState
+
 OPS_PER_STEP = 20000  # beyond it a step's ops are counted, not kept
 # uninitialised memory: its contents differ from run to run and mean nothing
 DATALOADER = "DataLoader"  # the "module" of ops run while a batch is fetched
@@ -29,7 +33,7 @@ UNINITIALISED = frozenset({"empty", "empty_like", "empty_strided", "new_empty"})
 
 
 class ReproMode:
-    def __init__(self, recorder: Any, torch: Any, steps: int) -> None:
+    def __init__(self, recorder: Recorder, torch: Any, steps: int) -> None:
         from torch.nn.modules.module import (
             register_module_forward_hook,
             register_module_forward_pre_hook,
@@ -116,7 +120,7 @@ class ReproMode:
         self._modules.setdefault(id(DATALOADER), DATALOADER)
 
     # -- every step ------------------------------------------------------------------------------
-    def _on_step(self, state: Any, step: int) -> None:
+    def _on_step(self, state: StepState, step: int) -> None:
         self.steps = step + 1
         losses = [float(v) for v in state.step_losses()]
         norm = state.grad_norm_value

@@ -34,6 +34,13 @@ class Tables:
     def __getitem__(self, name: str) -> RingTable:
         return self._tables[name]
 
+    def journal(self, name: str) -> JournalTable:
+        """A write-through table (store/journal.py: rows open until they end), as such."""
+        table = self._tables[name]
+        if not isinstance(table, JournalTable):
+            raise KeyError(f"{name} is not a write-through table")
+        return table
+
     def names(self) -> list[str]:
         return list(self._tables)
 

@@ -93,7 +93,7 @@ class Collectives:
 
     def __init__(self, rec: Any) -> None:
         self.rec = rec
-        self.table = rec.tables["collectives"]
+        self.table = rec.tables.journal("collectives")
         self.switch = Switch("collective tracing")
         self._groups: weakref.WeakKeyDictionary[Any, GroupInfo] = weakref.WeakKeyDictionary()
         # (id, work, bytes, its group when its calls end in order) of calls ended when seen

@@ -94,7 +94,7 @@ class NativeCollectives:
 
     def __init__(self, rec: Any, kernels: Kernels) -> None:
         self.kernels = kernels
-        self.table: JournalTable = rec.tables["collectives"]
+        self.table = rec.tables.journal("collectives")
         self.switch = Switch("collective tracing")
         self.host = KernelHost(rec, self.table, self.switch, self.close)
 

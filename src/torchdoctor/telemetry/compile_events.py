@@ -32,7 +32,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchdoctor import frames
 from torchdoctor._failsafe import Switch, warn_once
@@ -40,6 +40,9 @@ from torchdoctor.frames import is_stdlib, is_torch, is_user_file
 from torchdoctor.identity import rank_from_env
 from torchdoctor.telemetry.on_import import when_imported
 from torchdoctor.telemetry.patches import Hooks
+
+if TYPE_CHECKING:
+    from torchdoctor.store.tables import Tables
 
 StepSource = Callable[[], "int | None"]
 
@@ -134,7 +137,7 @@ class _GraphBreakHandler(logging.Handler):
 class CompileWatch:
     """The handle `install` returns; `remove()` undoes everything."""
 
-    def __init__(self, tables: Any, step_source: StepSource, rank: int | None = None) -> None:
+    def __init__(self, tables: Tables, step_source: StepSource, rank: int | None = None) -> None:
         self.table = tables["compile"]
         self.step_source = step_source
         self.rank = rank_from_env() if rank is None else rank
@@ -403,7 +406,7 @@ def _graph_break_loggers() -> list[str]:
     return sorted(set(names) | set(_GRAPH_BREAK_LOGGERS))
 
 
-def install(tables: Any, step_source: StepSource, rank: int | None = None) -> CompileWatch:
+def install(tables: Tables, step_source: StepSource, rank: int | None = None) -> CompileWatch:
     """Start recording torch.compile events into tables["compile"]; `step_source()` gives the
     step in progress. Returns the handle whose remove() undoes it all."""
     return CompileWatch(tables, step_source, rank).install()

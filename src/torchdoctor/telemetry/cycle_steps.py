@@ -16,19 +16,22 @@ from __future__ import annotations
 
 import time
 import weakref
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from torchdoctor.telemetry.step import StepState
 
 
 class CycleHost(Protocol):
     """What cycle mode needs from the Recorder (its state is changed only through these)."""
 
-    state: Any  # StepState of the step in progress (read)
+    state: StepState  # StepState of the step in progress (read)
     models: Any
     gradients: Any
     timer: Any
 
     def end_step(self, now: float, skipped: bool) -> None: ...
-    def finish_state(self, state: Any, end: float) -> None: ...
+    def finish_state(self, state: StepState, end: float) -> None: ...
     def split_state(self, now: float) -> Any: ...
     def merge_state(self, closing: Any) -> None: ...
     def read_now(self) -> bool: ...

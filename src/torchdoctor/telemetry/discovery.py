@@ -11,12 +11,15 @@ that called backward() (and one level into objects such as `self`, lists and dic
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchdoctor.frames import is_own
 
+if TYPE_CHECKING:
+    from types import FrameType
 
-def modules_in_reach(module_cls: Any, frame: Any, limit: int = 64) -> list[Any]:
+
+def modules_in_reach(module_cls: Any, frame: FrameType | None, limit: int = 64) -> list[Any]:
     """The modules referenced from the calling frames and __main__, outermost only."""
     found: dict[int, Any] = {}
 
@@ -62,7 +65,7 @@ def outermost(modules: list[Any]) -> list[Any]:
     return [m for m in modules if id(m) not in inner]
 
 
-def path_in_owner(module: Any, frame: Any) -> str | None:
+def path_in_owner(module: Any, frame: FrameType | None) -> str | None:
     """The attribute path of `module` inside the module the calling frame runs a method of
     (`self.net(x)` in a LightningModule's training_step: `net`), or None."""
     if frame is None or not frame.f_code.co_argcount:

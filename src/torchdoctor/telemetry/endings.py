@@ -32,11 +32,14 @@ import signal
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from torchdoctor.store import rundir
 from torchdoctor.telemetry.patches import Hooks
 from torchdoctor.telemetry.signal_watch import SignalWatch
+
+if TYPE_CHECKING:
+    from types import FrameType
 
 # on_signal(signal, phase): GOING, the default disposition ends the process next; PASSED, the
 # script's handler comes next (it may end the process its own way); SURVIVED, it returned.
@@ -161,7 +164,7 @@ class Endings:
         """The script left `signum` to its default disposition (ours in front of it)."""
         return self._theirs.get(signum, signal.SIG_DFL) in (signal.SIG_DFL, None)
 
-    def _handler(self, signum: int, frame: Any) -> Any:
+    def _handler(self, signum: int, frame: FrameType | None) -> Any:
         theirs = self._theirs.get(signum, signal.SIG_DFL)
         going = self._default_behind(signum)
         if going and self._watch is not None and not self._watch.claim_on_main_thread():

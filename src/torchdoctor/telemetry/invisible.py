@@ -89,7 +89,7 @@ def is_model_hook(hook: Any) -> bool:
     return type(hook) is FunctionType and hook.__dict__.get(_MARK) is True
 
 
-def _ours(hooks: Any) -> list[Any]:
+def _ours(hooks: dict[Any, Any] | None) -> list[Any]:
     return [k for k, h in hooks.items() if is_model_hook(h)] if hooks else []
 
 

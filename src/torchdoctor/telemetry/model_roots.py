@@ -13,12 +13,18 @@ step is seen to run there), which a NaN replay needs to draw the same masks.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchdoctor.frames import caller_frame
 from torchdoctor.telemetry import discovery
 from torchdoctor.telemetry.models import has_params
 from torchdoctor.telemetry.patches import Hooks
+
+if TYPE_CHECKING:
+    from types import FrameType
+
+    from torchdoctor.store.tables import Tables
+    from torchdoctor.telemetry.torch_hooks import ModelHooks
 
 _RANDOM_MODULES = ("Dropout", "RReLU", "Transformer", "MultiheadAttention")
 
@@ -27,7 +33,7 @@ class ModelRoots:
     def __init__(
         self,
         models: Any,
-        tables: Any,
+        tables: Tables,
         event: Callable[[str, dict[str, Any]], None],
         generator: Any = None,
     ) -> None:
@@ -48,7 +54,7 @@ class ModelRoots:
         # is the user's, the offset there, the site it gave); native/steady.cpp reads it too
         self.last_walk: tuple[Any, int, Any, bool, int, Any] = (None, 0, None, False, -1, None)
 
-    def hook(self, modules: list[Any], hooks: Any) -> None:
+    def hook(self, modules: list[Any], hooks: ModelHooks) -> None:
         """Put `hooks` (torch_hooks.ModelHooks) on each of `modules`."""
         for module in modules:
             if id(module) in self._hooked:
@@ -69,14 +75,14 @@ class ModelRoots:
                     self.tables["modules"].extend(self.models.module_rows(module, label))
                     self.event("model", {"name": label, "type": type(module).__name__})
 
-    def use(self, hooks: Any) -> None:
+    def use(self, hooks: ModelHooks) -> None:
         """The models hooked so far get `hooks`' pre and post in place of theirs (the Python
         twins of the compiled hooks, at the first torch.compile: torch_hooks.py)."""
         for pre, post in self._model_handles:
             self.hooks.replace(pre, hooks.pre)
             self.hooks.replace(post, hooks.post)
 
-    def found_in_step(self, module: Any, frame: Any) -> None:
+    def found_in_step(self, module: Any, frame: FrameType) -> None:
         """An outermost module call seen by the global hooks (`frame`: a frame inside the
         call): a model, hooked at the step's end (hooking it now would run our pre-hook in the
         middle of its call). The code that called it names it when it holds it in a module of
@@ -86,14 +92,14 @@ class ModelRoots:
         if self.models.add(module, held_as=discovery.path_in_owner(module, caller)):
             self.pending.append(module)
 
-    def note_call_site(self, module: Any, frame: Any) -> None:
+    def note_call_site(self, module: Any, frame: FrameType) -> None:
         """The line that called a model (`frame`: a frame inside its outermost call), the first
         time one is seen: where a library's backward() call is said to be (loss_site)."""
         caller, _mine = caller_frame(frame)
         if caller is not None and has_params(module):
             self.call_site = (caller.f_code.co_filename, caller.f_lineno)
 
-    def loss_site(self, frame: Any) -> tuple[str, int] | None:
+    def loss_site(self, frame: FrameType) -> tuple[str, int] | None:
         """Where the loss backward() runs on is said to be: the line that called backward()
         when it is the user's; when a library calls it (Lightning's automatic optimization, HF
         Trainer, Accelerate), the line that called the model (training_step; compute_loss
@@ -103,10 +109,10 @@ class ModelRoots:
         # line is worked out again (a search of the code's line table) only for another offset.
         code, up, found, mine, lasti, site = self.last_walk
         if frame.f_code is code:
-            caller = frame
-            for _ in range(up):
-                caller = caller.f_back
-            if caller.f_code is found:
+            caller: FrameType | None = frame
+            for _ in range(up):  # the same code may be called from a shallower stack now
+                caller = caller.f_back if caller is not None else None
+            if caller is not None and caller.f_code is found:
                 if not (mine or self.call_site is None):
                     return self.call_site
                 if caller.f_lasti == lasti:
@@ -117,8 +123,9 @@ class ModelRoots:
         caller, mine = caller_frame(frame)
         if caller is None:
             return self.call_site
-        up, walked = 0, frame
-        while walked is not caller:
+        up = 0
+        walked: FrameType | None = frame
+        while walked is not caller and walked is not None:  # caller is one of frame's callers
             walked, up = walked.f_back, up + 1
         site = (caller.f_code.co_filename, caller.f_lineno)
         self.last_walk = (frame.f_code, up, caller.f_code, mine, caller.f_lasti, site)
@@ -135,7 +142,7 @@ class ModelRoots:
     def is_hooked(self, module: Any) -> bool:
         return id(module) in self._hooked
 
-    def step_ended(self, hooks: Any) -> None:
+    def step_ended(self, hooks: ModelHooks) -> None:
         if self.pending:
             roots, self.pending = self.pending, []
             if not self._random_known:
@@ -143,7 +150,7 @@ class ModelRoots:
                 self._draws()
             self.hook(roots, hooks)
 
-    def scan_frames(self, module_cls: Any, frame: Any, hooks: Any) -> None:
+    def scan_frames(self, module_cls: Any, frame: FrameType, hooks: ModelHooks) -> None:
         """No model call was seen (compiled code, or global hooks off): look at what the
         training code holds, once (again after a new torch.compile)."""
         if self.scanned:

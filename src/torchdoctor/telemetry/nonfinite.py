@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchdoctor._failsafe import warn_once
 from torchdoctor.telemetry.gradient_check import Check, guard_update
+
+if TYPE_CHECKING:
+    from torchdoctor.telemetry.step import StepState
 
 Localizer = Callable[[Any, dict[str, Any]], None]  # (recorder, what was seen)
 
@@ -24,7 +27,7 @@ class NonFinite:
         self.steps = 0  # steps that went non-finite
         self.sync_check = False  # CUDA: read the gradient norm before each update
 
-    def judge(self, rec: Any, state: Any, check: Check, guard: bool) -> None:
+    def judge(self, rec: Any, state: StepState, check: Check, guard: bool) -> None:
         """Keep the step's gradient norm; a non-finite one (or loss) is reported."""
         state.grad_norm, state.grad_norm_value = check.norm, check.value
         if check.value is None:
@@ -38,7 +41,9 @@ class NonFinite:
             state.skip = True
             rec.event("guard_skip", {"grad_norm": check.value})  # event() cleans it
 
-    def seen(self, rec: Any, state: Any, info: dict[str, Any], once_per_step: bool = True) -> None:
+    def seen(
+        self, rec: Any, state: StepState, info: dict[str, Any], once_per_step: bool = True
+    ) -> None:
         """A step went non-finite: run the localizers (before the update, when on time)."""
         if once_per_step:
             if state.nonfinite_seen:

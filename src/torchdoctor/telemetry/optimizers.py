@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import sys
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchdoctor.frames import user_frame
+
+if TYPE_CHECKING:
+    from types import FrameType
 
 # Updates in a row of a new optimizer, the primary's none, that make it the primary: more than
 # a critic makes between two generator updates (5 in WGAN-GP, where the critic usually steps
@@ -155,7 +158,7 @@ def learning_rate(optimizer: Any) -> float | None:
     return None
 
 
-def _label(optimizer: Any, taken: set[str], frame: Any) -> str:
+def _label(optimizer: Any, taken: set[str], frame: FrameType) -> str:
     """The name the training code gives `optimizer` (a local of the loop that steps it, as in
     a `main()`, or a global of `__main__`), else its class (and a number from the second)."""
     caller = user_frame(frame)

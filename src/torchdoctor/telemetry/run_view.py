@@ -7,18 +7,22 @@ step old). Nothing here changes how steps are recorded.
 from __future__ import annotations
 
 import math
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from torchdoctor.telemetry.graph_walk import edges
 from torchdoctor.telemetry.local_shards import largest_values
 from torchdoctor.telemetry.optimizers import learning_rate
 from torchdoctor.telemetry.step_rows import StepHeadline
 
+if TYPE_CHECKING:
+    from torchdoctor.store.tables import Tables
+    from torchdoctor.telemetry.step import StepState
+
 
 class Host(Protocol):
     """What the Recorder needs from the process it records."""
 
-    tables: Any  # store.tables.Tables
+    tables: Tables  # store.tables.Tables
     config: Any  # config.Config, read live (trace_every and guard change on a running probe)
 
     def on_cuda_detected(self) -> None: ...
@@ -34,7 +38,7 @@ class RunView:
     nonfinite: Any
     tracer: Any
     shapes: Any
-    state: Any
+    state: StepState
     switch: Any
     collective_calls: Any
     gaps: Any
@@ -42,7 +46,7 @@ class RunView:
     rank: int
     mode: str
     models: Any
-    tables: Any
+    tables: Tables
     readback: Any
 
     @property

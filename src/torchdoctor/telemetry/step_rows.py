@@ -11,9 +11,13 @@ import dataclasses
 import math
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchdoctor.store.schema import OPTIMIZER_STEPS, STEPS
+
+if TYPE_CHECKING:
+    from torchdoctor.store.tables import Tables
+    from torchdoctor.telemetry.step import StepState
 
 StepRow = STEPS.row_type()
 _new_row = tuple.__new__
@@ -39,7 +43,7 @@ LateNonFinite = Callable[[int, float | None, float | None], None]
 
 
 class StepRows:
-    def __init__(self, torch: Any, tables: Any, readback: Any, late: LateNonFinite) -> None:
+    def __init__(self, torch: Any, tables: Tables, readback: Any, late: LateNonFinite) -> None:
         self.torch = torch
         self.steps = tables["steps"]
         self.updates = tables["optimizer_steps"]
@@ -52,7 +56,7 @@ class StepRows:
     def step(
         self,
         step: int,
-        state: Any,
+        state: StepState,
         end: float,
         flags: tuple[bool, bool, int],
         memory: tuple[int, int, int, int],

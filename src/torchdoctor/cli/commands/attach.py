@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchdoctor.cli.errors import OK, CliError
+
+if TYPE_CHECKING:
+    from torchdoctor.cli.context import Context
 
 NAME = "attach"
 SUMMARY = "start the probe inside a running Python process (gdb, or sys.remote_exec)"
@@ -45,7 +48,7 @@ def _await_probe(pid: int, seconds: float) -> dict[str, Any] | None:
     return None
 
 
-def main(args: Any, ctx: Any) -> int:
+def main(args: argparse.Namespace, ctx: Context) -> int:
     from torchdoctor import registry
     from torchdoctor.attach import AttachError, bootstrap_code, inject
 

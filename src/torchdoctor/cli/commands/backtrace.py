@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING
 
 from torchdoctor.cli.errors import OK
 from torchdoctor.report import formats, stacks
 from torchdoctor.report.tabular import render
+
+if TYPE_CHECKING:
+    from torchdoctor.cli.context import Context
 
 NAME = "backtrace"
 SUMMARY = "stacks of all threads of a live process, innermost frame first"
@@ -19,7 +22,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     """No options of its own (the endpoint and --format are common)."""
 
 
-def main(args: Any, ctx: Any) -> int:
+def main(args: argparse.Namespace, ctx: Context) -> int:
     _status, payload = ctx.client().request("GET", "/v1/backtrace")
     columns, rows = payload["columns"], payload["rows"]
     if args.format == "text":

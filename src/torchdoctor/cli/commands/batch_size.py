@@ -30,10 +30,13 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchdoctor.cli.errors import OK, TARGET_ERROR, CliError
 from torchdoctor.report import formats
+
+if TYPE_CHECKING:
+    from torchdoctor.cli.context import Context
 
 NAME = "batch-size"
 SUMMARY = "the largest batch size a script runs with, measured (doubling, then bisection)"
@@ -205,7 +208,7 @@ class _Stop(Exception):
         self.outcome = outcome
 
 
-def main(args: Any, ctx: Any) -> int:
+def main(args: argparse.Namespace, ctx: Context) -> int:
     from torchdoctor.memory.batch_size import fit_line, search
     from torchdoctor.units import human, parse_size
 

@@ -13,10 +13,13 @@ or unreadable file, a --model that does not give an nn.Module.
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING
 
 from torchdoctor.cli.errors import OK, TARGET_ERROR, CliError
 from torchdoctor.report import formats
+
+if TYPE_CHECKING:
+    from torchdoctor.cli.context import Context
 
 NAME = "ckpt"
 SUMMARY = "a checkpoint's contents, read without running it; key mismatches with a model; fix"
@@ -44,7 +47,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def main(args: Any, ctx: Any) -> int:
+def main(args: argparse.Namespace, ctx: Context) -> int:
     from torchdoctor.checkpoint.examine import examine
     from torchdoctor.checkpoint.factory import FactoryError
     from torchdoctor.checkpoint.reader import CheckpointError, Corrupt

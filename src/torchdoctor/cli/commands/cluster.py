@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchdoctor import _json
 from torchdoctor.cli.errors import OK, TARGET_ERROR, USAGE, CliError
 from torchdoctor.report import formats
+
+if TYPE_CHECKING:
+    from torchdoctor.cli.context import Context
 
 NAME = "cluster"
 SUMMARY = "every rank of a distributed job: cluster list|backtrace|query SQL|diagnoses"
@@ -48,14 +51,14 @@ class Job:
         return int(self.info["world_size"])
 
 
-def main(args: Any, ctx: Any) -> int:
+def main(args: argparse.Namespace, ctx: Context) -> int:
     job = open_job(ctx)
     handler = {"list": _list, "backtrace": _backtrace, "query": _query, "diagnoses": _diagnoses}
     return int(handler[args.sub](job, args, ctx))
 
 
 # -- finding the job ----------------------------------------------------------------------------
-def open_job(ctx: Any) -> Job:
+def open_job(ctx: Context) -> Job:
     from torchdoctor.cluster.peers import route
     from torchdoctor.cluster.transport import Target
 
@@ -87,7 +90,7 @@ def _peers_of(client: Any) -> dict[str, Any]:
     return dict(payload)
 
 
-def _any_rank(ctx: Any) -> tuple[Any, dict[str, Any]]:
+def _any_rank(ctx: Context) -> tuple[Any, dict[str, Any]]:
     """With no ENDPOINT: a rank of the one distributed job probed on this machine."""
     from torchdoctor import registry
     from torchdoctor.cli.client import Address, ProbeClient
@@ -121,13 +124,13 @@ def _any_rank(ctx: Any) -> tuple[Any, dict[str, Any]]:
     return next(iter(jobs.values()))
 
 
-def _fan_out(job: Job, ctx: Any, method: str, path: str, body: Any = None) -> dict[int, Any]:
+def _fan_out(job: Job, ctx: Context, method: str, path: str, body: Any = None) -> dict[int, Any]:
     from torchdoctor.cluster.fanout import fan_out
 
     return fan_out(job.peers, method, path, body, ctx.timeout or DEFAULT_TIMEOUT)
 
 
-def _warn_unreachable(answers: dict[int, Any], ctx: Any) -> dict[int, str]:
+def _warn_unreachable(answers: dict[int, Any], ctx: Context) -> dict[int, str]:
     lost = {r: str(a.reason) for r, a in answers.items() if a.reason is not None}
     for rank, reason in lost.items():
         ctx.warn(f"torchdoctor: rank {rank} unreachable: {reason}")
@@ -140,7 +143,7 @@ def _none_answered(answers: dict[int, Any]) -> None:
 
 
 # -- sub-verbs ------------------------------------------------------------------------------
-def _list(job: Job, args: Any, ctx: Any) -> int:
+def _list(job: Job, args: argparse.Namespace, ctx: Context) -> int:
     from torchdoctor.report.tabular import render
 
     answers = _fan_out(job, ctx, "POST", "/v1/cluster/state", {"rows": 0})
@@ -170,7 +173,7 @@ def _list(job: Job, args: Any, ctx: Any) -> int:
     return OK
 
 
-def _backtrace(job: Job, args: Any, ctx: Any) -> int:
+def _backtrace(job: Job, args: argparse.Namespace, ctx: Context) -> int:
     from torchdoctor.report import cluster as report
 
     answers = _fan_out(job, ctx, "GET", "/v1/backtrace")
@@ -190,7 +193,7 @@ def _backtrace(job: Job, args: Any, ctx: Any) -> int:
     return OK
 
 
-def _query(job: Job, args: Any, ctx: Any) -> int:
+def _query(job: Job, args: argparse.Namespace, ctx: Context) -> int:
     from torchdoctor.report.tabular import render
 
     sql = _read_sql(args.sql)
@@ -229,7 +232,7 @@ def _read_sql(text: str) -> str:
     return text
 
 
-def _diagnoses(job: Job, args: Any, ctx: Any) -> int:
+def _diagnoses(job: Job, args: argparse.Namespace, ctx: Context) -> int:
     from torchdoctor.cluster import gather
     from torchdoctor.diagnose import job_kinds, job_modules
     from torchdoctor.diagnose.inputs import Inputs

@@ -8,11 +8,14 @@ first step where the loss differs, how they were run; one headline. `--fail-if s
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchdoctor._json import dumps
 from torchdoctor.cli.errors import OK, TARGET_ERROR, CliError
 from torchdoctor.report import formats
+
+if TYPE_CHECKING:
+    from torchdoctor.cli.context import Context
 
 NAME = "compare"
 SUMMARY = "what changed between two runs: slower phase or module, memory, loss, settings"
@@ -46,7 +49,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def main(args: Any, ctx: Any) -> int:
+def main(args: argparse.Namespace, ctx: Context) -> int:
     from torchdoctor.cli.run_source import SourceError, live, open_source
     from torchdoctor.compare.build import compare
     from torchdoctor.compare.gate import GateError, parse

@@ -7,9 +7,12 @@ import argparse
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from torchdoctor.cli.errors import OK, CliError
+
+if TYPE_CHECKING:
+    from torchdoctor.cli.context import Context
 
 NAME = "demo"
 SUMMARY = "a bundled training run with a planted problem (--list shows them)"
@@ -21,7 +24,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--list", action="store_true", help="list the demos")
 
 
-def main(args: Any, ctx: Any) -> int:
+def main(args: argparse.Namespace, ctx: Context) -> int:
     from torchdoctor.demos import DEFAULT, DEMOS
 
     if args.list:

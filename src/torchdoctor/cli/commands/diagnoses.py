@@ -9,6 +9,7 @@ from torchdoctor.cli.errors import OK, TARGET_ERROR, CliError
 from torchdoctor.report import formats
 
 if TYPE_CHECKING:
+    from torchdoctor.cli.context import Context
     from torchdoctor.diagnose.record import Finding
 
 NAME = "diagnoses"
@@ -21,7 +22,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("source", nargs="?", help="a run or job directory (for a saved run)")
 
 
-def main(args: Any, ctx: Any) -> int:
+def main(args: argparse.Namespace, ctx: Context) -> int:
     from torchdoctor.diagnose.record import Finding
     from torchdoctor.report import renderer
 
@@ -58,7 +59,7 @@ def main(args: Any, ctx: Any) -> int:
     return OK
 
 
-def _live_steps(ctx: Any) -> int:
+def _live_steps(ctx: Context) -> int:
     """The steps a live process has recorded (taken as some where the query fails: its
     findings are then shown as they are)."""
     status, payload = ctx.client().request(

@@ -9,10 +9,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 from torchdoctor.cli.errors import OK, TARGET_ERROR, CliError
 from torchdoctor.report import formats
+
+if TYPE_CHECKING:
+    from torchdoctor.cli.context import Context
 
 NAME = "eval"
 SUMMARY = "run Python code in the live process's __main__ globals"
@@ -41,7 +44,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def main(args: Any, ctx: Any) -> int:
+def main(args: argparse.Namespace, ctx: Context) -> int:
     code = sys.stdin.read() if args.code == "-" else args.code
     if not code.strip():
         raise CliError("eval: no code given")

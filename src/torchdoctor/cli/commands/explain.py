@@ -14,10 +14,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 from torchdoctor.cli.errors import OK, CliError
 from torchdoctor.report import formats
+
+if TYPE_CHECKING:
+    from torchdoctor.cli.context import Context
 
 NAME = "explain"
 SUMMARY = "an error message, traceback or log -> category, meaning, causes, fixes"
@@ -60,7 +63,7 @@ def _read(path: str) -> str:
     return data.decode("utf-8", errors="replace")
 
 
-def main(args: Any, ctx: Any) -> int:
+def main(args: argparse.Namespace, ctx: Context) -> int:
     from torchdoctor.report import explanation as report
 
     if args.list:

@@ -7,10 +7,13 @@ import argparse
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchdoctor.cli.errors import OK, CliError
 from torchdoctor.report import formats
+
+if TYPE_CHECKING:
+    from torchdoctor.cli.context import Context
 
 NAME = "export"
 SUMMARY = "a saved run or job as a Perfetto trace, or its tables as Parquet or CSV"
@@ -29,7 +32,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def main(args: Any, ctx: Any) -> int:
+def main(args: argparse.Namespace, ctx: Context) -> int:
     from torchdoctor.cli.saved import open_saved, warn_truncated
     from torchdoctor.store.saved import RunNotFound
 

@@ -7,10 +7,13 @@ Exit codes: 0 no problems, 1 problems found (a file that does not parse counts, 
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING
 
 from torchdoctor.cli.errors import OK, TARGET_ERROR, CliError
 from torchdoctor.report import formats
+
+if TYPE_CHECKING:
+    from torchdoctor.cli.context import Context
 
 NAME = "lint"
 SUMMARY = "static checks of training code for known anti-patterns (TDnnn rules)"
@@ -30,7 +33,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rule", metavar="CODE", help="explain one rule and exit")
 
 
-def main(args: Any, ctx: Any) -> int:
+def main(args: argparse.Namespace, ctx: Context) -> int:
     from torchdoctor.lint.engine import SelectionError, lint_paths, select_rules
     from torchdoctor.lint.rules import all_rules, by_code
     from torchdoctor.report import lint as report

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING
 
 from torchdoctor.cli.errors import OK
 from torchdoctor.report import formats
+
+if TYPE_CHECKING:
+    from torchdoctor.cli.context import Context
 
 NAME = "list"
 SUMMARY = "probed processes of this user: pid, state, started, directory, script and arguments"
@@ -20,7 +23,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-step", action="store_true", help="do not ask each process its state")
 
 
-def main(args: Any, ctx: Any) -> int:
+def main(args: argparse.Namespace, ctx: Context) -> int:
     from torchdoctor.cli import processes
 
     found = processes.entries()

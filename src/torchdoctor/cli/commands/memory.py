@@ -6,11 +6,14 @@ an out-of-memory error."""
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchdoctor._json import dumps
 from torchdoctor.cli.errors import OK, TARGET_ERROR, CliError
 from torchdoctor.report import formats
+
+if TYPE_CHECKING:
+    from torchdoctor.cli.context import Context
 
 NAME = "memory"
 SUMMARY = "where the memory is: tensors by kind, phases, modules, the OOM report"
@@ -27,7 +30,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top", type=int, default=10, help="largest tensors to list (live)")
 
 
-def main(args: Any, ctx: Any) -> int:
+def main(args: argparse.Namespace, ctx: Context) -> int:
     from torchdoctor.memory.view import gather
     from torchdoctor.report.memory import render_view
 
@@ -50,7 +53,7 @@ def main(args: Any, ctx: Any) -> int:
     return OK
 
 
-def _live_execute(ctx: Any) -> Any:
+def _live_execute(ctx: Context) -> Any:
     client = ctx.client()
 
     def execute(sql: str) -> tuple[list[str], list[Any]]:
@@ -62,7 +65,7 @@ def _live_execute(ctx: Any) -> Any:
     return execute
 
 
-def _saved_execute(source: str, ctx: Any) -> Any:
+def _saved_execute(source: str, ctx: Context) -> Any:
     from torchdoctor.cli.saved import open_saved
     from torchdoctor.sql.engine import SqlEngine, SqlError
 

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING
 
 from torchdoctor.cli.errors import OK, CliError
 from torchdoctor.report import formats
+
+if TYPE_CHECKING:
+    from torchdoctor.cli.context import Context
 
 NAME = "metrics"
 SUMMARY = "a run's numbers in the Prometheus text format (what --metrics serves live)"
@@ -21,7 +24,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("source", help="a run or job directory")
 
 
-def main(args: Any, ctx: Any) -> int:
+def main(args: argparse.Namespace, ctx: Context) -> int:
     from torchdoctor.cli.saved import open_saved, warn_truncated
     from torchdoctor.probe.metrics import collect
     from torchdoctor.report.prometheus import render

@@ -6,7 +6,7 @@ N optimizer steps; then torchdoctor judges whether the model memorised it (exit 
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchdoctor._json import dumps
 from torchdoctor.cli.errors import OK, TARGET_ERROR, CliError
@@ -17,6 +17,9 @@ from torchdoctor.cli.recipe_target import (
     target_argv,
 )
 from torchdoctor.report import formats
+
+if TYPE_CHECKING:
+    from torchdoctor.cli.context import Context
 
 NAME = "overfit"
 SUMMARY = "feed the script's first batch again and again: can the model memorise it?"
@@ -33,7 +36,7 @@ def parse_argv(parser: argparse.ArgumentParser, argv: list[str]) -> Any:
     return parse_target(parser, argv, NAME)
 
 
-def main(args: Any, ctx: Any) -> int:
+def main(args: argparse.Namespace, ctx: Context) -> int:
     from torchdoctor.cli.recipe_run import spawn
 
     ctx.warn(

@@ -4,11 +4,14 @@ over a saved run. Both use the same tables and the same DuckDB settings."""
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchdoctor.cli.errors import OK, TARGET_ERROR, CliError
 from torchdoctor.report import formats
 from torchdoctor.report.tabular import render
+
+if TYPE_CHECKING:
+    from torchdoctor.cli.context import Context
 
 NAME = "query"
 SUMMARY = "SQL over the telemetry tables (live: ENDPOINT query SQL; saved: query RUN_DIR SQL)"
@@ -21,7 +24,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("sql", help="the query; tables are python.<name>; '-' reads stdin")
 
 
-def main(args: Any, ctx: Any) -> int:
+def main(args: argparse.Namespace, ctx: Context) -> int:
     sql = _read_sql(args.sql)
     if args.source is not None:
         if ctx.endpoint is not None:
@@ -45,7 +48,7 @@ def _read_sql(text: str) -> str:
     return text
 
 
-def _saved(source: str, sql: str, args: Any, ctx: Any) -> int:
+def _saved(source: str, sql: str, args: argparse.Namespace, ctx: Context) -> int:
     from torchdoctor.cli.saved import open_saved, warn_truncated
     from torchdoctor.sql.engine import SqlEngine, SqlError
     from torchdoctor.store.saved import RunNotFound
@@ -63,7 +66,9 @@ def _saved(source: str, sql: str, args: Any, ctx: Any) -> int:
     return OK
 
 
-def _show(columns: list[str], rows: list[Any], truncated: bool, args: Any, ctx: Any) -> None:
+def _show(
+    columns: list[str], rows: list[Any], truncated: bool, args: argparse.Namespace, ctx: Context
+) -> None:
     ctx.print(render(columns, rows, args.format))
     if truncated:
         ctx.warn(f"torchdoctor: only the first {len(rows)} rows are shown; add a LIMIT")

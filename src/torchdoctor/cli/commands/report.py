@@ -13,6 +13,7 @@ from torchdoctor.cli.errors import OK, TARGET_ERROR, CliError
 from torchdoctor.report import formats
 
 if TYPE_CHECKING:
+    from torchdoctor.cli.context import Context
     from torchdoctor.compare.record import Comparison
     from torchdoctor.digest.record import Baseline
 
@@ -35,7 +36,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def main(args: Any, ctx: Any) -> int:
+def main(args: argparse.Namespace, ctx: Context) -> int:
     import dataclasses
 
     from torchdoctor.cli.run_source import SourceError, live, open_source

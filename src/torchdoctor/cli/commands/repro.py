@@ -8,7 +8,7 @@ bit-identical, 1 when not."""
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchdoctor._json import dumps
 from torchdoctor.cli.errors import OK, TARGET_ERROR, CliError
@@ -19,6 +19,9 @@ from torchdoctor.cli.recipe_target import (
     target_argv,
 )
 from torchdoctor.report import formats
+
+if TYPE_CHECKING:
+    from torchdoctor.cli.context import Context
 
 NAME = "repro"
 SUMMARY = "run the script twice: are the runs bit-identical, and if not, why?"
@@ -35,7 +38,7 @@ def parse_argv(parser: argparse.ArgumentParser, argv: list[str]) -> Any:
     return parse_target(parser, argv, NAME)
 
 
-def main(args: Any, ctx: Any) -> int:
+def main(args: argparse.Namespace, ctx: Context) -> int:
     import dataclasses
 
     from torchdoctor.cli.recipe_run import spawn

@@ -11,10 +11,13 @@ import argparse
 import os
 import signal
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchdoctor.cli.errors import CliError
 from torchdoctor.cli.script import split_options
+
+if TYPE_CHECKING:
+    from torchdoctor.cli.context import Context
 
 NAME = "run"
 SUMMARY = "run a training script (or -m module) with the probe and telemetry on"
@@ -79,7 +82,7 @@ def _explain(exc: BaseException, probe: Any) -> None:
         probe.say(f"torchdoctor: could not explain the error: {err}")
 
 
-def main(args: Any, ctx: Any) -> int:
+def main(args: argparse.Namespace, ctx: Context) -> int:
     from torchdoctor import session
     from torchdoctor.cli import script
     from torchdoctor.config import ConfigError, from_args

@@ -12,6 +12,7 @@ from torchdoctor._json import dumps
 from torchdoctor.cli.errors import OK, TARGET_ERROR, CliError
 
 if TYPE_CHECKING:
+    from torchdoctor.cli.context import Context
     from torchdoctor.telemetry.shapes import ModuleParams
 
 NAME = "shapes"
@@ -36,7 +37,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=("text", "json"), default="text")
 
 
-def main(args: Any, ctx: Any) -> int:
+def main(args: argparse.Namespace, ctx: Context) -> int:
     from torchdoctor.telemetry.shapes import ShapeCall, StepShapes
 
     if args.source is not None and ctx.endpoint is not None:
@@ -71,7 +72,7 @@ def main(args: Any, ctx: Any) -> int:
 class _Sql:
     """The same SQL over a live process or a saved run."""
 
-    def __init__(self, source: str | None, ctx: Any) -> None:
+    def __init__(self, source: str | None, ctx: Context) -> None:
         self.ctx = ctx
         self.engine = None
         if source is not None:

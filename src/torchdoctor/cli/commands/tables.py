@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING
 
 from torchdoctor.cli.errors import OK, CliError
 from torchdoctor.report import formats
 from torchdoctor.report.tabular import render
+
+if TYPE_CHECKING:
+    from torchdoctor.cli.context import Context
 
 NAME = "tables"
 SUMMARY = "list the tables and columns that SQL can use"
@@ -20,7 +23,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("source", nargs="?", help="a run or job directory (for a saved run)")
 
 
-def main(args: Any, ctx: Any) -> int:
+def main(args: argparse.Namespace, ctx: Context) -> int:
     if args.source is not None:
         from torchdoctor.cli.saved import open_saved
         from torchdoctor.store.schema import describe_specs

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchdoctor._failsafe import Switch
 from torchdoctor.frames import site, user_frame
@@ -51,6 +51,10 @@ from torchdoctor.telemetry.silent.modes import Modes
 from torchdoctor.telemetry.silent.pacing import Pacing
 from torchdoctor.telemetry.silent.schedulers import Schedulers
 from torchdoctor.telemetry.silent.update_effect import UpdateEffects
+
+if TYPE_CHECKING:
+    from torchdoctor.telemetry.patches import Hooks
+    from torchdoctor.telemetry.step import StepState
 
 
 class SilentChecks:
@@ -78,7 +82,7 @@ class SilentChecks:
         self.inits = Initialisations(self)
         self.generations = Generations(self)
 
-    def install(self, hooks: Any) -> None:
+    def install(self, hooks: Hooks) -> None:
         from torchdoctor.telemetry.silent import hooks as patches
 
         patches.install(self, self.torch, hooks)
@@ -200,7 +204,7 @@ class SilentChecks:
         except Exception as exc:
             self.fail(exc)
 
-    def on_step_end(self, state: Any, step: int) -> None:
+    def on_step_end(self, state: StepState, step: int) -> None:
         """A step ended (the Recorder calls this before its step listeners): whether the next
         step is sampled; the sampled step's summaries."""
         if step < self.quiet_until:  # steady.cpp makes this test too, to spare the call

@@ -97,7 +97,7 @@ class Coverage:
         primary's first group only): once, then whenever which groups are at 0 changes."""
         rec = self.host.rec
         primary = rec.optimizers.primary
-        rows = []
+        rows: list[dict[str, Any]] = []
         for optimizer in rec.optimizers.known():
             lrs = [_number(g.get("lr")) for g in optimizer.param_groups]
             rows.append(

@@ -23,11 +23,16 @@ from __future__ import annotations
 import functools
 import inspect
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchdoctor.frames import site, user_frame
 from torchdoctor.telemetry.invisible import skip_own_frames
 from torchdoctor.telemetry.on_import import when_imported
+
+if TYPE_CHECKING:
+    from types import FrameType
+
+    from torchdoctor.telemetry.patches import Hooks
 
 MODULE = "transformers.generation.utils"
 
@@ -37,7 +42,7 @@ class Generations:
         self.host = host
         self.depth = 0  # generate() calls in progress on the training thread
 
-    def install(self, hooks: Any) -> None:
+    def install(self, hooks: Hooks) -> None:
         def imported(module: Any) -> None:
             try:
                 self._patch(hooks, module)
@@ -46,7 +51,7 @@ class Generations:
 
         hooks.on_remove(when_imported(MODULE, imported))
 
-    def _patch(self, hooks: Any, module: Any) -> None:
+    def _patch(self, hooks: Hooks, module: Any) -> None:
         from torchdoctor.telemetry.silent.hooks import thread_check
 
         mixin = getattr(module, "GenerationMixin", None)
@@ -99,7 +104,7 @@ class Generations:
         return generate
 
     def check(self, model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any,
-              frame: Any) -> None:  # fmt: skip
+              frame: FrameType) -> None:  # fmt: skip
         torch = self.host.torch
         config = getattr(model, "config", None)
         if getattr(config, "is_encoder_decoder", False):

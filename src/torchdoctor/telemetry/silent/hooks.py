@@ -16,10 +16,13 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchdoctor.telemetry.invisible import compiling
 from torchdoctor.telemetry.patches import Hooks
+
+if TYPE_CHECKING:
+    from types import FrameType
 
 _get_ident = threading.get_ident
 
@@ -66,7 +69,7 @@ def install(silent: Any, torch: Any, hooks: Hooks) -> None:
     original_train = module_cls.__dict__["train"]
     train_code = original_train.__code__
 
-    def train_seen(module: Any, frame: Any) -> None:
+    def train_seen(module: Any, frame: FrameType) -> None:
         # nn.Module.train looks up train() on every child: only the outermost call counts.
         if frame.f_code is train_code or not on():
             return
@@ -81,7 +84,7 @@ def install(silent: Any, torch: Any, hooks: Hooks) -> None:
     # -- the schedulers' step() ----------------------------------------------------------------
     from torch.optim import lr_scheduler
 
-    def step_seen(scheduler: Any, frame: Any) -> None:
+    def step_seen(scheduler: Any, frame: FrameType) -> None:
         if not on():
             return
         try:

@@ -31,10 +31,15 @@ import sys
 import time
 import warnings
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchdoctor.frames import is_own, is_torch, site, user_frame
 from torchdoctor.telemetry.invisible import skip_own_frames, tracing
+
+if TYPE_CHECKING:
+    from types import FrameType
+
+    from torchdoctor.telemetry.patches import Hooks
 
 INIT_FUNCTIONS = (
     "uniform_",
@@ -75,7 +80,7 @@ class Initialisations:
         self.depth = 0  # init calls in progress on the training thread
         self.table: dict[tuple[Any, ...], Noted] = {}
 
-    def install(self, torch: Any, hooks: Any) -> None:
+    def install(self, torch: Any, hooks: Hooks) -> None:
         from torchdoctor.telemetry.silent.hooks import thread_check
 
         on = thread_check(self.host)
@@ -220,7 +225,7 @@ class Initialisations:
         return out
 
 
-def _site(frame: Any, name: str) -> tuple[str, Any] | None:
+def _site(frame: FrameType | None, name: str) -> tuple[str, Any] | None:
     """(file:line, frame) of the code that asked for this initialisation, or None when it is
     torch's own (a layer's reset_parameters())."""
     while frame is not None:

@@ -21,9 +21,13 @@ dropout that stays on when the model is in eval mode.
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchdoctor.frames import site, user_frame
+
+if TYPE_CHECKING:
+    from types import FrameType
+
 
 CONFIRM = 2
 WATCH_EVERY = 500  # eval-mode model calls between two watched ones (after the first two)
@@ -44,7 +48,7 @@ class Modes:
         self._watch_cls: Any = None
 
     # -- nn.Module.train (hooks.py): the outermost call of a train()/eval() ----------------------
-    def on_train(self, module: Any, frame: Any) -> None:
+    def on_train(self, module: Any, frame: FrameType) -> None:
         where = site(user_frame(frame))
         for m in module.modules():
             self.told.add(id(m))
@@ -138,7 +142,7 @@ class Modes:
             self.watch = None
         # else another mode was pushed above it and not popped: leave both alone
 
-    def dropout_seen(self, model: str, op: str, p: float, frame: Any) -> None:
+    def dropout_seen(self, model: str, op: str, p: float, frame: FrameType) -> None:
         where = site(user_frame(frame))
         data = {"model": model, "op": op, "p": p, "site": where, "step": self.host.rec.step}
         self.host.emit("dropout_in_eval", data, key=where)

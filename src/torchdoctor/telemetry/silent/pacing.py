@@ -15,7 +15,10 @@ the pairs PERIOD apart whatever they cost (the tests that need a periodic pair a
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from torchdoctor.telemetry.step import StepState
 
 PERIOD = 50  # steps from one periodic pair to the next, at the least
 BUDGET = 0.01  # the share of the training time the periodic pairs may take
@@ -45,7 +48,7 @@ class Pacing:
                 return following
         return max(self.pair, n + 1)
 
-    def step_ended(self, state: Any, step: int, now: float) -> None:
+    def step_ended(self, state: StepState, step: int, now: float) -> None:
         """Step `step` (its StepState) ended; `now` is perf_counter() time. The step before a
         pair and the pair's own are measured; after the pair's second step the next pair is
         placed."""

@@ -19,9 +19,13 @@ from __future__ import annotations
 
 import dataclasses
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchdoctor.frames import site, user_frame
+
+if TYPE_CHECKING:
+    from types import FrameType
+
 
 FIRST_SUMMARY, SECOND_SUMMARY = 2, 50
 
@@ -41,7 +45,7 @@ class Schedulers:
         self.known: weakref.WeakKeyDictionary[Any, Info] = weakref.WeakKeyDictionary()
         self.next_summary = FIRST_SUMMARY
 
-    def on_step(self, scheduler: Any, frame: Any) -> None:
+    def on_step(self, scheduler: Any, frame: FrameType) -> None:
         """A scheduler's step() is about to run (its construction's own call included), called
         from `frame`."""
         info = self.known.get(scheduler)
