@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING, Any
 from torchdoctor.cli.errors import CliError
 
 if TYPE_CHECKING:
+    from torchdoctor.cli.client import ProbeClient
     from torchdoctor.cli.context import Context
+    from torchdoctor.store.saved import JobRun, SavedRun
 
 Execute = Callable[[str], tuple[list[str], list[Any]]]
 
@@ -32,7 +34,7 @@ class RunSource:
     execute: Execute
     meta: dict[str, Any]
     warnings: list[str]
-    run: Any = None  # the SavedRun or JobRun of a saved run
+    run: SavedRun | JobRun | None = None  # of a saved run
     run_dir: Path | None = None  # where its files are (a live process's too, on this machine)
 
     @property
@@ -99,7 +101,7 @@ def saved(source: str, ctx: Context) -> RunSource:
     return RunSource(source, execute, meta, list(run.warnings), run, run_dir)
 
 
-def live(client: Any, ctx: Context, label: str | None = None) -> RunSource:
+def live(client: ProbeClient, ctx: Context, label: str | None = None) -> RunSource:
     from torchdoctor.store import rundir
 
     _status, meta = client.request("GET", "/v1/status")

@@ -46,7 +46,7 @@ def field_lines(fields: dict[str, Any]) -> list[str]:
     return [f"  {n.replace('_', ' ').ljust(width)}  {_field_value(fields, n)}" for n in names]
 
 
-def render_text(explanation: Any, brief: bool = False) -> str:
+def render_text(explanation: Explanation, brief: bool = False) -> str:
     """The explanation for a terminal. `brief` gives the few lines `torchdoctor run` prints
     after the script crashed."""
     e = explanation
@@ -118,7 +118,7 @@ def _fact_lines(facts: dict[str, Any]) -> list[str]:
     return out
 
 
-def _origin(e: Any) -> str | None:
+def _origin(e: Explanation) -> str | None:
     """Where the error was read: "from rank 1, line 23" (the rank when the text names it)."""
     rank, line = getattr(e, "rank", None), getattr(e, "line", None)
     if rank is not None and line is not None:
@@ -128,7 +128,7 @@ def _origin(e: Any) -> str | None:
     return None
 
 
-def _brief(e: Any) -> str:
+def _brief(e: Explanation) -> str:
     if not e.recognised:
         return (
             "torchdoctor: this error is not in the catalog; `torchdoctor explain` has generic steps"
@@ -156,7 +156,7 @@ def code_lines(code: str, indent: str, limit: int = BRIEF_CODE_LINES) -> list[st
     return out
 
 
-def render_json(explanation: Any) -> str:
+def render_json(explanation: Explanation) -> str:
     return dumps(explanation.to_dict(), indent=2)
 
 
@@ -174,7 +174,7 @@ def printable(explanation: Explanation) -> PrintableExplanation:
     )
 
 
-def render(explanation: Any, fmt: str = "text") -> str:
+def render(explanation: Explanation, fmt: str = "text") -> str:
     """Renderers chosen by name."""
     if fmt == "json":
         return render_json(explanation)

@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 import textwrap
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from torchdoctor.lint.rule import Rule
 
 
 def findings_text(findings: Sequence[Any], files: int) -> str:
@@ -28,7 +31,7 @@ def render(findings: Sequence[Any], files: int, fmt: str = "text") -> str:
     return findings_json(findings) if fmt == "json" else findings_text(findings, files)
 
 
-def _rule_dict(rule: Any) -> dict[str, Any]:
+def _rule_dict(rule: Rule) -> dict[str, Any]:
     return {
         "code": rule.code,
         "name": rule.name,
@@ -50,7 +53,7 @@ def rules_json(rules: Sequence[Any]) -> str:
     return json.dumps([_rule_dict(r) for r in rules], indent=2)
 
 
-def rule_text(rule: Any) -> str:
+def rule_text(rule: Rule) -> str:
     """Everything about one rule, for `torchdoctor lint --rule CODE`."""
 
     def para(title: str, body: str) -> list[str]:

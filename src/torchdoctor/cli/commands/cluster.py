@@ -18,6 +18,7 @@ from torchdoctor.cli.errors import OK, TARGET_ERROR, USAGE, CliError
 from torchdoctor.report import formats
 
 if TYPE_CHECKING:
+    from torchdoctor.cli.client import ProbeClient
     from torchdoctor.cli.context import Context
 
 NAME = "cluster"
@@ -83,7 +84,7 @@ def open_job(ctx: Context) -> Job:
     return Job(info, peers)
 
 
-def _peers_of(client: Any) -> dict[str, Any]:
+def _peers_of(client: ProbeClient) -> dict[str, Any]:
     status, payload = client.request("GET", "/v1/cluster/peers")
     if status != 200:
         raise CliError(f"{client.address.label}: {payload.get('error')}")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from torchdoctor.cli.errors import OK, TARGET_ERROR, CliError
 from torchdoctor.report import formats
@@ -11,6 +11,7 @@ from torchdoctor.report import formats
 if TYPE_CHECKING:
     from torchdoctor.cli.context import Context
     from torchdoctor.diagnose.record import Finding
+    from torchdoctor.store.saved import JobRun
 
 NAME = "diagnoses"
 SUMMARY = "the problems found in a run, with evidence and ranked fixes"
@@ -25,6 +26,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace, ctx: Context) -> int:
     from torchdoctor.diagnose.record import Finding
     from torchdoctor.report import renderer
+    from torchdoctor.store.saved import JobRun
 
     if args.source is not None:
         if ctx.endpoint is not None:
@@ -70,7 +72,7 @@ def _live_steps(ctx: Context) -> int:
     return int(payload["rows"][0][0])
 
 
-def _job_findings(run: Any) -> list[Finding]:
+def _job_findings(run: JobRun) -> list[Finding]:
     """The job-level diagnoses of a job directory computed now (the ranks that died could not
     report them) merged with those the ranks reported: each job-level finding once, then the
     ranks' own findings."""

@@ -14,6 +14,7 @@ from torchdoctor.report import formats
 
 if TYPE_CHECKING:
     from torchdoctor.cli.context import Context
+    from torchdoctor.store.saved import JobRun, SavedRun
 
 NAME = "export"
 SUMMARY = "a saved run or job as a Perfetto trace, or its tables as Parquet or CSV"
@@ -73,7 +74,7 @@ def main(args: argparse.Namespace, ctx: Context) -> int:
     return OK
 
 
-def _perfetto(run: Any, path: Path, window: tuple[int, int] | None) -> dict[str, Any]:
+def _perfetto(run: SavedRun | JobRun, path: Path, window: tuple[int, int] | None) -> dict[str, Any]:
     from torchdoctor.report.perfetto import write
 
     tmp = path.with_name(f".{path.name}.tmp")
@@ -83,7 +84,7 @@ def _perfetto(run: Any, path: Path, window: tuple[int, int] | None) -> dict[str,
     return {"format": "perfetto", "path": str(path), "bytes": path.stat().st_size, "events": events}
 
 
-def _tables(run: Any, directory: Path, fmt: str) -> dict[str, Any]:
+def _tables(run: SavedRun | JobRun, directory: Path, fmt: str) -> dict[str, Any]:
     from torchdoctor.store.export import ExportError, write_csv, write_parquet
 
     try:
