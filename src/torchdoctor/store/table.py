@@ -9,7 +9,7 @@ background threads take. The oldest rows are dropped once the table holds `capac
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from torchdoctor.store.columns import Block
@@ -32,7 +32,7 @@ class RingTable:
         self._pending: list[tuple[Any, ...]] = []  # never replaced: sealing deletes a prefix
         # The training thread's appends are the list's own methods: no Python frame per row.
         self.append: Callable[[tuple[Any, ...]], None] = self._pending.append
-        self.extend: Callable[[Sequence[tuple[Any, ...]]], None] = self._pending.extend
+        self.extend: Callable[[Iterable[tuple[Any, ...]]], None] = self._pending.extend
         self._blocks: list[Block] = []
         self._rows = 0
         self._dropped = 0

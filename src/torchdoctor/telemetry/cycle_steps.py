@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 class CycleHost(Protocol):
     """What cycle mode needs from the Recorder (its state is changed only through these)."""
 
-    state: StepState  # StepState of the step in progress (read)
+    state: StepState  # of the step in progress (read)
     models: Any
     gradients: Any
     timer: Any

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 class Host(Protocol):
     """What the Recorder needs from the process it records."""
 
-    tables: Tables  # store.tables.Tables
+    tables: Tables
     config: Any  # config.Config, read live (trace_every and guard change on a running probe)
 
     def on_cuda_detected(self) -> None: ...

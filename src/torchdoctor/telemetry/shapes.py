@@ -64,7 +64,7 @@ class ShapeRecorder:
         if not calls:
             return
         rank = self.rec.rank
-        self.rec.tables["shapes"].extend([(*tuple(c), rank) for c in calls])
+        self.rec.tables["shapes"].extend((*tuple(c), rank) for c in calls)
         self.last = (calls[0][0], [_as_dict(c) for c in calls])
 
     def flow(self) -> tuple[int | None, list[dict[str, Any]], bool]:
