@@ -20,6 +20,7 @@ from typing import Any
 
 from torchdoctor.diagnose import hang, missing_rank
 from torchdoctor.diagnose.inputs import HangCapture, Inputs, JobInputs, RankView
+from torchdoctor.frames import StackFrame, ThreadStack
 from torchdoctor.store import rundir
 from torchdoctor.store.columns import Block
 from torchdoctor.store.saved import SavedRun
@@ -48,11 +49,11 @@ Call = COLLECTIVES.row_type()
 Step = STEPS.row_type()
 
 
-def frame(func: str, path: str | Path, line: int) -> dict[str, Any]:
-    return {"func": func, "file": str(path), "lineno": line, "code": None}
+def frame(func: str, path: str | Path, line: int) -> StackFrame:
+    return StackFrame(func=func, file=str(path), lineno=line)
 
 
-def stack_of(train: Path, stuck: bool) -> list[dict[str, Any]]:
+def stack_of(train: Path, stuck: bool) -> list[StackFrame]:
     """The main thread's frames, innermost first."""
     if stuck:
         return [
@@ -173,8 +174,8 @@ def _own_hang(view: RankView, rows: list[tuple[Any, ...]], now: float) -> list[A
     pending = [
         dict(zip(names, r, strict=True)) for r in rows if r[names.index("state")] == "issued"
     ]
-    threads = [{"thread_id": 1, "name": "MainThread", "is_main": True, "daemon": False,
-                "frames": view.stack}]  # fmt: skip
+    threads = [ThreadStack(thread_id=1, name="MainThread", is_main=True, daemon=False,
+                           frames=view.stack or [])]  # fmt: skip
     capture = HangCapture(12.0, 5.0, STEPS_DONE, threads, pending)
     steps = Block.from_rows(STEPS, [])
     return hang.diagnose(Inputs(steps, steps, [], None, now, hang=capture))
@@ -241,7 +242,7 @@ def _routes(routes: Any, rank: int, run: SavedRun, entries: dict[str, Any]) -> N
     backtrace = {
         "columns": list(trace),
         "rows": [
-            [1, "MainThread", depth, f["func"], f["file"], f["lineno"], f.get("code"), True]
+            [1, "MainThread", depth, f.func, f.file, f.lineno, f.code, True]
             for depth, f in enumerate(stack)
         ],
     }
@@ -270,7 +271,7 @@ def _routes(routes: Any, rank: int, run: SavedRun, entries: dict[str, Any]) -> N
             "time": NOW,
             "status": "running",
             "steps_done": view.steps_done,
-            "phase": "data" if not any("c10d" in f["file"] for f in stack) else "backward",
+            "phase": "data" if not any("c10d" in f.file for f in stack) else "backward",
             "stack": stack,
             "hang_timeout": 5.0,
             "columns": {n: list(BY_NAME[n].column_names) for n in tables},

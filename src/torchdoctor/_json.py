@@ -1,14 +1,144 @@
 """Strict JSON for records and answers: non-finite floats become the strings "nan", "inf",
 "-inf" (JSON has no such numbers); a record (a dataclass) becomes the object of its fields in
 order, or its own `to_json()` where it has one (a field left out while None); anything else
-that is not a JSON value becomes its str()."""
+that is not a JSON value becomes its str().
+
+`Record` is the one codec for dataclasses kept as JSON objects and read back (a finding's
+evidence and its parts, a captured stack): field names are the keys, in order; a field made
+with `optional()` is left out while None; reading back is tolerant of other versions (keys
+this version does not know are kept in `extra` and written again after the known ones, a key
+a row lacks takes its default, None for a field without one) and builds the nested records
+its fields' annotations name (`StackFrame`, `list[ThreadStack] | None`, `dict[str, Part]`):
+a nested Record as a Record, a nested plain dataclass from its own fields (other keys dropped).
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import math
-from typing import Any
+import types
+import typing
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+R = TypeVar("R", bound="Record")
+_OMIT = {"omit_none": True}
+_LAST = {"after_extra": True}
+
+
+def optional(default: Any = None) -> Any:
+    """A record's field written to the JSON only when it is not None."""
+    return dataclasses.field(default=default, metadata=_OMIT)
+
+
+def trailing() -> Any:
+    """A record's field written after the unknown keys, and only when it is not None."""
+    return dataclasses.field(default=None, repr=False, metadata=_LAST)
+
+
+@dataclasses.dataclass(kw_only=True)
+class Record:
+    # Keys this version does not know (a row written by another version): kept as they came.
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON form: the fields in order, then the unknown keys, then trailing fields."""
+        out: dict[str, Any] = {}
+        last: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name == "extra" or (value is None and f.metadata.get("omit_none")):
+                continue
+            if f.metadata.get("after_extra"):
+                if value is not None:
+                    last[f.name] = value
+                continue
+            out[f.name] = _plain(value)
+        out.update(self.extra)
+        out.update(last)
+        return out
+
+    @classmethod
+    def from_json(cls: type[R], data: Mapping[str, Any]) -> R:
+        """The record from its JSON form, tolerant of other versions' rows."""
+        values: dict[str, Any] = {}
+        extra: dict[str, Any] = {}
+        fields = {f.name: f for f in dataclasses.fields(cls) if f.name != "extra"}
+        hints = _hints(cls)
+        for key, value in data.items():
+            if key in fields:
+                values[key] = decode_as(hints.get(key, Any), value)
+            else:
+                extra[str(key)] = value
+        for name, f in fields.items():
+            missing = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+            if name not in values and missing:
+                values[name] = None  # a key an older row lacks
+        return cls(**values, extra=extra)
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    """A record class's field annotations, resolved once."""
+    if cls not in _HINTS:
+        try:
+            _HINTS[cls] = typing.get_type_hints(cls)
+        except (NameError, TypeError):  # a name only a type checker sees: read values as they are
+            _HINTS[cls] = {}
+    return _HINTS[cls]
+
+
+def decode_as(annotation: Any, value: Any) -> Any:
+    """A JSON value read as `annotation` says (`list[StackFrame] | None`): its nested records
+    built, any other value as it came."""
+    if value is None:
+        return None
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        kinds = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return decode_as(kinds[0], value) if len(kinds) == 1 else value
+    if origin is list and isinstance(value, list):
+        (item,) = typing.get_args(annotation)
+        return [decode_as(item, v) for v in value]
+    if origin is dict and isinstance(value, Mapping):
+        _key, item = typing.get_args(annotation)
+        return {k: decode_as(item, v) for k, v in value.items()}
+    if origin is not None or not isinstance(value, Mapping):
+        return value
+    if isinstance(annotation, type) and issubclass(annotation, Record):
+        return annotation.from_json(value)
+    if isinstance(annotation, type) and dataclasses.is_dataclass(annotation):
+        return _from_fields(annotation, value)
+    return value
+
+
+def _from_fields(cls: type[Any], data: Mapping[str, Any]) -> Any:
+    """A plain dataclass from a JSON object: its own fields (nested ones decoded), a field the
+    object lacks takes its default, or None."""
+    hints = _hints(cls)
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.name in data:
+            values[f.name] = decode_as(hints.get(f.name, Any), data[f.name])
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            values[f.name] = None
+    return cls(**values)
+
+
+def _plain(value: Any) -> Any:
+    """A field's JSON form: nested records as their objects, in lists and dicts too."""
+    if isinstance(value, Record):
+        return value.to_json()
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    return value
 
 
 def float_text(value: float) -> str:

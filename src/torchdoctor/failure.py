@@ -9,6 +9,7 @@ never imported here.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import os
 import re
@@ -210,7 +211,17 @@ def locate(
     return where
 
 
-def forward_inputs(frame: types.FrameType, torch: Any) -> list[dict[str, Any]]:
+@dataclasses.dataclass(kw_only=True)
+class TensorInput:
+    """A tensor a module's forward received: its argument name, shape, dtype and device."""
+
+    name: str
+    shape: list[int]
+    dtype: str
+    device: str
+
+
+def forward_inputs(frame: types.FrameType, torch: Any) -> list[TensorInput]:
     """The tensors a module's forward frame received, by argument name (self left out)."""
     code = frame.f_code
     values = frame_locals(frame)
@@ -223,13 +234,13 @@ def forward_inputs(frame: types.FrameType, torch: Any) -> list[dict[str, Any]]:
     return out
 
 
-def describe(name: str, tensor: Any) -> dict[str, Any]:
-    return {
-        "name": name,
-        "shape": list(tensor.shape),
-        "dtype": str(tensor.dtype).removeprefix("torch."),
-        "device": str(tensor.device),
-    }
+def describe(name: str, tensor: Any) -> TensorInput:
+    return TensorInput(
+        name=name,
+        shape=list(tensor.shape),
+        dtype=str(tensor.dtype).removeprefix("torch."),
+        device=str(tensor.device),
+    )
 
 
 def user_frame(frames: list[types.FrameType]) -> types.FrameType | None:

@@ -3,10 +3,15 @@ installed packages, torchdoctor itself). One test for every place that looks for
 the call site of backward(), the op that made a NaN, where an OOM or a hang happened.
 
 torchdoctor's demos count as the user's code: they stand in for a user's script.
+
+A captured stack as data (`ThreadStack` of `StackFrame`s, innermost first) is what the hang
+watchdog hands the diagnoses, what a rank tells its peers and what a finding's evidence keeps
+(plain dataclasses: _json.py's codec writes and reads them).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import sysconfig
@@ -146,3 +151,28 @@ def drop_own_frames(tb: Any) -> Any:
             entry.tb_next = after
         entry = after
     return tb
+
+
+@dataclasses.dataclass(kw_only=True)
+class StackFrame:
+    """One frame of a captured stack: its function, file, line and that line's source."""
+
+    func: str
+    file: str
+    lineno: int
+    code: str | None = None
+
+    @property
+    def site(self) -> str:
+        return f"{self.file}:{self.lineno}"
+
+
+@dataclasses.dataclass(kw_only=True)
+class ThreadStack:
+    """One thread's captured stack, innermost frame first."""
+
+    thread_id: int | None = None
+    name: str
+    is_main: bool = False
+    daemon: bool = True
+    frames: list[StackFrame] = dataclasses.field(default_factory=list)

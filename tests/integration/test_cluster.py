@@ -439,7 +439,7 @@ def test_uneven_data_whatever_the_last_collective(jobs: Callable[..., Job], end:
         records = saved(job)
     [found] = [r for r in records if r["kind"] == "uneven_batches"]
     assert found["rank"] == 1 and found["location"].endswith(BACKWARD), found
-    assert found["evidence"]["left"]["1"]["site"].endswith(AFTER_LOOP[end])
+    assert found["evidence"]["left"]["1"]["call"]["site"].endswith(AFTER_LOOP[end])
     assert f"Rank 1 left its training loop after 5 steps and called {end}" in found["summary"]
     assert found["fix"].splitlines()[0].startswith("shard the data with DistributedSampler")
     assert not [r for r in records if r["kind"] == "collective_mismatch"], records

@@ -20,6 +20,7 @@ from torchdoctor.config import Config
 from torchdoctor.diagnose import load_modules
 from torchdoctor.diagnose.inputs import HangCapture, Inputs
 from torchdoctor.diagnose.record import Diagnosis
+from torchdoctor.frames import ThreadStack
 from torchdoctor.store.saved import open_run
 from torchdoctor.telemetry.stacks import capture_all
 
@@ -130,7 +131,7 @@ def test_a_pass_over_every_run_takes_milliseconds() -> None:
 # -- hangs, on the stacks of real threads --------------------------------------------------
 
 
-def _stuck(target: Any, *args: Any) -> Iterator[list[dict[str, Any]]]:
+def _stuck(target: Any, *args: Any) -> Iterator[list[ThreadStack]]:
     """Run `target` in a thread until it is blocked, then capture every stack with that thread
     standing in for the main thread."""
     thread = threading.Thread(target=target, args=args, daemon=True, name="stuck")
@@ -139,13 +140,13 @@ def _stuck(target: Any, *args: Any) -> Iterator[list[dict[str, Any]]]:
         deadline = time.monotonic() + 10
         while True:
             threads = capture_all()
-            mine = next(t for t in threads if t["name"] == "stuck")
-            if any(f["func"] == "innermost" for f in mine["frames"]):
+            mine = next(t for t in threads if t.name == "stuck")
+            if any(f.func == "innermost" for f in mine.frames):
                 break
             assert time.monotonic() < deadline, "the thread never reached its blocking call"
             time.sleep(0.001)
         for t in threads:
-            t["is_main"] = t is mine
+            t.is_main = t is mine
         yield threads
     finally:
         release.set()
@@ -194,9 +195,9 @@ def test_hang_in_a_pending_collective_names_it_and_the_other_ranks() -> None:
     # count.
     release.clear()
     for threads in _stuck(load_batch, release):
-        main = next(t for t in threads if t["is_main"])
-        user = next(f for f in main["frames"] if f["func"] == "innermost")
-        site = f"{user['file']}:{user['lineno']}"
+        main = next(t for t in threads if t.is_main)
+        user = next(f for f in main.frames if f.func == "innermost")
+        site = user.site
         now = time.time()
         pending = [
             {"group": "default", "seq": 9, "op": "all_reduce", "site": "other.py:3", "step": 4,
@@ -208,8 +209,8 @@ def test_hang_in_a_pending_collective_names_it_and_the_other_ranks() -> None:
         run = open_run(RUNS / "healthy_frozen")
         hang = _hang(Inputs.of(run.block, Config(), now=now, hang=capture))
         assert hang.evidence.category == "collective", hang.summary
-        assert hang.evidence.collective["seq"] == 10
-        assert hang.location is not None and hang.location.endswith(f":{user['lineno']}")
+        assert hang.evidence.collective is not None and hang.evidence.collective.seq == 10
+        assert hang.location is not None and hang.location.endswith(f":{user.lineno}")
         assert "waits in collective all_reduce #10, issued at" in hang.summary
         assert "at step 5, for 7 s" in hang.summary and "cluster diagnoses" in hang.summary
         assert "your own code" not in hang.summary

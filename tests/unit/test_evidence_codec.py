@@ -6,6 +6,7 @@ read back print the same through the Renderer interface as their rows say."""
 from __future__ import annotations
 
 import json
+import typing
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,8 +16,11 @@ from torchdoctor.diagnose import MODULES, load_modules
 from torchdoctor.diagnose.evidence import Evidence, decode, encode, kinds
 from torchdoctor.diagnose.hang import HangEvidence
 from torchdoctor.diagnose.inputs import Inputs
+from torchdoctor.diagnose.missing_rank import AbsentRank, MissingRankEvidence
 from torchdoctor.diagnose.nan import NanEvidence
+from torchdoctor.diagnose.parts import CollectiveCall
 from torchdoctor.diagnose.record import Diagnosis, Finding
+from torchdoctor.frames import StackFrame, ThreadStack
 from torchdoctor.report import renderer
 from torchdoctor.store.saved import open_run
 
@@ -35,6 +39,8 @@ def test_every_kind_has_its_evidence_class() -> None:
     registered = kinds()
     assert set(MODULES) <= set(registered), set(MODULES) - set(registered)
     assert all(issubclass(cls, Evidence) and cls is not Evidence for cls in registered.values())
+    for cls in registered.values():  # the codec builds parts from these: each must resolve
+        typing.get_type_hints(cls)
 
 
 def test_the_saved_runs_findings_round_trip_through_the_codec() -> None:
@@ -65,6 +71,41 @@ def test_a_row_of_another_version_decodes() -> None:
     assert isinstance(decode("nan", None), NanEvidence)
     unknown = decode("a_kind_from_the_future", {"x": 1})
     assert type(unknown) is Evidence and unknown.to_json() == {"x": 1}
+
+
+def test_parts_come_back_as_their_classes() -> None:
+    frame = {"func": "load_batch", "file": "/job/train.py", "lineno": 22, "code": "x = q.get()"}
+    main = {"thread_id": 1, "name": "MainThread", "is_main": True, "daemon": False}
+    stored = {
+        "category": "lock",
+        "blocking_frame": frame | {"locals": 3},  # a key of a newer version's frame
+        "user_frame": None,
+        "collective": {"group": "default", "seq": 9, "op": "all_reduce", "shapes": [[65]],
+                       "dtype": "float32", "site": "train.py:4", "step": 5, "waited": 7.0, "k": 1},
+        "threads": [main | {"frames": [frame]}],
+    }  # fmt: skip
+    back = decode("hang", json.dumps(stored))
+    assert isinstance(back, HangEvidence)
+    # a plain dataclass part (frames.py) keeps its own fields: a newer key is dropped
+    assert back.blocking_frame == StackFrame(**frame)
+    assert back.user_frame is None
+    [thread] = back.threads
+    assert thread == ThreadStack(**main, frames=[StackFrame(**frame)])
+    # a Record part keeps a key it does not know, and writes it again
+    assert isinstance(back.collective, CollectiveCall) and back.collective.seq == 9
+    assert back.collective.extra == {"k": 1}
+    again = back.to_json()
+    assert again["collective"] == stored["collective"] and again["threads"] == stored["threads"]
+    # parts in a dict, by rank
+    missing = decode("missing_rank", {"op": "all_reduce", "missing": {"3": {"status": "running",
+                     "steps": 5, "stack": [frame], "category": "lock"}}})  # fmt: skip
+    assert isinstance(missing, MissingRankEvidence)
+    assert isinstance(missing.missing["3"], AbsentRank)
+    assert missing.missing["3"].stack == [StackFrame(**frame)]
+    assert missing.missing["3"].line is None and "line" not in missing.to_json()["missing"]["3"]
+    # a part of another shape stays as it came, and nothing raises
+    odd = decode("hang", {"blocking_frame": "train.py:3", "threads": [1, "x"]})
+    assert isinstance(odd, HangEvidence) and odd.blocking_frame == "train.py:3"
 
 
 def test_a_job_findings_identity_travels_in_its_evidence() -> None:

@@ -29,6 +29,7 @@ from torchdoctor.diagnose import (
 from torchdoctor.diagnose.evidence import decode
 from torchdoctor.diagnose.inputs import HangCapture, Inputs, JobInputs, RankView
 from torchdoctor.diagnose.record import Diagnosis, Finding
+from torchdoctor.frames import StackFrame, ThreadStack
 from torchdoctor.identity import rank_ranges, ranks_text
 from torchdoctor.report.cluster import (
     group_own,
@@ -94,8 +95,8 @@ def view(rank: int, calls: list[tuple], steps: int, **kw: Any) -> RankView:
     )
 
 
-def frame(func: str, line: int, path: str = TRAIN) -> dict[str, Any]:
-    return {"func": func, "file": path, "lineno": line, "code": None}
+def frame(func: str, line: int, path: str = TRAIN) -> StackFrame:
+    return StackFrame(func=func, file=path, lineno=line)
 
 
 def inputs(ranks: dict[int, RankView], live: bool = True, timeout: float = 5.0) -> Inputs:
@@ -122,7 +123,7 @@ def _history(rank: int, upto: int) -> list[tuple]:
     return [call(rank, s, s, NOW - 100 + s) for s in range(upto)]
 
 
-def _stuck_job(rank1_stack: list[dict[str, Any]], waited: float = 10.0) -> dict[int, RankView]:
+def _stuck_job(rank1_stack: list[StackFrame], waited: float = 10.0) -> dict[int, RankView]:
     """Ranks 0, 2, 3 wait in all_reduce #5 of step 5; rank 1 issued up to #4."""
     ranks = {}
     for r in (0, 2, 3):
@@ -149,7 +150,7 @@ def test_missing_rank_names_the_rank_its_line_and_the_collective() -> None:
     assert d.location is not None and d.location.endswith("train.py:22")
     assert d.evidence.seq == 5 and d.evidence.op == "all_reduce"
     assert d.evidence.waiting == [0, 2, 3]
-    assert d.evidence.missing["1"]["last_seq"] == 4
+    assert d.evidence.missing["1"].last_seq == 4
     assert "Ranks 0,2,3 wait in all_reduce #5" in d.summary
     assert "rank 1 is stuck in your own code in load_batch()" in d.summary
     # Not a shorter loop: rank 1 is still inside it.
@@ -184,7 +185,7 @@ def test_uneven_batches_when_the_missing_rank_left_its_loop() -> None:
     assert len(found) == 1
     d = found[0]
     assert d.kind == "uneven_batches" and d.rank == 1 and d.step == 5
-    assert d.evidence.left["1"]["steps"] == 5
+    assert d.evidence.left["1"].steps == 5
     assert "Rank 1 left its training loop after 5 steps" in d.summary
     assert "save_checkpoint()" in d.summary
     assert any("DistributedSampler" in f for f in d.fix)
@@ -207,13 +208,13 @@ def test_collective_mismatch_at_the_first_sequence_number_that_differs() -> None
     assert len(found) == 1
     d = found[0]
     assert d.evidence.seq == 7
-    assert d.evidence.ranks["0"]["shapes"] == [[1]]
-    assert d.evidence.ranks["1"]["shapes"] == [[8, 1]]
+    assert d.evidence.ranks["0"].shapes == [[1]]
+    assert d.evidence.ranks["1"].shapes == [[8, 1]]
     assert "rank 0 calls all_reduce [[1]] float32 at" in d.summary
     assert d.location is not None and d.location.endswith("train.py:45")
     # Another op at the same seq is a mismatch too; the same calls on every rank are not.
     ranks[0] = view(0, [*_history(0, 7), call(0, 7, 7, NOW, op="broadcast")], 7)
-    assert collective_mismatch.diagnose(inputs(ranks))[0].evidence.ranks["0"]["op"] == ("broadcast")
+    assert collective_mismatch.diagnose(inputs(ranks))[0].evidence.ranks["0"].op == "broadcast"
     same = {r: view(r, _history(r, 8), 8) for r in (0, 1)}
     assert collective_mismatch.diagnose(inputs(same)) == []
     # A scatter's non-root rank passes no tensor list: no dtype to compare (tensor parallel's
@@ -482,8 +483,8 @@ def test_the_directory_of_one_node_holds_no_cause() -> None:
 
 
 def test_a_rank_that_raised_but_cannot_exit() -> None:
-    uploader = {"name": "uploader", "frames": [frame("upload_logs", 12)]}
-    at_exit = [{"func": "_shutdown", "file": "/usr/lib/python3.11/threading.py", "lineno": 1590}]
+    uploader = ThreadStack(name="uploader", daemon=False, frames=[frame("upload_logs", 12)])
+    at_exit = [frame("_shutdown", 1590, "/usr/lib/python3.11/threading.py")]
     ranks = _stuck_job(at_exit)
     ranks[1].raised = raised("ValueError: corrupt record", NOW - 20, line=22)
     ranks[1].threads = [uploader]
@@ -510,10 +511,10 @@ def test_a_rank_that_raised_but_cannot_exit() -> None:
 
 def test_a_hang_at_exit_names_the_thread_that_holds_the_process() -> None:
     threads = [
-        {"name": "MainThread", "is_main": True, "daemon": False, "frames": [
-            {"func": "_shutdown", "file": "/usr/lib/python3.11/threading.py", "lineno": 1590}]},
-        {"name": "uploader", "is_main": False, "daemon": False, "frames": [frame("up", 12)]},
-        {"name": "logger", "is_main": False, "daemon": True, "frames": [frame("log", 80)]},
+        ThreadStack(name="MainThread", is_main=True, daemon=False,
+                    frames=[frame("_shutdown", 1590, "/usr/lib/python3.11/threading.py")]),
+        ThreadStack(name="uploader", daemon=False, frames=[frame("up", 12)]),
+        ThreadStack(name="logger", daemon=True, frames=[frame("log", 80)]),
     ]  # fmt: skip
     capture = HangCapture(seconds=70, timeout=60, steps=5, threads=threads)
     [d] = hang.diagnose(Inputs(Block.empty(STEPS), Block.empty(STEPS), [], None, NOW, hang=capture))
@@ -560,7 +561,7 @@ def test_uneven_data_ending_in_any_collective(op: str, shapes: str | None) -> No
     job = inputs(ranks)
     assert collective_mismatch.diagnose(job) == []
     [d] = uneven_batches.diagnose(job)
-    assert d.rank == 1 and d.evidence.left["1"]["op"] == op
+    assert d.rank == 1 and d.evidence.left["1"].call.op == op
     assert f"Rank 1 left its training loop after 5 steps and called {op} #5 at" in d.summary
     assert "while rank 0 calls all_reduce #5 of step 5" in d.summary
     # The same line on both ranks with other shapes stays a mismatch (a short last batch).

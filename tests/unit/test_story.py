@@ -15,7 +15,7 @@ from torchdoctor.config import Config
 from torchdoctor.diagnose import load_modules, story
 from torchdoctor.diagnose.evidence import decode
 from torchdoctor.diagnose.inputs import Inputs
-from torchdoctor.diagnose.nan import NanOrigin, from_origin
+from torchdoctor.diagnose.nan import BadWeight, NanOrigin, from_origin
 from torchdoctor.diagnose.record import Diagnosis, Finding
 from torchdoctor.doctor import LONGEST_WAIT, TICK, Doctor
 from torchdoctor.report.diagnoses import render_full
@@ -89,7 +89,8 @@ def test_not_learning_does_not_ask_for_a_larger_rate_when_the_run_diverged() -> 
 def test_a_fix_without_the_learning_rate_says_it_is_not_known() -> None:
     assert story.lr_now(0.1) == "(now 0.1)"
     assert "not known" in story.lr_now(None) and "None" not in story.lr_now(None)
-    origin = NanOrigin(stage="optimizer", step=3, lr=None, bad_weights=[{"module": "fc"}])
+    weights = [BadWeight(module="fc", param="weight", numel=4)]
+    origin = NanOrigin(stage="optimizer", step=3, lr=None, bad_weights=weights)
     d = from_origin(origin)
     assert all("None" not in f for f in d.fix)
     assert any(f.startswith(story.LOWER_LR) and "not known" in f for f in d.fix)

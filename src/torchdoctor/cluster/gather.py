@@ -10,9 +10,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from torchdoctor._json import decode_as
 from torchdoctor.cluster import loops
 from torchdoctor.diagnose import replica_drift
 from torchdoctor.diagnose.inputs import DEAD, JobInputs, RankView
+from torchdoctor.frames import StackFrame, ThreadStack
 from torchdoctor.store import rundir
 from torchdoctor.store.columns import Block
 from torchdoctor.store.schema import COLLECTIVES, STEPS
@@ -121,7 +123,7 @@ class RankRecord:
             collectives=calls,
             status=status,
             reason=reason,
-            stack=state.get("stack") if self.reason is None else None,
+            stack=decode_as(list[StackFrame], state.get("stack")) if self.reason is None else None,
             # A rank's waits count up to when it told them, not to now: a record gathered a
             # while ago must not show a collective it has completed since as still waiting.
             clock=_float(state.get("time")) if self.reason is None else None,
@@ -134,7 +136,7 @@ class RankRecord:
             host=entry.get("host"),
             pid=entry.get("pid"),
             raised=state.get("raised"),
-            threads=state.get("threads"),
+            threads=decode_as(list[ThreadStack], state.get("threads")),
             kinds=tuple(state.get("kinds") or ()),
             checksums=dict(self.checksums),
         )
@@ -193,7 +195,7 @@ def job_inputs(
     views = {rank: rec.view() for rank, rec in records.items()}
     files: list[str] = []
     for view in views.values():
-        files += [f["file"] for f in view.stack or []]
+        files += [f.file for f in view.stack or []]
         sites = view.collectives.column("site") if view.collectives.rows else []
         files += [s.rpartition(":")[0] for s in set(sites) if s]
     return JobInputs(

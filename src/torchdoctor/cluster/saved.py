@@ -18,6 +18,7 @@ from torchdoctor.diagnose.hang import HangEvidence, keeping_alive
 from torchdoctor.diagnose.inputs import DEAD, Inputs, JobInputs, RankView
 from torchdoctor.diagnose.oom import OomDiagnosisEvidence
 from torchdoctor.diagnose.record import Diagnosis
+from torchdoctor.frames import StackFrame, ThreadStack
 from torchdoctor.store.columns import Block
 from torchdoctor.store.saved import JobRun, SavedRun
 from torchdoctor.store.schema import BY_NAME, STEPS
@@ -31,7 +32,7 @@ def job_inputs(job: JobRun) -> JobInputs:
     views = {rank: rank_view(rank, job.rank_run(rank)) for rank in job.ranks}
     files: list[str] = []
     for view in views.values():
-        files += [f["file"] for f in view.stack or []]
+        files += [f.file for f in view.stack or []]
         if view.collectives.rows:
             files += [s.rpartition(":")[0] for s in set(view.collectives.column("site")) if s]
     world = int(job.meta.get("world_size") or len(views))
@@ -151,17 +152,17 @@ def raised_of(findings: list[OwnFinding]) -> dict[str, Any] | None:
 
 def _last_threads(
     findings: list[OwnFinding],
-) -> tuple[list[dict[str, Any]] | None, list[dict[str, Any]] | None]:
+) -> tuple[list[StackFrame] | None, list[ThreadStack] | None]:
     """The main thread's frames from the rank's last own hang diagnosis, if it had one, and
     the other threads of that capture that keep its process alive."""
     for finding in reversed(findings):
         if not isinstance(finding.evidence, HangEvidence):
             continue
         threads = finding.evidence.threads or []
-        main = next((t for t in threads if t.get("is_main")), None)
+        main = next((t for t in threads if t.is_main), None)
         if main is None:
             continue
-        return list(main.get("frames") or []), keeping_alive(threads)
+        return list(main.frames), keeping_alive(threads)
     return None, None
 
 

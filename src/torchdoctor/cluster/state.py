@@ -17,6 +17,7 @@ from torchdoctor.cluster.member import node_rank
 from torchdoctor.cluster.saved import OwnFinding, raised_of
 from torchdoctor.diagnose import replica_drift
 from torchdoctor.diagnose.hang import keeping_alive, waits_at_exit
+from torchdoctor.frames import StackFrame
 from torchdoctor.identity import RankIdentity
 from torchdoctor.store.schema import COLLECTIVES, EVENTS, STEPS
 from torchdoctor.store.table import RingTable
@@ -116,11 +117,11 @@ def recent_checksums(table: RingTable) -> list[dict[str, Any]]:
     return [d for d in found if d.get("step") in recent]
 
 
-def main_stack() -> list[dict[str, Any]]:
+def main_stack() -> list[StackFrame]:
     main = threading.main_thread().ident
     for thread in stacks.capture_all():
-        if thread["thread_id"] == main:
-            return list(thread["frames"])
+        if thread.thread_id == main:
+            return list(thread.frames)
     return []
 
 

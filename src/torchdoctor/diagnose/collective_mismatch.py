@@ -10,6 +10,7 @@ from typing import Any
 from torchdoctor.diagnose import collective_order as co
 from torchdoctor.diagnose.evidence import Evidence, kind
 from torchdoctor.diagnose.inputs import Inputs
+from torchdoctor.diagnose.parts import CollectiveCall
 from torchdoctor.diagnose.record import Diagnosis
 from torchdoctor.frames import short_site
 from torchdoctor.identity import ranks_text
@@ -22,7 +23,7 @@ JOB = True  # compares ranks: runs on a job's tables
 class CollectiveMismatchEvidence(Evidence):
     group: str
     seq: int
-    ranks: dict[str, Any]
+    ranks: dict[str, CollectiveCall]  # rank -> its call
 
 
 def diagnose(inputs: Inputs) -> list[Diagnosis]:

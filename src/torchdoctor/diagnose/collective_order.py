@@ -17,7 +17,8 @@ from typing import Any
 from torchdoctor.diagnose import job_end
 from torchdoctor.diagnose.hang import classify
 from torchdoctor.diagnose.inputs import DEAD, JobInputs, RankView
-from torchdoctor.frames import is_user_file, short_path
+from torchdoctor.diagnose.parts import CollectiveCall
+from torchdoctor.frames import StackFrame, is_user_file, short_path
 from torchdoctor.store.columns import Block
 
 STARTUP_WAIT = 300.0  # the doctor's startup grace: before the first step
@@ -50,15 +51,18 @@ class Call:
         tensor to read a dtype from (a scatter's or gather's non-root ranks)."""
         return (self.op, self.dtype if typed else None, self.shapes if strict_shapes else None)
 
-    def describe(self) -> dict[str, Any]:
-        return {
-            "op": self.op,
-            "shapes": _shapes(self.shapes),
-            "dtype": self.dtype,
-            "site": self.site,
-            "step": self.step,
-            "state": self.state,
-        }
+    def describe(self, numbered: bool = False) -> CollectiveCall:
+        """The call as a finding shows it; `numbered` with its group and sequence number."""
+        return CollectiveCall(
+            group=self.group if numbered else None,
+            seq=self.seq if numbered else None,
+            op=self.op,
+            shapes=_shapes(self.shapes),
+            dtype=self.dtype,
+            site=self.site,
+            step=self.step,
+            state=self.state,
+        )
 
 
 def typed(calls: dict[int, Call]) -> bool:
@@ -386,7 +390,7 @@ def _innermost(job: JobInputs, site: str) -> tuple[int, int] | None:
     return max(around) if around else None  # the innermost: the one that starts last
 
 
-def in_loop(job: JobInputs, site: str | None, stack: list[dict[str, Any]]) -> bool | None:
+def in_loop(job: JobInputs, site: str | None, stack: list[StackFrame]) -> bool | None:
     """Whether a stack is inside the innermost loop around `site` (None: cannot tell)."""
     if not site:
         return None
@@ -394,26 +398,34 @@ def in_loop(job: JobInputs, site: str | None, stack: list[dict[str, Any]]) -> bo
     if inner is None:
         return None
     path = _split(site)[0]
-    return any(f["file"] == path and inner[0] <= int(f["lineno"]) <= inner[1] for f in stack)
+    return any(f.file == path and inner[0] <= int(f.lineno) <= inner[1] for f in stack)
 
 
-def where_stuck(stack: list[dict[str, Any]] | None) -> dict[str, Any] | None:
-    """What a rank's main thread is doing: the hang categories, the blocking frame and the
+@dataclasses.dataclass
+class Stuck:
+    """Where a rank's main thread stands: the hang category, the frame it blocks in and the
     innermost frame of the user's own code."""
+
+    category: str
+    blocking: StackFrame
+    user: StackFrame | None
+
+
+def where_stuck(stack: list[StackFrame] | None) -> Stuck | None:
+    """What a rank's main thread is doing (None without its stack)."""
     if not stack:
         return None
-    category, blocking, user = classify(stack)
-    return {"category": category, "blocking": blocking, "user": user}
+    return Stuck(*classify(stack))
 
 
-def user_line(stack: list[dict[str, Any]] | None) -> dict[str, Any] | None:
+def user_line(stack: list[StackFrame] | None) -> StackFrame | None:
     if not stack:
         return None
-    return next((f for f in stack if is_user_file(f["file"])), None)
+    return next((f for f in stack if is_user_file(f.file)), None)
 
 
-def frame_at(frame: dict[str, Any]) -> str:
-    return f"{frame['func']}() at {short_path(frame['file'])}:{frame['lineno']}"
+def frame_at(frame: StackFrame) -> str:
+    return f"{frame.func}() at {short_path(frame.file)}:{frame.lineno}"
 
 
 def _shapes(text: str | None) -> Any:
@@ -425,5 +437,5 @@ def _shapes(text: str | None) -> Any:
         return text
 
 
-def trim_stack(stack: list[dict[str, Any]] | None, frames: int = 12) -> list[dict[str, Any]]:
+def trim_stack(stack: list[StackFrame] | None, frames: int = 12) -> list[StackFrame]:
     return list(stack or [])[:frames]

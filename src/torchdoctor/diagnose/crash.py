@@ -15,6 +15,7 @@ from typing import Any
 from torchdoctor.diagnose.evidence import Evidence, kind
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis, fix_with_code
+from torchdoctor.failure import TensorInput
 
 FLOW_CALLS = 8  # module calls shown before the one that raised
 
@@ -35,7 +36,7 @@ class CrashEvidence(Evidence):
     file: str | None = None  # the user's line (or the module's code) that failed
     line: int | None = None
     definition: dict[str, Any] | None = None  # where the model's code builds that module
-    inputs: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # what it received
+    inputs: list[TensorInput] = dataclasses.field(default_factory=list)  # what it received
     flow: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # calls before it
     flow_step: int | None = None  # the step the flow was recorded in
     flow_live: bool = False  # the flow is from the step that crashed (else an earlier one)

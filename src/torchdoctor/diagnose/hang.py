@@ -12,8 +12,16 @@ from typing import Any
 
 from torchdoctor.diagnose.evidence import Evidence, kind, optional
 from torchdoctor.diagnose.inputs import Inputs
+from torchdoctor.diagnose.parts import CollectiveCall
 from torchdoctor.diagnose.record import Diagnosis
-from torchdoctor.frames import is_stdlib, is_user_file, short_path, short_site
+from torchdoctor.frames import (
+    StackFrame,
+    ThreadStack,
+    is_stdlib,
+    is_user_file,
+    short_path,
+    short_site,
+)
 
 # (category, test on a frame, what it means, fixes)
 _SYNC_CALLS = (".item()", ".cpu()", ".tolist()", ".numpy()", "synchronize(")
@@ -25,11 +33,11 @@ class HangEvidence(Evidence):
     category: str
     seconds: float
     timeout: float
-    blocking_frame: dict[str, Any]
-    user_frame: dict[str, Any] | None = None
-    keeping_alive: list[Any] | None = optional()
-    collective: dict[str, Any] | None = optional()
-    threads: list[Any]
+    blocking_frame: StackFrame
+    user_frame: StackFrame | None = None
+    keeping_alive: list[ThreadStack] | None = optional()
+    collective: CollectiveCall | None = optional()
+    threads: list[ThreadStack]
 
 
 def diagnose(inputs: Inputs) -> list[Diagnosis]:
@@ -37,18 +45,18 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
     if capture is None:
         return []
     threads = capture.threads
-    main = next((t for t in threads if t.get("is_main")), None)
-    if main is None or not main.get("frames"):
+    main = next((t for t in threads if t.is_main), None)
+    if main is None or not main.frames:
         return []
-    category, blocking, user = classify(main["frames"])
+    category, blocking, user = classify(main.frames)
     where = user or blocking
-    location = f"{short_path(where['file'])}:{where['lineno']}" if where else None
+    location: str | None = f"{short_path(where.file)}:{where.lineno}"
     seconds = float(capture.seconds)
     head = f"No training step for {seconds:.0f} s (timeout {capture.timeout:.0f} s): the main"
     head += " thread"
     call = waited_call(capture.pending, category, user)
-    collective: dict[str, Any] | None = None
-    alive: list[dict[str, Any]] | None = None
+    collective: CollectiveCall | None = None
+    alive: list[ThreadStack] | None = None
     if call is not None:
         category = "collective"
         location = short_site(call.get("site")) or location
@@ -59,10 +67,16 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
             "it. Look at them: `torchdoctor cluster diagnoses` names the rank that holds the "
             "job up, `torchdoctor cluster backtrace` shows where each rank is."
         )
-        collective = {
-            k: call.get(k) for k in ("group", "seq", "op", "shapes", "dtype", "site", "step")
-        }
-        collective["waited"] = waited
+        collective = CollectiveCall(
+            group=call.get("group"),
+            seq=call.get("seq"),
+            op=call["op"],
+            shapes=call.get("shapes"),
+            dtype=call.get("dtype"),
+            site=call.get("site"),
+            step=call.get("step"),
+            waited=waited,
+        )
     elif category == "exiting":
         alive = keeping_alive(threads) or []
         names = thread_names(alive) if alive else "a non-daemon thread"
@@ -70,12 +84,12 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
             f"{head} has ended the script's code and waits at exit for {names}: the process "
             "cannot exit while that thread runs."
         )
-        frames = [f for t in alive for f in t.get("frames") or [] if is_user_file(f["file"])]
-        location = f"{short_path(frames[0]['file'])}:{frames[0]['lineno']}" if frames else None
+        frames = [f for t in alive for f in t.frames if is_user_file(f.file)]
+        location = f"{short_path(frames[0].file)}:{frames[0].lineno}" if frames else None
     else:
         summary = (
-            f"{head} is stuck {_WHAT[category]} in {blocking['func']}() "
-            f"({short_path(blocking['file'])}:{blocking['lineno']})"
+            f"{head} is stuck {_WHAT[category]} in {blocking.func}() "
+            f"({short_path(blocking.file)}:{blocking.lineno})"
         )
         if user and user is not blocking:
             summary += f", called from {location}"
@@ -104,7 +118,7 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
 
 
 def waited_call(
-    pending: list[dict[str, Any]], category: str, user: dict[str, Any] | None
+    pending: list[dict[str, Any]], category: str, user: StackFrame | None
 ) -> dict[str, Any] | None:
     """The pending collective the main thread waits in: the oldest one issued at the user's
     line it stands at (DDP's gradient all-reduce is issued and awaited inside
@@ -114,7 +128,7 @@ def waited_call(
     if not pending:
         return None
     if user is not None:
-        here = f"{user['file']}:{user['lineno']}"
+        here = user.site
         mine = [c for c in pending if c.get("site") == here]
         if mine:
             return mine[0]
@@ -133,46 +147,46 @@ def _label(call: dict[str, Any]) -> str:
     return text
 
 
-def waits_at_exit(frames: list[dict[str, Any]]) -> bool:
+def waits_at_exit(frames: list[StackFrame]) -> bool:
     """The main thread's code has ended (it returned, or raised) and the interpreter waits in
     threading's shutdown for the non-daemon threads to finish."""
     return (
         bool(frames)
-        and frames[0].get("func") == "_shutdown"
-        and str(frames[0].get("file", "")).replace("\\", "/").endswith("/threading.py")
+        and frames[0].func == "_shutdown"
+        and str(frames[0].file).replace("\\", "/").endswith("/threading.py")
     )
 
 
-def keeping_alive(threads: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+def keeping_alive(threads: list[ThreadStack]) -> list[ThreadStack] | None:
     """When the main thread waits at exit: the non-daemon threads it waits for, with their
     innermost frames (None when it does not wait so)."""
-    main = next((t for t in threads if t.get("is_main")), None)
-    if main is None or not waits_at_exit(main.get("frames") or []):
+    main = next((t for t in threads if t.is_main), None)
+    if main is None or not waits_at_exit(main.frames):
         return None
     return [
-        {"name": t.get("name"), "frames": list(t.get("frames") or [])[:4]}
+        dataclasses.replace(t, frames=t.frames[:4])
         for t in threads
-        if not t.get("is_main") and t.get("daemon") is False
+        if not t.is_main and t.daemon is False
     ]
 
 
-def thread_names(threads: list[dict[str, Any]]) -> str:
+def thread_names(threads: list[ThreadStack]) -> str:
     """'thread uploader (train.py:12)', for the threads keeping_alive() returned."""
     parts = []
     for t in threads:
-        frame = next((f for f in t.get("frames") or [] if is_user_file(f["file"])), None)
-        at = f" ({short_path(frame['file'])}:{frame['lineno']})" if frame else ""
-        parts.append(f"{t.get('name')!r}{at}")
+        frame = next((f for f in t.frames if is_user_file(f.file)), None)
+        at = f" ({short_path(frame.file)}:{frame.lineno})" if frame else ""
+        parts.append(f"{t.name!r}{at}")
     return ("thread " if len(parts) == 1 else "threads ") + ", ".join(parts)
 
 
-def classify(frames: list[dict[str, Any]]) -> tuple[str, dict[str, Any], dict[str, Any] | None]:
+def classify(frames: list[StackFrame]) -> tuple[str, StackFrame, StackFrame | None]:
     """(category, the frame it blocks in, the innermost frame of the user's own code)."""
     if waits_at_exit(frames):
         return "exiting", frames[0], None
-    user = next((f for f in frames if is_user_file(f["file"])), None)
-    files = [f["file"].replace("\\", "/") for f in frames]
-    funcs = [f["func"] for f in frames]
+    user = next((f for f in frames if is_user_file(f.file)), None)
+    files = [f.file.replace("\\", "/") for f in frames]
+    funcs = [f.func for f in frames]
     blocking = frames[0]
     for frame, path in zip(frames, files, strict=True):
         if "/torch/utils/data/" in path:
@@ -181,9 +195,9 @@ def classify(frames: list[dict[str, Any]]) -> tuple[str, dict[str, Any], dict[st
         if "/torch/distributed/" in path:
             return "collective", frame, user
     for frame, path in zip(frames, files, strict=True):
-        if "/torch/cuda/" in path and frame["func"] in ("synchronize", "wait", "query"):
+        if "/torch/cuda/" in path and frame.func in ("synchronize", "wait", "query"):
             return "cuda_sync", frame, user
-    syncing = user is not None and any(c in (user.get("code") or "") for c in _SYNC_CALLS)
+    syncing = user is not None and any(c in (user.code or "") for c in _SYNC_CALLS)
     if syncing and user is frames[0]:  # blocked in the C call a .item()/.cpu() line made
         return "cuda_sync", frames[0], user
     waits = ("wait", "acquire", "get", "join", "recv", "poll", "select", "sleep", "read")
@@ -199,8 +213,8 @@ def what(category: str) -> str:
     return _WHAT[category]
 
 
-def _trim(threads: list[dict[str, Any]], frames: int = 12) -> list[dict[str, Any]]:
-    return [dict(t, frames=t["frames"][:frames]) for t in threads[:20]]
+def _trim(threads: list[ThreadStack], frames: int = 12) -> list[ThreadStack]:
+    return [dataclasses.replace(t, frames=t.frames[:frames]) for t in threads[:20]]
 
 
 _WHAT = {

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from torchdoctor.frames import StackFrame, ThreadStack
 from torchdoctor.store.columns import Block
 
 
@@ -24,7 +25,7 @@ class HangCapture:
     seconds: float  # since the last step (or the start)
     timeout: float  # the timeout in force
     steps: int  # steps done so far
-    threads: list[dict[str, Any]]  # every thread's stack (telemetry.stacks.capture_all)
+    threads: list[ThreadStack]  # every thread's stack (telemetry.stacks.capture_all)
     # this rank's collectives issued and not seen completed (python.collectives rows as dicts,
     # oldest first): the one its main thread waits in, when it waits for another rank
     pending: list[dict[str, Any]] = dataclasses.field(default_factory=list)
@@ -117,7 +118,7 @@ class RankView:
     collectives: Block  # python.collectives, oldest first (a recent window)
     status: str = "running"  # running, finished, one of DEAD, unreachable or unknown
     reason: str | None = None  # how it ended, or why it cannot be reached
-    stack: list[dict[str, Any]] | None = None  # main thread's frames, innermost first
+    stack: list[StackFrame] | None = None  # main thread's frames, innermost first
     phase: str | None = None  # data, forward, backward, optimizer or other (live)
     done: int | None = None  # steps done, when known beyond the rows (a live rank's count)
     clock: float | None = None  # its "now": the time it was read, or when it stopped
@@ -130,8 +131,8 @@ class RankView:
     # the error its training ended with (its own crash or oom diagnosis): exception, message,
     # file, line, step, time; a rank may have raised and still run (a non-daemon thread)
     raised: dict[str, Any] | None = None
-    # after its main code ended: the threads that keep its process alive (name, frames)
-    threads: list[dict[str, Any]] | None = None
+    # after its main code ended: the threads that keep its process alive
+    threads: list[ThreadStack] | None = None
     kinds: tuple[str, ...] = ()  # the kinds of its own diagnoses (memory_leak: an OOM kill?)
     # step -> this rank's checksum of each replicated parameter (telemetry/replicas.py)
     checksums: dict[int, dict[str, Any]] = dataclasses.field(default_factory=dict)

@@ -6,17 +6,32 @@ training loop early is `uneven_batches`'."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
+from torchdoctor._json import Record
 from torchdoctor.diagnose import collective_order as co
-from torchdoctor.diagnose.evidence import Evidence, kind
+from torchdoctor.diagnose.evidence import Evidence, kind, optional
 from torchdoctor.diagnose.hang import what
 from torchdoctor.diagnose.inputs import Inputs
+from torchdoctor.diagnose.parts import CollectiveCall
 from torchdoctor.diagnose.record import Diagnosis
-from torchdoctor.frames import short_site
+from torchdoctor.frames import StackFrame, short_site
 from torchdoctor.identity import ranks_text
 
 JOB = True  # compares ranks: runs on a job's tables
+
+
+@dataclasses.dataclass(kw_only=True)
+class AbsentRank(Record):
+    """A rank that never called the collective, and where it is instead."""
+
+    status: str
+    steps: int
+    last_seq: int | None  # its last collective of that group
+    phase: str | None
+    stack: list[StackFrame]  # its main thread's innermost frames
+    category: str | None = optional()  # the hang category of where it stands
+    line: str | None = optional()  # file:line of the user's code it stands at, and its source
+    code: str | None = optional()
 
 
 @kind("missing_rank")
@@ -25,11 +40,11 @@ class MissingRankEvidence(Evidence):
     group: str
     seq: int
     op: str
-    collective: dict[str, Any]
+    collective: CollectiveCall
     waiting: list[int]
     waited: float
-    missing: dict[str, Any]
-    unknown: list[Any]
+    missing: dict[str, AbsentRank]
+    unknown: list[int]
     ranks: list[int]
 
 
@@ -49,30 +64,28 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
 
 def _diagnosis(job: co.JobInputs, holdup: co.Holdup, culprits: list[int]) -> Diagnosis:
     call = holdup.call
-    missing: dict[str, dict[str, Any]] = {}
+    missing: dict[str, AbsentRank] = {}
     parts = []
     location = None
     for rank in culprits:
         view = job.ranks[rank]
         where = co.where_stuck(view.stack)
         last = holdup.last_seq.get(rank)
-        entry: dict[str, Any] = {
-            "status": view.status,
-            "steps": view.steps_done,
-            "last_seq": last,
-            "phase": view.phase,
-            "stack": co.trim_stack(view.stack),
-        }
+        entry = AbsentRank(
+            status=view.status,
+            steps=view.steps_done,
+            last_seq=last,
+            phase=view.phase,
+            stack=co.trim_stack(view.stack),
+        )
         if where is not None:
-            entry["category"] = where["category"]
-            place = where["user"] or where["blocking"]
-            entry["line"] = f"{place['file']}:{place['lineno']}"
-            entry["code"] = place.get("code")
-            location = location or short_site(entry["line"])
-            stuck = what(where["category"])
-            text = f"rank {rank} is stuck {stuck} in {co.frame_at(where['blocking'])}"
-            if where["user"] is not None and where["user"] is not where["blocking"]:
-                text += f", called from {short_site(entry['line'])}"
+            place = where.user or where.blocking
+            entry.category, entry.line, entry.code = where.category, place.site, place.code
+            location = location or short_site(entry.line)
+            stuck = what(where.category)
+            text = f"rank {rank} is stuck {stuck} in {co.frame_at(where.blocking)}"
+            if where.user is not None and where.user is not where.blocking:
+                text += f", called from {short_site(entry.line)}"
         elif view.status == "unreachable":
             text = f"rank {rank} cannot be reached ({view.reason})"
         else:

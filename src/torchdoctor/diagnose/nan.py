@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from torchdoctor._json import Record
 from torchdoctor.diagnose.evidence import Evidence, kind, optional
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
@@ -29,52 +30,80 @@ _NORM = ("norm", "vector_norm", "normalize", "linalg_vector_norm")
 _FP16_MAX = 65504.0
 
 
-@dataclasses.dataclass
-class NanOrigin:
+@dataclasses.dataclass(kw_only=True)
+class TensorStats(Record):
+    """A tensor the replay met with non-finite values nearby: its shape and dtype, its NaN and
+    Inf counts, and of its finite values (where it has some) the range, zeros and negatives."""
+
+    shape: list[int]
+    dtype: str
+    nan: int
+    inf: int
+    min: float | None = optional()
+    max: float | None = optional()
+    zeros: int | None = optional()
+    negatives: int | None = optional()
+
+
+@dataclasses.dataclass(kw_only=True)
+class BadGradient(Record):
+    """A parameter whose gradient holds NaN or Inf."""
+
+    param: str
+    nan: int
+    inf: int
+    numel: int
+
+
+@dataclasses.dataclass(kw_only=True)
+class BadWeight(Record):
+    """A parameter whose weights are not finite, or (`largest`) far too large."""
+
+    module: str
+    param: str
+    numel: int
+    largest: float | None = optional()
+
+
+@dataclasses.dataclass(kw_only=True)
+class NanOrigin(Record):
     """What the replay of the first non-finite step found. `stage` says where: forward (an op
     turned finite inputs non-finite), backward (an autograd node did), loss (the loss
     computation outside the modules), optimizer (the weights were already bad), data (the
     batch was), unknown (no replay possible: `note` says why)."""
 
     stage: str = "unknown"
-    step: int | None = None
-    location: str | None = None  # module, or file:line
-    loss: float | None = None
-    grad_norm: float | None = None
-    lr: float | None = None
+    step: int | None = optional()
+    location: str | None = optional()  # module, or file:line
+    loss: float | None = optional()
+    grad_norm: float | None = optional()
+    lr: float | None = optional()
     guard: bool = False  # --guard skipped the update
-    backward_site: str | None = None  # file:line of the backward() call
+    backward_site: str | None = optional()  # file:line of the backward() call
     autocast: dict[str, str] = dataclasses.field(default_factory=dict)  # device -> dtype
-    bad_gradients: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-    module: str | None = None  # forward/backward: the module the op or node belongs to
-    op: str | None = None  # forward: the torch op; backward: the op that created the node
-    site: str | None = None  # file:line of that op
-    node: str | None = None  # backward: the autograd node (SqrtBackward0)
-    shape: list[int] | None = None
-    dtype: str | None = None
-    nan: int | None = None
-    inf: int | None = None
-    numel: int | None = None
-    inputs: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # the op's inputs
-    input: dict[str, Any] | None = None  # data: the bad batch tensor
-    bad_weights: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # optimizer
+    bad_gradients: list[BadGradient] = dataclasses.field(default_factory=list)
+    module: str | None = optional()  # forward/backward: the module the op or node belongs to
+    op: str | None = optional()  # forward: the torch op; backward: the op that created the node
+    site: str | None = optional()  # file:line of that op
+    node: str | None = optional()  # backward: the autograd node (SqrtBackward0)
+    shape: list[int] | None = optional()
+    dtype: str | None = optional()
+    nan: int | None = optional()
+    inf: int | None = optional()
+    numel: int | None = optional()
+    inputs: list[TensorStats] = dataclasses.field(default_factory=list)  # the op's inputs
+    input: TensorStats | None = optional()  # data: the bad batch tensor
+    bad_weights: list[BadWeight] = dataclasses.field(default_factory=list)  # optimizer
     loss_graph: list[str] = dataclasses.field(default_factory=list)  # loss: nodes, loss first
-    note: str | None = None
-    replay_seconds: float | None = None
-    sharded: bool | None = None  # True: a model holds DTensor shards (FSDP2, TP): not replayed
+    note: str | None = optional()
+    replay_seconds: float | None = optional()
+    sharded: bool | None = optional()  # True: a model holds DTensor shards (FSDP2, TP)
     # not replayed: the step's graph's ops that make NaN/Inf of ordinary values, nearest the
     # loss first (LogBackward0)
     graph_ops: list[str] = dataclasses.field(default_factory=list)
-    fed_by: str | None = None  # ... the module whose output the first of them takes (`module`:
-    # the one it feeds), read from the parameters nearest it in the graph
-
-    def to_json(self) -> dict[str, Any]:
-        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> NanOrigin:
-        known = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+    # ... the module whose output the first of them takes (`module`: the one it feeds), read
+    # from the parameters nearest it in the graph
+    fed_by: str | None = optional()
 
 
 @kind("nan")
@@ -92,7 +121,7 @@ class NanEvidence(Evidence):
     guard: bool | None = optional()
     backward_site: str | None = optional()
     autocast: dict[str, str] | None = optional()
-    bad_gradients: list[dict[str, Any]] | None = optional()
+    bad_gradients: list[BadGradient] | None = optional()
     module: str | None = optional()
     op: str | None = optional()
     site: str | None = optional()
@@ -102,9 +131,9 @@ class NanEvidence(Evidence):
     nan: int | None = optional()
     inf: int | None = optional()
     numel: int | None = optional()
-    inputs: list[dict[str, Any]] | None = optional()
-    input: dict[str, Any] | None = optional()
-    bad_weights: list[dict[str, Any]] | None = optional()
+    inputs: list[TensorStats] | None = optional()
+    input: TensorStats | None = optional()
+    bad_weights: list[BadWeight] | None = optional()
     loss_graph: list[str] | None = optional()
     note: str | None = optional()
     replay_seconds: float | None = optional()
@@ -190,23 +219,24 @@ def _summary(o: NanOrigin) -> str:
             f"graph: {' <- '.join(o.loss_graph[:5])}."
         )
     if o.stage == "optimizer":
-        weights = o.bad_weights or [{}]
-        largest = weights[0].get("largest")
+        first = o.bad_weights[0] if o.bad_weights else None
+        largest = first.largest if first else None
+        module = first.module if first else None
         what = "non-finite" if largest is None else f"as large as {largest:.3g}"
         if step == 0:
             return (
-                f"Step 0: the weights of {weights[0].get('module')} are {what} before the "
+                f"Step 0: the weights of {module} are {what} before the "
                 "first update: the model was loaded or initialised with them."
             )
         return (
-            f"Step {step}: the weights of {weights[0].get('module')} are already {what}: "
+            f"Step {step}: the weights of {module} are already {what}: "
             "an earlier optimizer update put them there (its gradients were finite)."
         )
     if o.stage == "data":
-        bad_input = o.input or {}
+        batch = o.input
         return (
             f"Step {step}: the input batch itself contains "
-            f"{_count(bad_input.get('nan'), bad_input.get('inf'))}."
+            f"{_count(batch.nan if batch else None, batch.inf if batch else None)}."
         )
     placed = o.module or o.fed_by  # from the step's graph, nothing run
     found = (
@@ -242,7 +272,7 @@ def rank_causes(o: NanOrigin, history: dict[str, Any] | None = None) -> list[dic
     stage = o.stage
     op = (o.op or "").lower()
     node = (o.node or "").lower()
-    first_in = o.inputs[0] if o.inputs else {}
+    first_in = o.inputs[0] if o.inputs else None
     causes: list[tuple[float, str, str]] = []
 
     def add(weight: float, cause: str, fix: str) -> None:
@@ -252,7 +282,7 @@ def rank_causes(o: NanOrigin, history: dict[str, Any] | None = None) -> list[dic
     graph = stage == "unknown" and bool(o.graph_ops)
     name = " ".join([op, node, *(g.lower() for g in o.graph_ops if graph)])
     if any(k in name for k in _LOG):
-        zeros = first_in.get("zeros", 0) + first_in.get("negatives", 0)
+        zeros = (first_in.zeros or 0) + (first_in.negatives or 0) if first_in else 0
         add(
             0.9 if zeros or stage == "forward" or graph else 0.7,
             "log of zero or negative values" + (f" ({zeros} inputs <= 0)" if zeros else ""),

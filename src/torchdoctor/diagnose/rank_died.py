@@ -13,12 +13,13 @@ held it up, from the journals."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
+from torchdoctor._json import Record
 from torchdoctor.diagnose import collective_order as co
 from torchdoctor.diagnose import job_end
 from torchdoctor.diagnose.evidence import Evidence, kind, optional
 from torchdoctor.diagnose.inputs import Inputs, JobInputs, RankView
+from torchdoctor.diagnose.parts import CollectiveCall
 from torchdoctor.diagnose.record import Diagnosis
 from torchdoctor.frames import short_site
 from torchdoctor.identity import rank_ranges, ranks_text
@@ -26,6 +27,19 @@ from torchdoctor.identity import rank_ranges, ranks_text
 JOB = True  # compares ranks: runs on a job's tables
 
 MEMORY_KINDS = ("memory_leak", "oom")  # a rank's own findings that make an OOM kill likely
+
+
+@dataclasses.dataclass(kw_only=True)
+class OtherRank(Record):
+    """What another rank of the job did meanwhile, and the words that say it."""
+
+    status: str
+    steps: int
+    ending: str | None = optional()  # how it ended (job_end's kinds), and in words
+    how: str | None = optional()
+    collective: CollectiveCall | None = optional()  # the latest call it has pending
+    line: str | None = optional()  # the user's line it stands at
+    text: str = ""
 
 
 @kind("rank_died")
@@ -49,7 +63,7 @@ class RankDiedEvidence(Evidence):
     dead: list[int] | None = optional()
     signals: list[str] | None = optional()
     spread: float | None = optional()
-    others: dict[str, Any]
+    others: dict[str, OtherRank]
     memory: str | None = optional()
     next_after: float | None = optional()
 
@@ -89,7 +103,7 @@ def _first(
     calls = [c for seqs in table.get(lead.rank, {}).values() for c in seqs.values()]
     last_call = max(calls, key=lambda c: c.time) if calls else None
     line = co.user_line(view.stack)
-    where = lead.line or (f"{line['file']}:{line['lineno']}" if line else None)
+    where = lead.line or (line.site if line else None)
     if lead.step is not None:
         step = lead.step
     else:  # its collectives are written through; its steps table may lack its last second
@@ -287,7 +301,7 @@ def _others(
     groups: dict[str, list[int]] = {}
     for rank, view in _rest(job, skip):
         doing = _doing(job, view, table.get(rank, {}), ends.get(rank) if ending else None)
-        groups.setdefault(doing["text"], []).append(rank)
+        groups.setdefault(doing.text, []).append(rank)
     return sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[1]))
 
 
@@ -296,40 +310,40 @@ def _doing(
     view: RankView,
     groups: dict[str, dict[int, co.Call]],
     ending: job_end.Ending | None,
-) -> dict[str, Any]:
+) -> OtherRank:
     pending = [c for seqs in groups.values() for c in seqs.values() if c.pending]
-    out: dict[str, Any] = {"status": view.status, "steps": view.steps_done}
+    out = OtherRank(status=view.status, steps=view.steps_done)
     if ending is not None:
-        out["ending"] = ending.kind
-        out["how"] = ending.how
+        out.ending = ending.kind
+        out.how = ending.how
     if pending:
         call = max(pending, key=lambda c: c.time)  # the latest: an older one may be stale
-        out["collective"] = call.describe() | {"group": call.group, "seq": call.seq}
+        out.collective = call.describe(numbered=True)
         at = f" at {short_site(call.site)}" if call.site else ""
         name = "" if call.group == "default" else f" of group {call.group}"
         place = f"{call.op} #{call.seq}{name}{at}"
         if ending is not None and ending.kind == job_end.PEER_LOST_KIND:
-            out["text"] = f"lost a peer in {place} ({ending.how.removeprefix('raised ')})"
+            out.text = f"lost a peer in {place} ({ending.how.removeprefix('raised ')})"
         elif ending is not None and ending.kind == job_end.TIMED_OUT_KIND:
-            out["text"] = f"timed out waiting in {place} ({ending.how.removeprefix('raised ')})"
+            out.text = f"timed out waiting in {place} ({ending.how.removeprefix('raised ')})"
         elif ending is not None and ending.kind == job_end.IN_COLLECTIVE:
-            out["text"] = f"failed in {place} ({ending.how})"
+            out.text = f"failed in {place} ({ending.how})"
         else:
-            out["text"] = f"waiting in {place}" + _then(ending)
+            out.text = f"waiting in {place}" + _then(ending)
         return out
     line = co.user_line(view.stack)
     if ending is not None and ending.kind in (job_end.PEER_LOST_KIND, job_end.TIMED_OUT_KIND):
         at = f" at {short_site(ending.line)}" if ending.line else ""
-        out["text"] = f"{ending.how}{at}"
+        out.text = f"{ending.how}{at}"
     elif line is not None:
-        out["line"] = f"{line['file']}:{line['lineno']}"
-        out["text"] = f"in {co.frame_at(line)}" + _then(ending)
+        out.line = line.site
+        out.text = f"in {co.frame_at(line)}" + _then(ending)
     elif view.status == "unreachable":
-        out["text"] = f"cannot be reached ({view.reason})"
+        out.text = f"cannot be reached ({view.reason})"
     elif ending is not None:
-        out["text"] = ending.how
+        out.text = ending.how
     else:
-        out["text"] = view.status
+        out.text = view.status
     return out
 
 

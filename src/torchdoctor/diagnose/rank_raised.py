@@ -7,18 +7,26 @@ what the other ranks wait in. Once the rank is gone, `rank_died` tells the same 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
+from torchdoctor._json import Record
 from torchdoctor.diagnose import collective_order as co
 from torchdoctor.diagnose import job_end
 from torchdoctor.diagnose.evidence import Evidence, kind
 from torchdoctor.diagnose.hang import thread_names
 from torchdoctor.diagnose.inputs import Inputs, JobInputs
 from torchdoctor.diagnose.record import Diagnosis
-from torchdoctor.frames import short_site
+from torchdoctor.frames import ThreadStack, short_site
 from torchdoctor.identity import ranks_text
 
 JOB = True  # compares ranks: runs on a job's tables
+
+
+@dataclasses.dataclass(kw_only=True)
+class Waiting(Record):
+    """Other ranks doing the same meanwhile, in words."""
+
+    ranks: list[int]
+    doing: str
 
 
 @kind("rank_raised")
@@ -27,8 +35,8 @@ class RankRaisedEvidence(Evidence):
     rank: int
     error: str
     line: str | None = None
-    threads: list[Any]
-    waiting: list[Any]
+    threads: list[ThreadStack]  # those that keep its process alive
+    waiting: list[Waiting]
 
 
 def diagnose(inputs: Inputs) -> list[Diagnosis]:
@@ -77,7 +85,7 @@ def _diagnosis(job: JobInputs, ending: job_end.Ending) -> Diagnosis:
             error=ending.how.removeprefix("raised "),
             line=ending.line,
             threads=threads,
-            waiting=[{"ranks": rs, "doing": text} for text, rs in waiting],
+            waiting=[Waiting(ranks=rs, doing=text) for text, rs in waiting],
         ),
         fix=[
             f"fix rank {ending.rank}'s error first: it is the cause, the others only wait",

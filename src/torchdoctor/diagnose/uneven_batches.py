@@ -5,16 +5,29 @@ batches (a shard per rank without DistributedSampler, no drop_last)."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
+from torchdoctor._json import Record
 from torchdoctor.diagnose import collective_order as co
 from torchdoctor.diagnose.evidence import Evidence, kind, optional
 from torchdoctor.diagnose.inputs import Inputs
+from torchdoctor.diagnose.parts import CollectiveCall
 from torchdoctor.diagnose.record import Diagnosis
-from torchdoctor.frames import short_site
+from torchdoctor.frames import StackFrame, short_site
 from torchdoctor.identity import ranks_text
 
 JOB = True  # compares ranks: runs on a job's tables
+
+
+@dataclasses.dataclass(kw_only=True)
+class LeftRank(Record):
+    """A rank that left its training loop: its steps, and where it is now (its status, line
+    and stack) or the collective it called after its loop (`call`)."""
+
+    steps: int
+    status: str | None = optional()
+    line: str | None = optional()
+    stack: list[StackFrame] | None = optional()
+    call: CollectiveCall | None = optional()
 
 
 @kind("uneven_batches")
@@ -23,9 +36,9 @@ class UnevenBatchesEvidence(Evidence):
     group: str
     seq: int
     op: str
-    collective: dict[str, Any]
-    steps: dict[str, Any]
-    left: dict[str, Any]
+    collective: CollectiveCall
+    steps: dict[str, int]  # rank -> steps done
+    left: dict[str, LeftRank]
     waiting: list[int]
     waited: float | None = optional()
     ranks: list[int]
@@ -78,7 +91,7 @@ def _after_loop(job: co.JobInputs, odd: co.LeftLoop) -> Diagnosis:
         "with the next step's (a hang until the timeout, or gloo aborting a rank)."
     )
     left = {
-        str(r): c.describe() | {"steps": max(job.ranks[r].steps_done, c.step)}
+        str(r): LeftRank(steps=max(job.ranks[r].steps_done, c.step), call=c.describe())
         for r, c in odd.left.items()
     }
     return _finding(
@@ -102,7 +115,7 @@ def _diagnosis(job: co.JobInputs, holdup: co.Holdup, left: list[int]) -> Diagnos
     steps = {str(r): v.steps_done for r, v in sorted(job.ranks.items())}
     waiting = sorted(holdup.waiting)
     parts = []
-    ranks: dict[str, dict] = {}
+    ranks: dict[str, LeftRank] = {}
     for rank in left:
         view = job.ranks[rank]
         line = co.user_line(view.stack)
@@ -114,12 +127,12 @@ def _diagnosis(job: co.JobInputs, holdup: co.Holdup, left: list[int]) -> Diagnos
             else "and is past its loop"
         )
         parts.append(f"rank {rank} left its training loop after {view.steps_done} steps {now}")
-        ranks[str(rank)] = {
-            "steps": view.steps_done,
-            "status": view.status,
-            "line": f"{line['file']}:{line['lineno']}" if line else None,
-            "stack": co.trim_stack(view.stack),
-        }
+        ranks[str(rank)] = LeftRank(
+            steps=view.steps_done,
+            status=view.status,
+            line=line.site if line else None,
+            stack=co.trim_stack(view.stack),
+        )
     others = max(job.ranks[r].steps_done for r in waiting)
     text = "; ".join(parts)
     summary = (

@@ -153,7 +153,7 @@ def _was(place: dict[str, Any]) -> list[str]:
 
 def _last_dim(place: dict[str, Any]) -> int | None:
     for tensor in place.get("inputs") or []:
-        shape = tensor.get("shape") or []
+        shape = tensor.shape
         if shape:
             return int(shape[-1])
     return None

@@ -12,7 +12,7 @@ from typing import Any
 from torchdoctor.diagnose.crash import CrashEvidence
 from torchdoctor.diagnose.hang import HangEvidence
 from torchdoctor.diagnose.record import Finding
-from torchdoctor.frames import is_user_file, short_path
+from torchdoctor.frames import StackFrame, is_user_file, short_path
 from torchdoctor.identity import ranks_text
 from torchdoctor.report.diagnoses import render_full
 
@@ -22,23 +22,25 @@ def ranks_label(ranks: Sequence[int]) -> str:
 
 
 # -- stacks ----------------------------------------------------------------------------------
-def main_stacks(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[dict[str, Any]]:
+def main_stacks(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[StackFrame]:
     """The main thread's frames (innermost first) from python.backtrace rows."""
     records = [dict(zip(columns, row, strict=True)) for row in rows]
     main = [r for r in records if r.get("is_main")]
     return [
-        {"func": r["func"], "file": r["file"], "lineno": r["lineno"], "code": r.get("code")}
+        StackFrame(func=r["func"], file=r["file"], lineno=r["lineno"], code=r.get("code"))
         for r in sorted(main, key=lambda r: r["depth"])
     ]
 
 
-def group_stacks(stacks: dict[int, list[dict[str, Any]]]) -> list[tuple[list[int], list[dict]]]:
+def group_stacks(
+    stacks: dict[int, list[StackFrame]],
+) -> list[tuple[list[int], list[StackFrame]]]:
     """Ranks whose main-thread stacks are the same (function, file and line of every frame),
     largest group first."""
     groups: dict[tuple[Any, ...], list[int]] = {}
-    frames: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    frames: dict[tuple[Any, ...], list[StackFrame]] = {}
     for rank, stack in sorted(stacks.items()):
-        key = tuple((f["func"], f["file"], f["lineno"]) for f in stack)
+        key = tuple((f.func, f.file, f.lineno) for f in stack)
         groups.setdefault(key, []).append(rank)
         frames.setdefault(key, stack)
     order = sorted(groups, key=lambda k: (-len(groups[k]), groups[k]))
@@ -46,20 +48,20 @@ def group_stacks(stacks: dict[int, list[dict[str, Any]]]) -> list[tuple[list[int
 
 
 def render_backtrace(
-    groups: list[tuple[list[int], list[dict[str, Any]]]], unreachable: dict[int, str]
+    groups: list[tuple[list[int], list[StackFrame]]], unreachable: dict[int, str]
 ) -> str:
     """One block per group of ranks: the innermost frame (where it stands), the user's own
     frames with their code, and the library frames between them folded into one line."""
     blocks = []
     for ranks, stack in groups:
         lines = [f"{ranks_label(ranks)}: main thread"]
-        for kind, item in fold_frames(stack):
-            if kind == "folded":
+        for item in fold_frames(stack):
+            if isinstance(item, str):
                 lines.append(f"  ... {item}")
                 continue
-            lines.append(f"  {item['func']} ({short_path(item['file'])}:{item['lineno']})")
-            if item.get("code"):
-                lines.append(f"      {item['code']}")
+            lines.append(f"  {item.func} ({short_path(item.file)}:{item.lineno})")
+            if item.code:
+                lines.append(f"      {item.code}")
         if not stack:
             lines.append("  (no frames)")
         blocks.append("\n".join(lines))
@@ -67,26 +69,26 @@ def render_backtrace(
     return "\n\n".join(blocks) if blocks else "(no ranks)"
 
 
-def fold_frames(stack: list[dict[str, Any]]) -> list[tuple[str, Any]]:
-    """("frame", frame) for the innermost frame and the user's frames; ("folded", words) for
-    each run of library frames between them."""
-    out: list[tuple[str, Any]] = []
-    run: list[dict[str, Any]] = []
+def fold_frames(stack: list[StackFrame]) -> list[StackFrame | str]:
+    """The innermost frame and the user's frames; in words, each run of library frames
+    between them."""
+    out: list[StackFrame | str] = []
+    run: list[StackFrame] = []
     for i, frame in enumerate(stack):
-        if i == 0 or is_user_file(frame["file"]):
+        if i == 0 or is_user_file(frame.file):
             if run:
-                out.append(("folded", _folded(run)))
+                out.append(_folded(run))
                 run = []
-            out.append(("frame", frame))
+            out.append(frame)
         else:
             run.append(frame)
     if run:
-        out.append(("folded", _folded(run)))
+        out.append(_folded(run))
     return out
 
 
-def _folded(frames: list[dict[str, Any]]) -> str:
-    where = sorted({_library(f["file"]) for f in frames})
+def _folded(frames: list[StackFrame]) -> str:
+    where = sorted({_library(f.file) for f in frames})
     return f"{len(frames)} frame{'s' if len(frames) > 1 else ''} of {', '.join(where)}"
 
 

@@ -52,7 +52,7 @@ def flow_lines(e: CrashEvidence) -> list[str]:
     if not flow:
         inputs = e.inputs or []
         if module and inputs:
-            shapes = ", ".join(f"{t['name']} {t['shape']}" for t in inputs)
+            shapes = ", ".join(f"{t.name} {t.shape}" for t in inputs)
             return [f"  {module} received: {shapes}"]
         return []
     if e.flow_live:
@@ -70,7 +70,7 @@ def flow_lines(e: CrashEvidence) -> list[str]:
         rows.append((name, into, result))
     if not e.flow_live:
         for t in e.inputs or []:
-            rows.append((f"{module} now", str(t["shape"]), "raised"))
+            rows.append((f"{module} now", str(t.shape), "raised"))
     w1 = max(len(r[0]) for r in rows)
     w2 = max(len(r[1]) for r in rows)
     return [head] + [f"    {a.ljust(w1)}  {b.ljust(w2)}  -> {c}" for a, b, c in rows]

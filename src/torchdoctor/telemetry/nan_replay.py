@@ -32,7 +32,7 @@ from torchdoctor.telemetry.graph_walk import node_names, walk
 from torchdoctor.telemetry.local_shards import has_sharded_state, largest_values, local
 
 if TYPE_CHECKING:  # a diagnosis module: loaded when a replay runs, not with the telemetry
-    from torchdoctor.diagnose.nan import NanOrigin
+    from torchdoctor.diagnose.nan import BadGradient, BadWeight, NanOrigin, TensorStats
 
 
 class NanLocalizer:
@@ -85,7 +85,7 @@ class NanLocalizer:
         bad_weights = _bad_weights(rec)
         if bad_weights:
             origin.stage, origin.bad_weights = "optimizer", bad_weights
-            origin.location = bad_weights[0]["module"]
+            origin.location = bad_weights[0].module
             return origin
         tape = [(_unwrapped(m), args, kwargs) for m, args, kwargs in state.tape]
         if not tape:
@@ -337,7 +337,9 @@ def _unwrapped(module: Any) -> Any:
     return module
 
 
-def _bad_gradients(rec: Any, params: list[Any], limit: int = 5) -> list[dict[str, Any]]:
+def _bad_gradients(rec: Any, params: list[Any], limit: int = 5) -> list[BadGradient]:
+    from torchdoctor.diagnose.nan import BadGradient
+
     torch = rec.torch
     out = []
     for p in params:
@@ -348,23 +350,23 @@ def _bad_gradients(rec: Any, params: list[Any], limit: int = 5) -> list[dict[str
             continue
         named = rec.models.param_name(p)
         out.append(
-            {
-                "param": ".".join(x for x in named if x) if named else "?",
-                "nan": int(torch.isnan(g).sum()),
-                "inf": int(torch.isinf(g).sum()),
-                "numel": int(g.numel()),
-            }
+            BadGradient(
+                param=".".join(x for x in named if x) if named else "?",
+                nan=int(torch.isnan(g).sum()),
+                inf=int(torch.isinf(g).sum()),
+                numel=int(g.numel()),
+            )
         )
         if len(out) >= limit:
             break
     return out
 
 
-def _bad_weights(rec: Any) -> list[dict[str, Any]]:
+def _bad_weights(rec: Any) -> list[BadWeight]:
     """The parameters whose weights (this rank's shards) are not finite; without any, those
     with values over HUGE_WEIGHT, the largest first: uninitialised memory need hold no NaN to
     make one in the first forward."""
-    from torchdoctor.diagnose.nan import HUGE_WEIGHT
+    from torchdoctor.diagnose.nan import HUGE_WEIGHT, BadWeight
 
     named = [
         (label, name, p)
@@ -377,16 +379,17 @@ def _bad_weights(rec: Any) -> list[dict[str, Any]]:
         if top <= HUGE_WEIGHT:
             continue
         mod_name, _p = rec.models.param_name(p) or (label, name)
-        entry = {"module": mod_name, "param": name, "numel": int(p.numel())}
+        entry = BadWeight(module=mod_name, param=name, numel=int(p.numel()))
         if math.isfinite(top):
-            huge.append({**entry, "largest": top})
+            entry.largest = top
+            huge.append(entry)
         else:
             nonfinite.append(entry)
-    huge.sort(key=lambda e: -e["largest"])
+    huge.sort(key=lambda e: -(e.largest or 0.0))
     return (nonfinite or huge)[:5]
 
 
-def _bad_inputs(torch: Any, tape: list[Any]) -> dict[str, Any] | None:
+def _bad_inputs(torch: Any, tape: list[Any]) -> TensorStats | None:
     _module, args, kwargs = tape[0]
     for t in map(local, _flatten([args, kwargs])):
         if t.is_floating_point() and not bool(torch.isfinite(t).all()):
@@ -394,22 +397,20 @@ def _bad_inputs(torch: Any, tape: list[Any]) -> dict[str, Any] | None:
     return None
 
 
-def _describe(torch: Any, t: Any) -> dict[str, Any]:
+def _describe(torch: Any, t: Any) -> TensorStats:
+    from torchdoctor.diagnose.nan import TensorStats
+
     t = t.detach()
     finite = t[torch.isfinite(t)] if t.numel() else t
-    out: dict[str, Any] = {
-        "shape": list(t.shape),
-        "dtype": str(t.dtype).removeprefix("torch."),
-        "nan": int(torch.isnan(t).sum()),
-        "inf": int(torch.isinf(t).sum()),
-    }
+    out = TensorStats(
+        shape=list(t.shape),
+        dtype=str(t.dtype).removeprefix("torch."),
+        nan=int(torch.isnan(t).sum()),
+        inf=int(torch.isinf(t).sum()),
+    )
     if finite.numel():
-        out.update(
-            min=float(finite.min()),
-            max=float(finite.max()),
-            zeros=int((t == 0).sum()),
-            negatives=int((t < 0).sum()),
-        )
+        out.min, out.max = float(finite.min()), float(finite.max())
+        out.zeros, out.negatives = int((t == 0).sum()), int((t < 0).sum())
     return out
 
 

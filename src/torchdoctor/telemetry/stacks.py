@@ -9,7 +9,7 @@ import threading
 from types import FrameType
 from typing import Any
 
-from torchdoctor.frames import PACKAGE_DIR
+from torchdoctor.frames import PACKAGE_DIR, StackFrame, ThreadStack
 
 PROBE_THREAD_PREFIX = "torchdoctor-"
 _RUNNER = os.path.join(PACKAGE_DIR, "cli") + os.sep  # `torchdoctor run`, under the script
@@ -99,7 +99,7 @@ def thread_rows() -> list[tuple[Any, ...]]:
     return rows
 
 
-def capture_all(limit: int = 64) -> list[dict[str, Any]]:
+def capture_all(limit: int = 64) -> list[ThreadStack]:
     """Every thread's stack (torchdoctor's own left out), innermost frame first."""
     threads = _thread_names()
     main_id = threading.main_thread().ident
@@ -111,22 +111,23 @@ def capture_all(limit: int = 64) -> list[dict[str, Any]]:
         frames = []
         for frame in user_frames(frames_of(top, limit)):
             code = frame.f_code
+            lineno = frame.f_lineno or 0
             frames.append(
-                {
-                    "func": code.co_name,
-                    "file": code.co_filename,
-                    "lineno": frame.f_lineno,
-                    "code": source_line(code.co_filename, frame.f_lineno or 0),
-                }
+                StackFrame(
+                    func=code.co_name,
+                    file=code.co_filename,
+                    lineno=lineno,
+                    code=source_line(code.co_filename, lineno),
+                )
             )
         out.append(
-            {
-                "thread_id": tid,
-                "name": thread.name if thread is not None else f"thread-{tid}",
-                "is_main": tid == main_id,
-                "daemon": bool(thread.daemon) if thread is not None else True,
-                "frames": frames,
-            }
+            ThreadStack(
+                thread_id=tid,
+                name=thread.name if thread is not None else f"thread-{tid}",
+                is_main=tid == main_id,
+                daemon=bool(thread.daemon) if thread is not None else True,
+                frames=frames,
+            )
         )
-    out.sort(key=lambda t: not t["is_main"])
+    out.sort(key=lambda t: not t.is_main)
     return out
