@@ -100,16 +100,16 @@ def test_a_sqrt_nan_is_not_blamed_on_the_learning_rate() -> None:
     origin = NanOrigin(
         stage="backward", step=14, module="distance", node="SqrtBackward0", op="torch.sqrt", lr=0.1
     )
-    flat = {"loss": [1.0, 0.9, 0.95, 0.92], "grad_norm": [1.0, 1.1, 0.9, 1.0]}
     fixes = from_origin(origin).fix
     assert fixes[0].startswith("keep the argument positive")
     assert not any(story.LOWER_LR in f or "clip" in f for f in fixes)
     # ... unless the gradients were growing before it
     d = from_origin(origin)
-    from torchdoctor.diagnose.nan import rank_causes
+    from torchdoctor.diagnose.nan import StepHistory, rank_causes
 
-    rising = {"loss": flat["loss"], "grad_norm": [1.0, 1.0, 5.0, 80.0]}
-    assert any(c["fix"].startswith(story.LOWER_LR) for c in rank_causes(origin, rising))
+    loss = [1.0, 0.9, 0.95, 0.92]
+    rising = StepHistory(steps=[10, 11, 12, 13], loss=loss, grad_norm=[1.0, 1.0, 5.0, 80.0])
+    assert any(c.fix.startswith(story.LOWER_LR) for c in rank_causes(origin, rising))
     assert d.fix == fixes
 
 

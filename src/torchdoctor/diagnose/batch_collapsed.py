@@ -9,7 +9,6 @@ tensors, against the batch_size of the DataLoaders seen.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 from torchdoctor.diagnose.evidence import Evidence, kind
 from torchdoctor.diagnose.inputs import Inputs
@@ -22,7 +21,7 @@ MIN_STEPS = 3
 @dataclasses.dataclass(kw_only=True)
 class BatchCollapsedEvidence(Evidence):
     batch_sizes: list[int]
-    shapes: list[Any]
+    shapes: list[list[int]]  # the last step's input shapes
     steps: list[int]
 
 

@@ -75,13 +75,13 @@ _KINDS: tuple[tuple[tuple[str, ...], str, tuple[str, ...]], ...] = (
 @kind("graph_break")
 @dataclasses.dataclass(kw_only=True)
 class GraphBreakEvidence(Evidence):
-    reasons: dict[str, Any]
-    details: dict[str, Any]
+    reasons: dict[str, int]  # Dynamo's reason -> how many breaks gave it
+    details: dict[str, str]  # reason -> its first break's detail
     function: str | None = None
     code: str | None = None  # the source line of the function's break
     count: int
     places_with_breaks: int
-    compile_ids: list[Any]
+    compile_ids: list[str]
 
 
 def classify(reason: str) -> tuple[str, list[str]]:

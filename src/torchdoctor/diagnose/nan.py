@@ -106,6 +106,23 @@ class NanOrigin(Record):
     fed_by: str | None = optional()
 
 
+@dataclasses.dataclass(kw_only=True)
+class StepHistory(Record):
+    """The steps before the first bad one: their numbers, losses and gradient norms."""
+
+    steps: list[int]
+    loss: list[float]
+    grad_norm: list[float]
+
+
+@dataclasses.dataclass(kw_only=True)
+class Cause(Record):
+    """A likely cause of the non-finite values, and its fix."""
+
+    cause: str
+    fix: str
+
+
 @kind("nan")
 @dataclasses.dataclass(kw_only=True)
 class NanEvidence(Evidence):
@@ -139,8 +156,8 @@ class NanEvidence(Evidence):
     replay_seconds: float | None = optional()
     graph_ops: list[str] | None = optional()
     fed_by: str | None = optional()
-    history: dict[str, Any] | None = optional()
-    causes: list[dict[str, Any]] | None = optional()
+    history: StepHistory | None = optional()
+    causes: list[Cause] | None = optional()
 
     def has_no_cause(self) -> bool:
         return self.stage == "data"  # a bad batch: nothing before it led there
@@ -177,13 +194,13 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
 def from_origin(origin: NanOrigin, inputs: Inputs | None = None) -> Diagnosis:
     step = origin.step
     evidence = NanEvidence.from_json(origin.to_json())
-    history = _history(inputs, step) if inputs is not None and step is not None else {}
-    if history:
+    history = _history(inputs, step) if inputs is not None and step is not None else None
+    if history is not None:
         evidence.history = history
     causes = rank_causes(origin, history)
     evidence.causes = causes
     summary = _summary(origin)
-    fixes = [c["fix"] for c in causes]
+    fixes = [c.fix for c in causes]
     if origin.guard:
         summary += " The update was skipped (--guard): the weights are still finite."
     return Diagnosis(
@@ -267,7 +284,7 @@ def _count(nan: int | None, inf: int | None) -> str:
     return " and ".join(parts) or "non-finite values"
 
 
-def rank_causes(o: NanOrigin, history: dict[str, Any] | None = None) -> list[dict[str, str]]:
+def rank_causes(o: NanOrigin, history: StepHistory | None = None) -> list[Cause]:
     """The likely causes for what the replay found, most likely first, each with its fix."""
     stage = o.stage
     op = (o.op or "").lower()
@@ -370,8 +387,8 @@ def rank_causes(o: NanOrigin, history: dict[str, Any] | None = None) -> list[dic
     # the run growing first.
     local = any(any(k in name for k in ops) for ops in (_LOG, _SQRT, _NORM, _DIV))
     local = local and stage in ("forward", "backward")
-    history = history or {}
-    losses = [v for v in history.get("loss", []) if v is not None and math.isfinite(v) and v > 0]
+    losses = [v for v in (history.loss if history else []) if v is not None and math.isfinite(v)]
+    losses = [v for v in losses if v > 0]
     diverged = len(losses) >= 3 and losses[-1] > 1e3 * min(losses)
     if diverged:
         add(
@@ -380,7 +397,9 @@ def rank_causes(o: NanOrigin, history: dict[str, Any] | None = None) -> list[dic
             f"{len(losses)} steps before overflowing",
             f"{LOWER_LR} {lr_now(o.lr)}, add warm-up and gradient clipping",
         )
-    norms = [n for n in history.get("grad_norm", []) if n is not None and math.isfinite(n)]
+    norms = [
+        n for n in (history.grad_norm if history else []) if n is not None and math.isfinite(n)
+    ]
     rising = len(norms) >= 4 and norms[-1] > 10 * (np.median(norms[: len(norms) // 2]) or 1e-12)
     if stage == "unknown" and o.sharded:
         add(
@@ -417,12 +436,12 @@ def rank_causes(o: NanOrigin, history: dict[str, Any] | None = None) -> list[dic
         if cause in seen:
             continue
         seen.add(cause)
-        out.append({"cause": cause, "fix": fix})
+        out.append(Cause(cause=cause, fix=fix))
     return out
 
 
 def _generic_fixes() -> list[str]:
-    return [c["fix"] for c in rank_causes(NanOrigin())]
+    return [c.fix for c in rank_causes(NanOrigin())]
 
 
 def _first_bad_step(inputs: Inputs) -> tuple[int, Any, Any] | None:
@@ -440,13 +459,13 @@ def _first_bad_step(inputs: Inputs) -> tuple[int, Any, Any] | None:
     return int(inputs.column("step")[i]), float(loss[i]), float(norm[i])
 
 
-def _history(inputs: Inputs, step: int, n: int = 10) -> dict[str, list[Any]]:
+def _history(inputs: Inputs, step: int, n: int = 10) -> StepHistory:
     steps = inputs.column("step")
     keep = np.flatnonzero(steps < step)[-n:]
     loss = inputs.steps.column("loss")
     norm = inputs.steps.column("grad_norm")
-    return {
-        "steps": [int(steps[i]) for i in keep],
-        "loss": [loss[i] for i in keep],
-        "grad_norm": [norm[i] for i in keep],
-    }
+    return StepHistory(
+        steps=[int(steps[i]) for i in keep],
+        loss=[loss[i] for i in keep],
+        grad_norm=[norm[i] for i in keep],
+    )

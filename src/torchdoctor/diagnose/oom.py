@@ -16,7 +16,7 @@ from typing import Any
 from torchdoctor.diagnose.evidence import Evidence, kind, optional
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
-from torchdoctor.memory.estimate import Breakdown, rank_fixes, shortfall
+from torchdoctor.memory.estimate import Breakdown, Situation, rank_fixes, shortfall
 from torchdoctor.memory.evidence import OomEvidence
 from torchdoctor.units import human
 
@@ -34,15 +34,14 @@ BREAKDOWN_LABELS = (
 @kind("oom")
 @dataclasses.dataclass(kw_only=True)
 class OomDiagnosisEvidence(Evidence):
-    """The capture's numbers (memory.evidence.OomEvidence in its JSON form, the breakdown and
-    situation as mappings) and what the diagnosis adds: the ranked fixes, the shortfall, the
-    breakdown in words."""
+    """The capture's numbers (memory.evidence.OomEvidence's fields) and what the diagnosis
+    adds: the ranked fixes, the shortfall, the breakdown in words."""
 
     exception: str = ""
     message: str = ""
     device: str | None = None
-    breakdown: dict[str, Any] = dataclasses.field(default_factory=dict)
-    situation: dict[str, Any] = dataclasses.field(default_factory=dict)
+    breakdown: Breakdown = dataclasses.field(default_factory=Breakdown)
+    situation: Situation = dataclasses.field(default_factory=Situation)
     asked: int | None = None
     step: int | None = None
     phase: str | None = None

@@ -37,12 +37,12 @@ class RecompilationEvidence(Evidence):
     recompilations: int
     limit_hit: bool
     guard: str
-    guards: dict[str, Any]
-    values: list[Any]
+    guards: dict[str, int]  # the failing guard, as normalised -> how often
+    values: list[str]  # the values the guard saw change
     compile_seconds: float
     first_step: int | None = None
     last_step: int | None = None
-    call_sites: dict[str, Any]
+    call_sites: dict[str, int]  # file:line -> recompilations from it
 
 
 def normalise(reason: str | None) -> str:

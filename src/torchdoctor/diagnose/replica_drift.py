@@ -20,6 +20,7 @@ import dataclasses
 import json
 from typing import Any
 
+from torchdoctor._json import Record
 from torchdoctor.diagnose.evidence import Evidence, kind
 from torchdoctor.diagnose.inputs import Inputs, JobInputs
 from torchdoctor.diagnose.record import Diagnosis
@@ -32,6 +33,16 @@ RECENT = 4  # checked steps per rank a live answer carries (every model's)
 SHOWN = 5  # parameters named in the summary
 
 
+@dataclasses.dataclass(kw_only=True)
+class ParameterDrift(Record):
+    """A replicated parameter that differs: the checksum most ranks hold, each odd rank's, and
+    the largest relative difference."""
+
+    reference: float
+    ranks: dict[str, float] = dataclasses.field(default_factory=dict)
+    relative: float = 0.0
+
+
 @kind("replica_drift")
 @dataclasses.dataclass(kw_only=True)
 class ReplicaDriftEvidence(Evidence):
@@ -40,7 +51,7 @@ class ReplicaDriftEvidence(Evidence):
     agreed_at: int | None = None
     ranks: list[int]
     reference_ranks: list[int]
-    parameters: dict[str, Any]
+    parameters: dict[str, ParameterDrift]  # the worst ones, by name
     differ: int
     checked: int
     unwrapped: bool = False  # the model trained is a DDP wrapper's module, not the wrapper
@@ -121,18 +132,18 @@ def _compare(
     reference, same = max(groups.items(), key=lambda kv: (len(kv[1]), -kv[1][0]))
     odd = sorted(r for sums, ranks in groups.items() if sums != reference for r in ranks)
     names = copies[same[0]]["names"]
-    params: dict[str, dict[str, Any]] = {}
+    params: dict[str, ParameterDrift] = {}
     for rank in odd:
         for i, (a, b) in enumerate(zip(reference, copies[rank]["sums"], strict=False)):
             if a == b:
                 continue
             name = names[i] if i < len(names) else f"#{i}"
             rel = abs(a - b) / max(abs(a), abs(b), 1e-30)
-            entry = params.setdefault(name, {"reference": a, "ranks": {}, "relative": 0.0})
-            entry["ranks"][str(rank)] = b
-            entry["relative"] = max(entry["relative"], rel)
-    worst = sorted(params, key=lambda n: -params[n]["relative"])
-    shown = ", ".join(f"{n} ({params[n]['relative']:.1e})" for n in worst[:SHOWN])
+            entry = params.setdefault(name, ParameterDrift(reference=a))
+            entry.ranks[str(rank)] = b
+            entry.relative = max(entry.relative, rel)
+    worst = sorted(params, key=lambda n: -params[n].relative)
+    shown = ", ".join(f"{n} ({params[n].relative:.1e})" for n in worst[:SHOWN])
     more = f" and {len(worst) - SHOWN} more" if len(worst) > SHOWN else ""
     since = f" (at step {agreed} they were the same)" if agreed is not None else ""
     unwrapped = any(copy.get("unwrapped") for copy in copies.values())

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from typing import Any
 
 import numpy as np
 
+from torchdoctor._json import Record
 from torchdoctor.diagnose import collective_order as co
 from torchdoctor.diagnose.evidence import Evidence, kind
 from torchdoctor.diagnose.inputs import Inputs, JobInputs
@@ -45,6 +45,15 @@ _PHASE_WORDS = {
 }
 
 
+@dataclasses.dataclass(kw_only=True)
+class PhaseExcess(Record):
+    """A phase's median seconds per step on the straggler and on the other ranks."""
+
+    rank: float
+    others: float
+    excess: float
+
+
 @kind("straggler")
 @dataclasses.dataclass(kw_only=True)
 class StragglerEvidence(Evidence):
@@ -55,8 +64,8 @@ class StragglerEvidence(Evidence):
     step_time: float
     faster: float
     phase: str | None = None
-    phases: dict[str, Any]
-    lateness: dict[str, Any]
+    phases: dict[str, PhaseExcess]  # phase -> its median on this rank and on the others
+    lateness: dict[str, float]  # rank -> median seconds after the first rank
 
 
 def diagnose(inputs: Inputs) -> list[Diagnosis]:
@@ -113,8 +122,8 @@ def find(job: JobInputs) -> Diagnosis | None:
     if total <= 0 or per_step < max(MIN_LEAD, MIN_LEAD_SHARE * float(np.median(duration))):
         return None
     phases = _phase_excess(job, rank, steps)
-    phase = max(phases, key=lambda p: phases[p]["excess"]) if phases else None
-    if phase is not None and phases[phase]["excess"] < MIN_EXPLAINED * per_step:
+    phase = max(phases, key=lambda p: phases[p].excess) if phases else None
+    if phase is not None and phases[phase].excess < MIN_EXPLAINED * per_step:
         phase = None
     faster = saved / total
     waits = (
@@ -126,8 +135,8 @@ def find(job: JobInputs) -> Diagnosis | None:
         p = phases[phase]
         summary = (
             f"Rank {rank} is a straggler: {waits}; its extra time goes to "
-            f"{_PHASE_WORDS[phase]} ({phase} {p['rank'] * 1e3:.0f} ms per step against "
-            f"{p['others'] * 1e3:.0f} ms on the others). Without the wait the job's steps "
+            f"{_PHASE_WORDS[phase]} ({phase} {p.rank * 1e3:.0f} ms per step against "
+            f"{p.others * 1e3:.0f} ms on the others). Without the wait the job's steps "
             f"would take about {faster:.0%} less time."
         )
     else:
@@ -171,7 +180,7 @@ def _durations(job: JobInputs, rank: int, steps: list[int]) -> np.ndarray | None
     return view.steps.data["duration"][mask] if mask.any() else None
 
 
-def _phase_excess(job: JobInputs, rank: int, steps: list[int]) -> dict[str, dict[str, float]]:
+def _phase_excess(job: JobInputs, rank: int, steps: list[int]) -> dict[str, PhaseExcess]:
     medians: dict[int, dict[str, float]] = {}
     for r, view in job.ranks.items():
         if not view.steps.rows:
@@ -184,7 +193,7 @@ def _phase_excess(job: JobInputs, rank: int, steps: list[int]) -> dict[str, dict
     out = {}
     for p in PHASES:
         others = float(np.median([m[p] for r, m in medians.items() if r != rank]))
-        out[p] = {"rank": medians[rank][p], "others": others, "excess": medians[rank][p] - others}
+        out[p] = PhaseExcess(rank=medians[rank][p], others=others, excess=medians[rank][p] - others)
     return out
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from torchdoctor.diagnose.evidence import decode
 from torchdoctor.diagnose.oom import OomDiagnosisEvidence
+from torchdoctor.memory.estimate import Breakdown, Situation
 from torchdoctor.memory.phases import PhaseMemory
 from torchdoctor.memory.view import Census, MemoryView
 from torchdoctor.units import human
@@ -169,13 +170,13 @@ def render_oom(
     elif evidence.phase:
         where = f", in the {evidence.phase} phase"
     out = [f"{head}{' at step ' + str(step) if step is not None else ''}{where}"]
-    situation = evidence.situation or {}
+    situation = evidence.situation or Situation()
     memory = evidence.memory or {}
     rows = [["asked for", human(evidence.asked)]]
-    if situation.get("available") is not None:
-        avail = human(situation["available"])
-        if situation.get("capacity"):
-            avail += f" of {human(situation['capacity'])}"
+    if situation.available is not None:
+        avail = human(situation.available)
+        if situation.capacity:
+            avail += f" of {human(situation.capacity)}"
         if memory.get("limited_by"):
             avail += f" (limited by {memory['limited_by']})"
         rows.append(["available", avail])
@@ -193,13 +194,13 @@ def render_oom(
     if evidence.file:
         note = f" ({evidence.location_note})" if evidence.location_note else ""
         rows.append(["where", f"{evidence.file}:{evidence.line}{note}"])
-    if situation.get("batch_size"):
-        rows.append(["batch size", str(situation["batch_size"])])
+    if situation.batch_size:
+        rows.append(["batch size", str(situation.batch_size)])
     if evidence.message:
         rows.append(["message", str(evidence.message)[:400]])
     out.append(_grid(rows))
 
-    breakdown = evidence.breakdown or {}
+    breakdown = evidence.breakdown or Breakdown()
     counts = evidence.counts or {}
     sharding = evidence.sharding or {}
     world, whole = sharding.get("world"), sharding.get("total") or {}
@@ -209,7 +210,7 @@ def render_oom(
     rows = [["", "bytes", "tensors", ""]]
     for key, kind in _BREAKDOWN:
         count = str(counts.get(kind, 0))
-        held = breakdown.get(key) or 0
+        held = getattr(breakdown, key) or 0
         note = shard_note(held, whole.get(kind), world) if world and world > 1 else ""
         rows.append([_KIND_LABELS[kind], human(held), count, note])
     units = sharding.get("units") or []
@@ -217,9 +218,9 @@ def render_oom(
         unit = units[0]
         note = f"unit {unit['name']} whole, in its forward and backward (FSDP2)"
         rows.append(["all-gather peak", human(unit["unsharded"]), "", note])
-    if breakdown.get("cached_unused") is not None:
+    if breakdown.cached_unused is not None:
         note = "reserved by PyTorch, not allocated (fragmentation)"
-        rows.append(["cached but unused", human(breakdown["cached_unused"]), "", note])
+        rows.append(["cached but unused", human(breakdown.cached_unused), "", note])
     if evidence.not_in_tensors is not None:
         what = (
             "allocated, but no live tensor found for it"
