@@ -9,7 +9,8 @@ with `optional()` is left out while None; reading back is tolerant of other vers
 this version does not know are kept in `extra` and written again after the known ones, a key
 a row lacks takes its default, None for a field without one) and builds the nested records
 its fields' annotations name (`StackFrame`, `list[ThreadStack] | None`, `dict[str, Part]`):
-a nested Record as a Record, a nested plain dataclass from its own fields (other keys dropped).
+a class with its own `from_json` (a Record) through it, a plain dataclass from its own fields
+(other keys dropped); written back through the part's own `to_json` where it has one.
 """
 
 from __future__ import annotations
@@ -106,11 +107,12 @@ def decode_as(annotation: Any, value: Any) -> Any:
     if origin is dict and isinstance(value, Mapping):
         _key, item = typing.get_args(annotation)
         return {k: decode_as(item, v) for k, v in value.items()}
-    if origin is not None or not isinstance(value, Mapping):
+    if origin is not None or not isinstance(value, Mapping) or not isinstance(annotation, type):
         return value
-    if isinstance(annotation, type) and issubclass(annotation, Record):
-        return annotation.from_json(value)
-    if isinstance(annotation, type) and dataclasses.is_dataclass(annotation):
+    reader = getattr(annotation, "from_json", None)  # a Record's, or a class's own
+    if callable(reader):
+        return reader(value)
+    if dataclasses.is_dataclass(annotation):
         return _from_fields(annotation, value)
     return value
 
@@ -130,8 +132,9 @@ def _from_fields(cls: type[Any], data: Mapping[str, Any]) -> Any:
 
 def _plain(value: Any) -> Any:
     """A field's JSON form: nested records as their objects, in lists and dicts too."""
-    if isinstance(value, Record):
-        return value.to_json()
+    to_json = getattr(value, "to_json", None)
+    if callable(to_json):
+        return to_json()
     if isinstance(value, list):
         return [_plain(v) for v in value]
     if isinstance(value, dict):

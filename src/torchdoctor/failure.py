@@ -252,11 +252,24 @@ def user_frame(frames: list[types.FrameType]) -> types.FrameType | None:
 _IDENT = re.compile(r"^[A-Za-z_]\w*$")
 
 
-def definition(module: Any, training: TrainingView | None) -> dict[str, Any] | None:
+@dataclasses.dataclass(kw_only=True)
+class SourceLine:
+    """A line of the user's code that makes something (a module, an optimizer); for a module,
+    the attribute it assigns, the class whose __init__ does it and how the code refers to the
+    module (`self.fc1`, `self.classifier[1]`)."""
+
+    file: str
+    line: int
+    code: str
+    attribute: str | None = None
+    owner: str | None = None
+    target: str | None = None
+
+
+def definition(module: Any, training: TrainingView | None) -> SourceLine | None:
     """Where the model's code creates `module`: the `self.fc1 = nn.Linear(...)` line in its
-    parent's __init__ (for a child of an nn.Sequential, the line creating the Sequential).
-    {"file", "line", "code", "attribute", "owner", "target"}, or None when the source cannot
-    be read."""
+    parent's __init__ (for a child of an nn.Sequential, the line creating the Sequential); None
+    when the source cannot be read."""
     chain = _parents(module, training)
     for k, (parent, attr) in enumerate(chain):
         if not _IDENT.match(attr):
@@ -265,7 +278,7 @@ def definition(module: Any, training: TrainingView | None) -> dict[str, Any] | N
         if found is not None:
             below = [a for _p, a in reversed(chain[:k])]
             # how that code refers to the module: self.fc1, self.classifier[1]
-            found["target"] = f"self.{attr}" + "".join(
+            found.target = f"self.{attr}" + "".join(
                 f"[{a}]" if a.isdigit() else f".{a}" for a in below
             )
             return found
@@ -293,7 +306,7 @@ def _parents(module: Any, training: TrainingView | None) -> list[tuple[Any, str]
     return out
 
 
-def _assignment(cls: type, attr: str) -> dict[str, Any] | None:
+def _assignment(cls: type, attr: str) -> SourceLine | None:
     pattern = re.compile(rf"\bself\.{re.escape(attr)}\s*(?::[^=]+)?=(?!=)")
     for klass in cls.__mro__:
         init = klass.__dict__.get("__init__")
@@ -308,20 +321,20 @@ def _assignment(cls: type, attr: str) -> dict[str, Any] | None:
             continue
         for offset, text in enumerate(lines):
             if pattern.search(text):
-                return {
-                    "file": path,
-                    "line": start + offset,
-                    "code": text.strip(),
-                    "attribute": attr,
-                    "owner": klass.__name__,
-                }
+                return SourceLine(
+                    file=path,
+                    line=start + offset,
+                    code=text.strip(),
+                    attribute=attr,
+                    owner=klass.__name__,
+                )
     return None
 
 
-def optimizer_line(label: str, kind: str, files: list[str]) -> dict[str, Any] | None:
+def optimizer_line(label: str, kind: str, files: list[str]) -> SourceLine | None:
     """Where the script makes its optimizer: the first line of `files` that assigns `label` a
-    `kind(...)` (`optimizer = optim.Adam(`). {"file", "line", "code"}, or None when no line
-    of those files does (made elsewhere, or under another name)."""
+    `kind(...)` (`optimizer = optim.Adam(`); None when no line of those files does (made
+    elsewhere, or under another name)."""
     assign = re.compile(rf"(^|[^\w.]){re.escape(label)}\s*=\s*[\w.]*\b{re.escape(kind)}\(")
     for path in dict.fromkeys(files):
         try:
@@ -331,5 +344,5 @@ def optimizer_line(label: str, kind: str, files: list[str]) -> dict[str, Any] | 
             continue
         for number, text in enumerate(lines, 1):
             if assign.search(text):
-                return {"file": path, "line": number, "code": text.strip()}
+                return SourceLine(file=path, line=number, code=text.strip())
     return None

@@ -176,9 +176,10 @@ def test_live_census_matches_model_and_optimizer_to_the_byte(held) -> None:
 def test_leak_holders_name_the_list_that_keeps_graphs(held) -> None:
     run = held
     code = (
-        "import json, torchdoctor.session as s\n"
+        "import torchdoctor.session as s\n"
+        "from torchdoctor._json import dumps\n"
         "from torchdoctor.memory.holders import find_holders\n"
-        "print(json.dumps(find_holders(s.current().telemetry, limit=3)))"
+        "print(dumps(find_holders(s.current().telemetry, limit=3)))"
     )
     out = run.cli(str(run.pid), "eval", code)
     assert out.returncode == 0, out.stderr

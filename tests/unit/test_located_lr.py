@@ -7,6 +7,7 @@ import pytest
 
 from torchdoctor.errors.api import explain
 from torchdoctor.errors.located import locate_explanation
+from torchdoctor.failure import SourceLine
 
 
 @pytest.mark.parametrize(
@@ -22,7 +23,7 @@ def test_the_rate_on_the_line_that_makes_the_optimizer(code: str, lr: float, wri
     text = "RuntimeError: all elements of input should be between 0 and 1"
     diverged = explain(text)
     diverged.fixes.sort(key=lambda f: not f["title"].startswith("Lower the learning rate"))
-    made = {"file": "/x/train.py", "line": 7, "code": code}
+    made = SourceLine(file="/x/train.py", line=7, code=code)
     place = {"optimizer": {"label": "opt", "type": "SGD", "lr": lr, "definition": made}}
     located = locate_explanation(diverged, place)
     first = located.fixes[0]["code"].splitlines()

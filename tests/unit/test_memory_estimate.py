@@ -267,7 +267,7 @@ def test_from_evidence_builds_the_diagnosis() -> None:
     assert "backward of encoder.layers.3.attn" in d.summary and "20.00 MiB" in d.summary
     assert "optimizer state 4.00 GiB" in d.summary and "cached but unused 512.00 MiB" in d.summary
     assert d.fix and all("≈" in line for line in d.fix)
-    codes = [f["code"] for f in d.evidence.fixes]
+    codes = [f.code for f in d.evidence.fixes]
     assert "expandable_segments" in codes and "optimizer_8bit" in codes
     assert d.evidence.shortfall == 17 * MiB
     json.loads(d.row()[7])  # the evidence column is strict JSON

@@ -123,7 +123,7 @@ def test_an_oom_in_a_units_forward_counts_its_all_gather(mesh: object) -> None:
     s = evidence.situation
     assert (s.world, s.all_gather, s.all_gather_unit, s.gathered) == (WORLD, UP, "up", DOWN)
     assert evidence.sharding is not None
-    total = evidence.sharding["total"]["parameter"] - whole_before.get("parameter", 0)
+    total = evidence.sharding.total["parameter"] - whole_before.get("parameter", 0)
     assert total == MODEL  # the gathered copy not twice
     diagnosis = from_evidence(evidence)
     # (the figures said are the process's, with the models earlier tests left in this worker:

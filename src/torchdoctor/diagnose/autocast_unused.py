@@ -10,7 +10,6 @@ model's device; the dtypes the graph's matmul and convolution nodes saved.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 from torchdoctor.diagnose.evidence import Evidence, kind
 from torchdoctor.diagnose.inputs import Inputs
@@ -23,7 +22,7 @@ from torchdoctor.frames import short_site
 class AutocastUnusedEvidence(Evidence):
     problem: str
     ops: int
-    autocast: list[Any]
+    autocast: list[list[str]]  # [device type, dtype] pairs in force
     step: int
     site: str
 

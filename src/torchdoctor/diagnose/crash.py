@@ -15,7 +15,7 @@ from typing import Any
 from torchdoctor.diagnose.evidence import Evidence, kind
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis, fix_with_code
-from torchdoctor.failure import TensorInput
+from torchdoctor.failure import SourceLine, TensorInput
 
 FLOW_CALLS = 8  # module calls shown before the one that raised
 
@@ -35,7 +35,7 @@ class CrashEvidence(Evidence):
     location_source: str | None = None  # traceback, script_line, ...
     file: str | None = None  # the user's line (or the module's code) that failed
     line: int | None = None
-    definition: dict[str, Any] | None = None  # where the model's code builds that module
+    definition: SourceLine | None = None  # where the model's code builds that module
     inputs: list[TensorInput] = dataclasses.field(default_factory=list)  # what it received
     flow: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # calls before it
     flow_step: int | None = None  # the step the flow was recorded in

@@ -10,12 +10,12 @@ that calls it, names it, and its fixes are for a loop that feeds itself."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 import numpy as np
 
 from torchdoctor.diagnose.evidence import Evidence, kind, optional
 from torchdoctor.diagnose.inputs import Inputs
+from torchdoctor.diagnose.parts import LoaderFacts, SampledFunction
 from torchdoctor.diagnose.record import Diagnosis
 
 # Its findings describe the run as it stands (the share over the recent steps):
@@ -37,8 +37,8 @@ class DataloaderBoundEvidence(Evidence):
     data_wait_per_step: float
     step_time: float
     steps: int
-    loader: dict[str, Any]
-    input_function: dict[str, Any] | None = optional()  # the loop's own batch fetching
+    loader: LoaderFacts
+    input_function: SampledFunction | None = optional()  # the loop's own batch fetching
 
 
 def diagnose(inputs: Inputs) -> list[Diagnosis]:
@@ -50,13 +50,13 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
     if total <= 0:
         return []
     found = input_function(inputs)
-    if found is not None and found.get("from_step") is not None:
+    if found is not None and found.from_step is not None:
         wait = _before_found(inputs, wait, found)
     share = float(wait.sum()) / total
     if share < INFO_SHARE or float(wait.mean()) < MIN_WAIT:
         return []
     loaders = inputs.events_of("dataloader")
-    loader: dict[str, Any] = loaders[-1]["data"] if loaders else {}
+    loader = LoaderFacts.from_json(loaders[-1]["data"]) if loaders else LoaderFacts()
     severity = "warning" if share >= WARNING_SHARE else "info"
     summary = (
         f"{share:.0%} of step time is spent waiting for data "
@@ -71,15 +71,15 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
     )
     location = None
     if found is not None:
-        line = f" (`{found['code']}`)" if found.get("code") else ""
+        line = f" (`{found.code}`)" if found.code else ""
         summary = (
             f"{share:.0%} of step time is spent waiting for data "
-            f"({float(wait.mean()) * 1e3:.1f} ms per step), in {found['function']}() called "
-            f"at {found['site']}{line}: the loop fetches its own batches, not through a "
+            f"({float(wait.mean()) * 1e3:.1f} ms per step), in {found.function}() called "
+            f"at {found.site}{line}: the loop fetches its own batches, not through a "
             "DataLoader, and the model waits while it does."
         )
         evidence.input_function = found
-        location = found["site"]
+        location = found.site
     return [
         Diagnosis(
             kind="dataloader_bound",
@@ -94,7 +94,7 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
     ]
 
 
-def _before_found(inputs: Inputs, wait: np.ndarray, found: dict[str, Any]) -> np.ndarray:
+def _before_found(inputs: Inputs, wait: np.ndarray, found: SampledFunction) -> np.ndarray:
     """The window's data wait with the steps before the input function was found counted as
     they are after it: its share of the time no phase claimed (`other`), where the rows booked
     its time (a short run: a few slow fetches before the samples, a few after). The share is
@@ -103,27 +103,27 @@ def _before_found(inputs: Inputs, wait: np.ndarray, found: dict[str, Any]) -> np
     of a gap.)"""
     steps = inputs.column("step")[WARMUP:][-WINDOW:]
     other = inputs.column("other")[WARMUP:][-WINDOW:]
-    share = found.get("of_other")
+    share = found.of_other
     if share is None:
-        share = max((float(v) for v in (found.get("gaps") or {}).values()), default=0.0)
-    before = steps <= int(found["from_step"])
+        share = max((float(v) for v in (found.gaps or {}).values()), default=0.0)
+    before = steps <= int(found.from_step or 0)
     return np.where(before, wait + np.nan_to_num(other) * share, wait)
 
 
-def input_function(inputs: Inputs) -> dict[str, Any] | None:
+def input_function(inputs: Inputs) -> SampledFunction | None:
     """The loop's own input function, as the latest stack samples found it (None when they
     found none, or were never taken)."""
     for event in reversed(inputs.events_of("gap_samples")):
         found = event["data"].get("input")
         if found:
-            return dict(found)
+            return SampledFunction.from_json(found)
     return None
 
 
-def input_fixes(found: dict[str, Any], cpus: int | None) -> list[str]:
+def input_fixes(found: SampledFunction, cpus: int | None) -> list[str]:
     """`cpus`: the recording machine's (None: unknown, then the advice does without)."""
-    name = found["function"]
-    defined = f" ({found['file']}:{found['line']})" if found.get("file") else ""
+    name = found.function
+    defined = f" ({found.file}:{found.line})" if found.file else ""
     workers = f"num_workers={min(8, max(2, cpus - 1))}" if cpus else "num_workers=N"
     return [
         f"fetch the next batch while the model trains: wrap {name}(){defined} in an "
@@ -137,10 +137,10 @@ def input_fixes(found: dict[str, Any], cpus: int | None) -> list[str]:
     ]
 
 
-def fixes(loader: dict[str, Any], cpus: int | None) -> list[str]:
+def fixes(loader: LoaderFacts, cpus: int | None) -> list[str]:
     """`cpus`: the recording machine's (None: unknown, then the advice does without)."""
     out = []
-    workers = loader.get("num_workers")
+    workers = loader.num_workers
     if not workers:
         if cpus:
             out.append(
@@ -156,14 +156,12 @@ def fixes(loader: dict[str, Any], cpus: int | None) -> list[str]:
         out.append(f"more workers: num_workers={workers} now; try {min(cpus, workers * 2)}")
     else:
         out.append(f"more workers: num_workers={workers} now; try {workers * 2} if CPUs allow")
-    if not loader.get("pin_memory"):
+    if not loader.pin_memory:
         out.append("pin_memory=True, and .to(device, non_blocking=True) for the batch (on GPU)")
-    if workers and not loader.get("persistent_workers"):
+    if workers and not loader.persistent_workers:
         out.append("persistent_workers=True: no worker start-up at every epoch")
     if workers:
-        out.append(
-            f"prefetch more: prefetch_factor={loader.get('prefetch_factor') or 2} now; try 4"
-        )
+        out.append(f"prefetch more: prefetch_factor={loader.prefetch_factor or 2} now; try 4")
     out.append(
         "move transforms out of __getitem__: batch them on the GPU, or pre-process the data "
         "set once and cache it on fast local storage"

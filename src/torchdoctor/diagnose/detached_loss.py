@@ -9,12 +9,20 @@ leads to no parameter that an optimizer holds.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
+from torchdoctor._json import Record
 from torchdoctor.diagnose.evidence import Evidence, kind
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
 from torchdoctor.frames import short_site
+
+
+@dataclasses.dataclass(kw_only=True)
+class LossLeaf(Record):
+    """A tensor the loss's graph starts at: its shape, and whether it is a parameter."""
+
+    shape: list[int]
+    parameter: bool
 
 
 @kind("detached_loss")
@@ -23,25 +31,25 @@ class DetachedLossEvidence(Evidence):
     step: int
     site: str
     leaf: bool
-    leaves: list[Any]
-    shape: list[Any]
+    leaves: list[LossLeaf]  # where the loss's graph starts
+    shape: list[int]  # the loss's
 
 
 def diagnose(inputs: Inputs) -> list[Diagnosis]:
     out = []
     for event in inputs.events_of("silent.detached_loss"):
-        d = event["data"]
-        where = short_site(d.get("site"))
+        evidence = DetachedLossEvidence.from_json(event["data"])
+        where = short_site(evidence.site)
         at = f" at {where}" if where else ""
-        if d.get("leaf"):
+        if evidence.leaf:
             how = (
                 "it has no autograd history at all: a tensor made to require grad "
                 "(requires_grad_() or torch.tensor(..., requires_grad=True)) after it was "
                 "computed from detached values"
             )
         else:
-            leaves = d.get("leaves") or []
-            shapes = ", ".join(str(tuple(leaf.get("shape", []))) for leaf in leaves) or "none"
+            leaves = evidence.leaves or []
+            shapes = ", ".join(str(tuple(leaf.shape or [])) for leaf in leaves) or "none"
             how = (
                 "its graph starts at tensors that are not the model's parameters (shapes "
                 f"{shapes}): the model's output was detached on the way"
@@ -50,13 +58,13 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
             Diagnosis(
                 kind="detached_loss",
                 severity="error",
-                step=d.get("step"),
+                step=evidence.step,
                 location=where,
                 summary=(
                     f"The loss backward() runs on{at} reaches none of the optimizers' "
                     f"parameters: {how}. The model gets no gradient and does not learn."
                 ),
-                evidence=DetachedLossEvidence.from_json(d),
+                evidence=evidence,
                 fix=[
                     "compute the loss from the model's output tensor itself: no .item(), "
                     ".detach(), .data, .numpy() or torch.tensor(...) on the way",

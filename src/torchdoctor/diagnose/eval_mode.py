@@ -9,8 +9,8 @@ parameters an optimizer holds has `training == False`.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
+from torchdoctor._json import Record
 from torchdoctor.diagnose.evidence import Evidence, kind
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
@@ -24,12 +24,21 @@ _WORDS = {
 }
 
 
+@dataclasses.dataclass(kw_only=True)
+class ModeModules(Record):
+    """The modules of one kind that eval mode changes (dropout, batch_norm, ...): how many,
+    and the first few names."""
+
+    count: int
+    names: list[str]
+
+
 @kind("eval_mode")
 @dataclasses.dataclass(kw_only=True)
 class EvalModeEvidence(Evidence):
     model: str
     step: int
-    modules: dict[str, Any]
+    modules: dict[str, ModeModules]  # by kind
     eval_site: str
     site: str
 
@@ -37,14 +46,13 @@ class EvalModeEvidence(Evidence):
 def diagnose(inputs: Inputs) -> list[Diagnosis]:
     out = []
     for event in inputs.events_of("silent.eval_mode"):
-        d = event["data"]
-        model = d.get("model", "the model")
-        modules: dict[str, Any] = d.get("modules") or {}
-        eval_site = short_site(d.get("eval_site"))
+        evidence = EvalModeEvidence.from_json(event["data"])
+        model = evidence.model or "the model"
+        modules = evidence.modules or {}
+        eval_site = short_site(evidence.eval_site)
         where = f", put there by .eval() at {eval_site}" if eval_site else ""
         changed = "; ".join(
-            f"{_WORDS.get(kind, kind)} in {info.get('count')} module(s)"
-            for kind, info in modules.items()
+            f"{_WORDS.get(kind, kind)} in {info.count} module(s)" for kind, info in modules.items()
         )
         if changed:
             summary = (
@@ -62,10 +70,10 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
             Diagnosis(
                 kind="eval_mode",
                 severity=severity,
-                step=d.get("step"),
+                step=evidence.step,
                 location=eval_site or model,
                 summary=summary,
-                evidence=EvalModeEvidence.from_json(d),
+                evidence=evidence,
                 fix=[
                     f"call {model}.train() before the training steps (at the start of each "
                     "epoch, and after every validation pass that called .eval())",

@@ -7,10 +7,10 @@ group kept at 0 on purpose while others train (said as info).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 import numpy as np
 
+from torchdoctor._json import Record
 from torchdoctor.diagnose.evidence import Evidence, kind
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
@@ -18,12 +18,23 @@ from torchdoctor.diagnose.record import Diagnosis
 MIN_STEPS = 20
 
 
+@dataclasses.dataclass(kw_only=True)
+class OptimizerRates(Record):
+    """An optimizer as telemetry/silent/coverage.py reports it: the name the loop gives it, its
+    class, whether it is the primary one and each parameter group's learning rate."""
+
+    optimizer: str | None
+    type: str | None
+    primary: bool = False
+    lrs: list[float | None] = dataclasses.field(default_factory=list)
+
+
 @kind("lr_zero")
 @dataclasses.dataclass(kw_only=True)
 class LrZeroEvidence(Evidence):
     first_zero_step: int
     steps: int
-    optimizer: dict[str, Any] | None = None
+    optimizer: OptimizerRates | None = None
 
 
 def diagnose(inputs: Inputs) -> list[Diagnosis]:
@@ -43,9 +54,9 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
     last = int(steps[start + MIN_STEPS - 1])  # when the run of zeros became long enough
     facts = inputs.events_of("silent.optimizers")
     optimizers = facts[-1]["data"].get("optimizers", []) if facts else []
-    primary: dict[str, Any] = next((o for o in optimizers if o.get("primary")), {})
-    where = primary.get("optimizer")
-    lrs = primary.get("lrs") or []
+    primary = next((OptimizerRates.from_json(o) for o in optimizers if o.get("primary")), None)
+    where = primary.optimizer if primary else None
+    lrs = primary.lrs if primary else []
     since = "from the first step" if start == 0 else f"since step {first}"
     if any((x or 0) > 0 for x in lrs):
         return [
@@ -71,10 +82,10 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
             location=where,
             summary=(
                 f"The learning rate{' of ' + where if where else ''}"
-                f"{' (' + primary['type'] + ')' if primary.get('type') else ''} is 0 {since} "
+                f"{' (' + primary.type + ')' if primary and primary.type else ''} is 0 {since} "
                 f"({run} steps): updates change nothing, the model does not learn."
             ),
-            evidence=LrZeroEvidence(first_zero_step=first, steps=run, optimizer=primary or None),
+            evidence=LrZeroEvidence(first_zero_step=first, steps=run, optimizer=primary),
             fix=[
                 "check the scheduler's factor: integer division (step // warmup) gives 0 "
                 "until the warm-up ends; use a float: min(1.0, (step + 1) / warmup)",

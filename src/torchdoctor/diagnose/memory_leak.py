@@ -10,6 +10,7 @@ from torchdoctor.diagnose.evidence import Evidence, kind, optional
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
 from torchdoctor.diagnose.series import slope
+from torchdoctor.memory.holders import Holder
 from torchdoctor.units import human
 
 # Its findings describe the run as it stands (the recent steps' memory):
@@ -34,7 +35,7 @@ class MemoryLeakEvidence(Evidence):
     start_bytes: float
     end_bytes: float
     r2: float
-    holders: list[dict[str, Any]] | None = optional()  # what holds it (found live)
+    holders: list[Holder] | None = optional()  # what holds it (found live)
 
 
 def detect(inputs: Inputs) -> dict[str, Any] | None:
@@ -84,14 +85,14 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
     ]
 
 
-def with_holders(diagnosis: Diagnosis, holders: list[dict[str, Any]]) -> Diagnosis:
+def with_holders(diagnosis: Diagnosis, holders: list[Holder]) -> Diagnosis:
     """The same diagnosis, naming what holds the memory (found live by the doctor)."""
     if not holders:
         return diagnosis
     top = holders[0]
-    name = top.get("holder")
-    graphs = top.get("with_grad_fn", 0)
-    detail = f"{top.get('type', 'container')} {name} holds {top.get('tensors', '?')} tensors"
+    name = top.holder
+    graphs = top.with_grad_fn
+    detail = f"{top.type} {name} holds {top.tensors} tensors"
     if graphs:
         detail += f", {graphs} of them with a grad_fn (each keeps its step's graph alive)"
     diagnosis.location = name

@@ -16,8 +16,11 @@ from typing import Any
 from torchdoctor.diagnose.evidence import Evidence, kind, optional
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
-from torchdoctor.memory.estimate import Breakdown, Situation, rank_fixes, shortfall
+from torchdoctor.memory.census import Sharding, TensorRecord
+from torchdoctor.memory.estimate import Breakdown, FixEstimate, Situation, rank_fixes, shortfall
 from torchdoctor.memory.evidence import OomEvidence
+from torchdoctor.memory.holders import Holder
+from torchdoctor.memory.phases import ModuleGrowth, PhaseMemory
 from torchdoctor.units import human
 
 BREAKDOWN_LABELS = (
@@ -58,19 +61,19 @@ class OomDiagnosisEvidence(Evidence):
     counts: dict[str, int] = dataclasses.field(default_factory=dict)
     tensor_bytes: int = 0
     not_in_tensors: int | None = None
-    top_tensors: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    top_tensors: list[TensorRecord] = dataclasses.field(default_factory=list)
     optimizers: list[str] = dataclasses.field(default_factory=list)
-    models: list[list[Any]] = dataclasses.field(default_factory=list)
-    holders: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-    phases: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-    modules: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    models: list[list[str]] = dataclasses.field(default_factory=list)  # [label, class name]
+    holders: list[Holder] = dataclasses.field(default_factory=list)
+    phases: list[PhaseMemory] = dataclasses.field(default_factory=list)
+    modules: list[ModuleGrowth] = dataclasses.field(default_factory=list)
     traced_step: int | None = None
     snapshot: str | None = None
     run_dir: str | None = None
-    fixes: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    fixes: list[FixEstimate] = dataclasses.field(default_factory=list)
     shortfall: int | None = None
     breakdown_human: dict[str, str] = dataclasses.field(default_factory=dict)
-    sharding: dict[str, Any] | None = optional()  # a sharded model's local and whole figures
+    sharding: Sharding | None = optional()  # a sharded model's local and whole figures
 
 
 def diagnose(inputs: Inputs) -> list[Diagnosis]:
@@ -88,13 +91,13 @@ def breakdown_text(breakdown: Breakdown) -> str:
     return ", ".join(parts)
 
 
-def sharding_text(b: Breakdown, sharding: dict[str, Any] | None) -> str:
+def sharding_text(b: Breakdown, sharding: Sharding | None) -> str:
     """A sharded model: what this rank holds of the whole, and the largest FSDP2 all-gather."""
     if not sharding:
         return ""
     out = ""
-    world = int(sharding.get("world") or 1)
-    total = sharding.get("total") or {}
+    world = int(sharding.world or 1)
+    total = sharding.total or {}
     whole = sum(int(total.get(k, 0)) for k in ("parameter", "gradient", "optimizer_state"))
     if world > 1:
         here = b.parameters + b.gradients + b.optimizer_state
@@ -102,12 +105,12 @@ def sharding_text(b: Breakdown, sharding: dict[str, Any] | None) -> str:
             f" Parameters, gradients and optimizer state are this rank's local shards: "
             f"{human(here)} of {human(whole)} total (world {world})."
         )
-    units = sharding.get("units") or []
+    units = sharding.units or []
     if units:
         unit = units[0]
         out += (
             f" FSDP2 materialises one unit's parameters whole in its forward and backward: "
-            f"the largest, {unit['name']}, {human(unit['unsharded'])}."
+            f"the largest, {unit.name}, {human(unit.unsharded)}."
         )
     return out
 

@@ -24,3 +24,36 @@ class CollectiveCall(Record):
     step: int | None = None
     state: str | None = optional()  # issued, completed or failed
     waited: float | None = optional()  # seconds a rank has waited in it
+
+
+@dataclasses.dataclass(kw_only=True)
+class SampledFunction(Record):
+    """A function the stack samples of the time outside the phases fell in (the gap sampler's,
+    telemetry/gap_sampler.py): the loop's line that calls it and its share of the samples;
+    for the loop's own input function, its share of each gap and since which step it is known.
+    Named by `dataloader_bound` and `unattributed_time`."""
+
+    function: str | None
+    site: str  # file:line of the loop's call
+    code: str | None  # that line's source
+    share: float  # of the gap's samples
+    steps: float  # share of the sampled steps it ran in
+    file: str | None = optional()  # where the function is defined
+    line: int | None = optional()
+    gaps: dict[str, float] | None = optional()  # the input function: gap -> its share
+    of_other: float | None = optional()  # ... of all the time outside the phases
+    from_step: int | None = optional()  # ... found at this step (its time was `other` before)
+
+
+@dataclasses.dataclass(kw_only=True)
+class LoaderFacts(Record):
+    """A DataLoader as the `dataloader` event tells it (telemetry/torch_hooks.py); None where
+    the run did not say (no DataLoader seen)."""
+
+    num_workers: int | None = None
+    pin_memory: bool | None = None
+    persistent_workers: bool | None = None
+    prefetch_factor: int | None = None
+    batch_size: int | None = None
+    dataset: str | None = None  # its class name
+    batches: int | None = None  # per epoch, where the loader knows

@@ -11,12 +11,24 @@ scaled re-initialisation after `apply(_init_weights)`) are left alone.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
+from torchdoctor._json import Record
 from torchdoctor.diagnose.evidence import Evidence, kind
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
 from torchdoctor.frames import short_site
+
+
+@dataclasses.dataclass(kw_only=True)
+class InitSite(Record):
+    """A line that initialised the same tensors again: the user's line that reached it, how
+    many tensors (the first few named) and how many times at most."""
+
+    site: str | None = None
+    caller: str | None = None
+    tensors: int = 0
+    names: list[str] = dataclasses.field(default_factory=list)
+    times: int = 0
 
 
 @kind("repeated_init")
@@ -28,38 +40,38 @@ class RepeatedInitEvidence(Evidence):
     times: int
     tensors: int
     seconds: float
-    sites: list[dict[str, Any]]
+    sites: list[InitSite]
 
 
 def diagnose(inputs: Inputs) -> list[Diagnosis]:
     out = []
     for event in inputs.events_of("silent.repeated_init"):
-        d = event["data"]
-        sites = d.get("sites") or [{}]
+        evidence = RepeatedInitEvidence.from_json(event["data"])
+        sites = evidence.sites or [InitSite()]
         first = sites[0]
-        where = short_site(d.get("site"))
-        names = first.get("names") or []
-        more = first.get("tensors", len(names)) - len(names)
+        where = short_site(evidence.site)
+        names = first.names
+        more = first.tensors - len(names)
         named = ", ".join(f"`{n}`" for n in names) + (f" and {more} more" if more > 0 else "")
         others = f" (and from {len(sites) - 1} other lines)" if len(sites) > 1 else ""
-        caller = short_site(first.get("caller"))
+        caller = short_site(first.caller)
         via = f", reached from {caller}" if caller and caller != where else ""
-        ms = 1000 * float(d.get("seconds") or 0.0)
+        ms = 1000 * float(evidence.seconds or 0.0)
         out.append(
             Diagnosis(
                 kind="repeated_init",
                 severity="warning",
-                step=d.get("step"),
+                step=evidence.step,
                 location=where,
                 summary=(
-                    f"{first.get('tensors')} tensors ({named}) were initialised again by "
+                    f"{first.tensors} tensors ({named}) were initialised again by "
                     f"the line that had initialised them, {where}{via}{others} (up to "
-                    f"{first.get('times')} times in all), before the first update: the same "
+                    f"{first.times} times in all), before the first update: the same "
                     "initialisation run again "
                     f"over the same weights ({ms:.1f} ms of repeated work here; it grows with "
                     "the model). The weights end up right; the start is slower."
                 ),
-                evidence=RepeatedInitEvidence.from_json(d),
+                evidence=evidence,
                 fix=[
                     "initialise each module once: mark what is initialised (a flag per "
                     "module, as transformers' `_is_hf_initialized`) and skip it, or call "

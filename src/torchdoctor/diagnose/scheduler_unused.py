@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from torchdoctor._json import Record
 from torchdoctor.diagnose.evidence import Evidence, kind, optional
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
@@ -23,10 +24,22 @@ EPOCHS = 2
 NO_LENGTH = 2000
 
 
+@dataclasses.dataclass(kw_only=True)
+class SchedulerCalls(Record):
+    """A scheduler as telemetry/silent/schedulers.py sums it up: its class, the line that built
+    it, how often it was stepped, and whether the optimizer it drives ever stepped (named then)."""
+
+    scheduler: str = "scheduler"
+    site: str | None = None
+    calls: int = 0
+    optimizer_stepped: bool = False
+    optimizer: str | None = None
+
+
 @kind("scheduler_unused")
 @dataclasses.dataclass(kw_only=True)
 class SchedulerUnusedEvidence(Evidence):
-    scheduler: dict[str, Any]
+    scheduler: SchedulerCalls
     updates: int
     judged_after: int | None = optional()
 
@@ -41,21 +54,21 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
     found: dict[Any, Diagnosis] = {}  # per scheduler, from the first summary that shows it
     for summary in summaries:
         updates = int(summary.get("updates") or 0)  # as many as the summary's counts cover
-        for s in summary.get("schedulers") or []:
-            where = short_site(s.get("site"))
+        for s in map(SchedulerCalls.from_json, summary.get("schedulers") or []):
+            where = short_site(s.site)
             if where in found:
                 continue
-            kind = s.get("scheduler", "scheduler")
+            kind = s.scheduler
             at = f" (built at {where})" if where else ""
-            if not s.get("optimizer_stepped") and s.get("calls", 0) >= 2 and updates >= 2:
+            if not s.optimizer_stepped and s.calls >= 2 and updates >= 2:
                 found[where] = _orphan(kind, at, where, s, summary, updates)
-            elif s.get("calls", 0) == 0 and updates >= idle_after:
+            elif s.calls == 0 and updates >= idle_after:
                 found[where] = _never(kind, at, where, s, summary, updates, idle_after)
     return list(found.values())
 
 
 def _orphan(
-    kind: str, at: str, where: Any, s: dict[str, Any], latest: dict[str, Any], updates: int
+    kind: str, at: str, where: Any, s: SchedulerCalls, latest: dict[str, Any], updates: int
 ) -> Diagnosis:
     return Diagnosis(
         kind="scheduler_unused",
@@ -63,7 +76,7 @@ def _orphan(
         step=latest.get("step"),
         location=where,
         summary=(
-            f"{kind}{at} is stepped ({s.get('calls')} times) but drives an optimizer that never "
+            f"{kind}{at} is stepped ({s.calls} times) but drives an optimizer that never "
             f"steps, while {updates} updates were made by another: the learning rate of the "
             "optimizer that trains never follows the schedule."
         ),
@@ -81,7 +94,7 @@ def _never(
     kind: str,
     at: str,
     where: Any,
-    s: dict[str, Any],
+    s: SchedulerCalls,
     latest: dict[str, Any],
     updates: int,
     after: int,

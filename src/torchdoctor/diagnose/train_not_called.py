@@ -9,7 +9,6 @@ a module whose class overrides train() has not been reached by any train() or ev
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 from torchdoctor.diagnose.evidence import Evidence, kind
 from torchdoctor.diagnose.inputs import Inputs
@@ -22,7 +21,7 @@ from torchdoctor.frames import short_site
 class TrainNotCalledEvidence(Evidence):
     model: str
     step: int
-    modules: list[Any]
+    modules: list[dict[str, str | None]]  # module, class, override (file:line of its train())
     count: int
 
 

@@ -14,7 +14,6 @@ environment's steps between updates, logging), and the finding says where it goe
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 import numpy as np
 
@@ -22,6 +21,7 @@ import numpy as np
 from torchdoctor.diagnose.dataloader_bound import MIN_STEPS, WARMUP, WINDOW, input_function
 from torchdoctor.diagnose.evidence import Evidence, kind, optional
 from torchdoctor.diagnose.inputs import Inputs
+from torchdoctor.diagnose.parts import SampledFunction
 from torchdoctor.diagnose.record import Diagnosis
 
 RESOLVES = True  # it describes the recent steps: when they change, it no longer holds
@@ -43,7 +43,7 @@ class UnattributedTimeEvidence(Evidence):
     other_per_step: float  # seconds
     steps: int
     gap: str | None = optional()  # the phase the sampled gap follows (phases.py)
-    top: list[dict[str, Any]] | None = optional()  # what its samples spent the time in
+    top: list[SampledFunction] | None = optional()  # what its samples spent the time in
 
 
 def diagnose(inputs: Inputs) -> list[Diagnosis]:
@@ -51,8 +51,8 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
     other = np.nan_to_num(inputs.column("other")[WARMUP:][-WINDOW:])
     duration = inputs.column("duration")[WARMUP:][-WINDOW:]
     found = input_function(inputs)
-    if found is not None and found.get("from_step") is not None:
-        after = steps > int(found["from_step"])  # before it, its time is still in `other`
+    if found is not None and found.from_step is not None:
+        after = steps > int(found.from_step)  # before it, its time is still in `other`
         other, duration = other[after], duration[after]
     total = float(duration.sum())
     if other.size < MIN_STEPS or total <= 0:
@@ -90,8 +90,8 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
     gap, top = sampled
     evidence.gap, evidence.top = gap, top
     first = top[0]
-    what = f"{first['function']}()" if first.get("function") else "the loop's own line"
-    line = f" (`{first['code']}`)" if first.get("code") else ""
+    what = f"{first.function}()" if first.function else "the loop's own line"
+    line = f" (`{first.code}`)" if first.code else ""
     fixes = [
         f"if {what} is bookkeeping (logging, metrics, checkpoints), run it every N "
         "steps or off the training thread",
@@ -99,7 +99,7 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
         "where the step's time goes: make it cheaper, or overlap it with the model (a "
         "DataLoader with workers, a background thread filling a queue)",
     ]
-    direct = first.get("function") == "forward" and ".forward(" in (first.get("code") or "")
+    direct = first.function == "forward" and ".forward(" in (first.code or "")
     if direct:  # a module's forward called as a method: no hook of the module runs
         what = "a module's forward() called directly"
         fixes[0] = (  # not bookkeeping: the model's own work, unseen
@@ -107,8 +107,8 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
             "hooks run (torchdoctor's too), and its time is the forward pass's"
         )
     said = (
-        f"{head}: {'mostly' if first['share'] >= 0.5 else 'the largest part'} in {what} "
-        f"{'at' if direct else 'called at'} {first['site']}{line}, {first['share']:.0%} of "
+        f"{head}: {'mostly' if first.share >= 0.5 else 'the largest part'} in {what} "
+        f"{'at' if direct else 'called at'} {first.site}{line}, {first.share:.0%} of "
         f"the samples taken after {_after(gap)}."
     )
     if direct:
@@ -116,7 +116,7 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
             " A direct .forward() call runs none of the module's hooks, so that time counts "
             "as other here, not as forward."
         )
-    return [_finding(inputs, said, first["site"], evidence, fixes)]
+    return [_finding(inputs, said, first.site, evidence, fixes)]
 
 
 def _finding(
@@ -134,14 +134,14 @@ def _finding(
     )
 
 
-def _largest_gap(inputs: Inputs) -> tuple[str, list[dict[str, Any]]] | None:
+def _largest_gap(inputs: Inputs) -> tuple[str, list[SampledFunction]] | None:
     """The gap the latest samples saw most of, and what its samples spent the time in."""
     for event in reversed(inputs.events_of("gap_samples")):
         gaps = event["data"].get("gaps") or {}
         ranked = sorted(gaps.items(), key=lambda item: -int(item[1].get("samples") or 0))
         for gap, seen in ranked:
             if seen.get("top"):
-                return gap, list(seen["top"])
+                return gap, [SampledFunction.from_json(t) for t in seen["top"]]
     return None
 
 

@@ -42,9 +42,9 @@ def locate_explanation(explanation: Explanation, place: dict[str, Any]) -> Expla
     kind = place.get("module_type") or "module"
     e.fields["module"] = module
     e.fields["module_type"] = kind
-    definition = place.get("definition") or {}
-    if definition.get("file"):
-        e.fields["defined_at"] = f"{short_path(definition['file'])}:{definition['line']}"
+    definition = place.get("definition")
+    if definition is not None:
+        e.fields["defined_at"] = f"{short_path(definition.file)}:{definition.line}"
     built = _rebuilt(e, place)
     where = f"{module} ({kind}"
     where += f", defined at {e.fields['defined_at']})" if "defined_at" in e.fields else ")"
@@ -65,11 +65,11 @@ def _lower_lr_at_its_line(e: Explanation, optimizer: dict[str, Any]) -> None:
     that makes the optimizer, with a tenth of its rate, in place of the catalog's stand-in
     optimizer line (its other lines, a clip or a warm-up, stay), and that line named in the
     summary."""
-    made, lr = optimizer.get("definition") or {}, optimizer.get("lr")
-    if not made.get("code"):
+    made, lr = optimizer.get("definition"), optimizer.get("lr")
+    if made is None or not made.code:
         return
-    at = f"{short_path(made['file'])}:{made['line']}"
-    code = made["code"]
+    at = f"{short_path(made.file)}:{made.line}"
+    code = made.code
     lower = f"{lr / 10:g}" if isinstance(lr, (int, float)) and lr > 0 else None
     fixed = _LR_ARG.sub(f"lr={lower}", code, count=1) if lower else code
     lines = [f"# {at} now: {code}"]
@@ -145,10 +145,10 @@ def _one(value: Any) -> Any:
 
 def _was(place: dict[str, Any]) -> list[str]:
     """The line of the model's code the fix replaces, as a comment."""
-    definition = place.get("definition") or {}
-    if not definition.get("code"):
+    definition = place.get("definition")
+    if definition is None or not definition.code:
         return []
-    return [f"# {short_path(definition['file'])}:{definition['line']} now: {definition['code']}"]
+    return [f"# {short_path(definition.file)}:{definition.line} now: {definition.code}"]
 
 
 def _last_dim(place: dict[str, Any]) -> int | None:

@@ -103,6 +103,16 @@ class Unit:
     gathered: int  # bytes of them held whole now (the unit was unsharded at the census)
 
 
+@dataclasses.dataclass(kw_only=True)
+class Sharding:
+    """A sharded model's figures: the ranks its tensors span, each kind's bytes whole over all
+    ranks, and the FSDP2 units, largest first (what each all-gather materialises)."""
+
+    world: int
+    total: dict[str, int]  # kind -> bytes
+    units: list[Unit]
+
+
 @dataclasses.dataclass
 class Census:
     records: list[TensorRecord]

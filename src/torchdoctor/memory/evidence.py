@@ -9,12 +9,14 @@ evidence (and `from_json` reads it back from a saved run).
 from __future__ import annotations
 
 import dataclasses
+import typing
 from typing import Any
 
+from torchdoctor._json import decode_as
+from torchdoctor.memory.census import Sharding
 from torchdoctor.memory.estimate import Breakdown, Situation
+from torchdoctor.memory.holders import Holder
 
-# Keys of the JSON form that are not plain fields.
-_NESTED = {"breakdown": Breakdown, "situation": Situation}
 _OPTIONAL = ("function", "candidates")  # present only when the capture found them
 
 
@@ -43,16 +45,14 @@ class OomEvidence:
     not_in_tensors: int | None = None  # bytes in use that no live tensor accounts for
     top_tensors: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     optimizers: list[str] = dataclasses.field(default_factory=list)
-    models: list[list[Any]] = dataclasses.field(default_factory=list)
-    holders: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    models: list[list[str]] = dataclasses.field(default_factory=list)  # [label, class name]
+    holders: list[Holder] = dataclasses.field(default_factory=list)
     phases: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # last traced step
     modules: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # its forward growth
     traced_step: int | None = None
     snapshot: str | None = None  # the CUDA allocator snapshot file, when one was written
     run_dir: str | None = None
-    # A sharded model: {"world": W, "total": {kind: bytes whole over all ranks},
-    # "units": [{"name", "unsharded", "parameters", "gathered"}, ...] (FSDP2, largest first)}
-    sharding: dict[str, Any] | None = None
+    sharding: Sharding | None = None  # a sharded model's figures
 
     def to_json(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
@@ -63,12 +63,16 @@ class OomEvidence:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> OomEvidence:
-        known = {f.name for f in dataclasses.fields(cls)}
-        values = {k: v for k, v in data.items() if k in known}
-        for key, kind in _NESTED.items():
-            raw = data.get(key) or {}
-            names = {f.name for f in dataclasses.fields(kind)}
-            values[key] = kind(**{k: v for k, v in raw.items() if k in names})
+        """The capture from its JSON form, each field read as its annotation says (_json.py's
+        decode_as: the breakdown, the holders...); other keys are dropped."""
+        hints = typing.get_type_hints(cls)
+        values = {
+            f.name: decode_as(hints[f.name], data[f.name])
+            for f in dataclasses.fields(cls)
+            if f.name in data
+        }
+        values["breakdown"] = values.get("breakdown") or Breakdown()
+        values["situation"] = values.get("situation") or Situation()
         values.setdefault("exception", "")
         values.setdefault("message", "")
         values.setdefault("device", values["situation"].device)

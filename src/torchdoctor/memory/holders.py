@@ -14,6 +14,7 @@ dtype, shape and grad_fn) and tells what grew.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import os
 import sys
 import types
@@ -166,18 +167,31 @@ def _parameter_storages(training: TrainingView | None) -> set[tuple[str, int]]:
     return out
 
 
-def find_holders(training: TrainingView | None, limit: int = 5) -> list[dict[str, Any]]:
-    """Containers reachable from the script's globals that hold tensors, the biggest first:
-    {"holder": "__main__.losses", "type": "list", "tensors": 120, "with_grad_fn": 120,
-     "bytes": ..., "graph_bytes": ..., "example": "tensor(shape=(), grad_fn=...)"}.
-    `bytes` counts the tensors' own storage; `graph_bytes` what their autograd graphs saved
-    for backward (parameters excluded), which is what a kept loss really costs."""
+@dataclasses.dataclass(kw_only=True)
+class Holder:
+    """A container reachable from the script's globals that holds tensors: its name
+    (`__main__.losses`), type, how many tensors and how many of them carry a grad_fn, the
+    bytes of their own storage and of what their autograd graphs saved for backward
+    (parameters excluded: what a kept loss really costs), and one of them described."""
+
+    holder: str
+    type: str
+    tensors: int
+    with_grad_fn: int
+    bytes: int
+    graph_bytes: int
+    example: str
+
+
+def find_holders(training: TrainingView | None, limit: int = 5) -> list[Holder]:
+    """The containers that hold tensors, the biggest first (those whose tensors keep graphs
+    alive before the others)."""
     torch = sys.modules.get("torch")
     if torch is None:
         return []
     walk_graphs = training is None or training.phase != "backward"
     params = _parameter_storages(training) if walk_graphs else set()
-    found: list[dict[str, Any]] = []
+    found: list[Holder] = []
     seen: set[int] = set()
     for name, container in _candidates(torch):
         if id(container) in seen:
@@ -205,17 +219,17 @@ def find_holders(training: TrainingView | None, limit: int = 5) -> list[dict[str
             graph = _graph_bytes(roots, params | set(storages), torch)
         example = with_fn[0] if with_fn else tensors[0]
         found.append(
-            {
-                "holder": name,
-                "type": type(container).__name__,
-                "tensors": len(tensors),
-                "with_grad_fn": len(with_fn),
-                "bytes": sum(storages.values()),
-                "graph_bytes": graph,
-                "example": describe(example),
-            }
+            Holder(
+                holder=name,
+                type=type(container).__name__,
+                tensors=len(tensors),
+                with_grad_fn=len(with_fn),
+                bytes=sum(storages.values()),
+                graph_bytes=graph,
+                example=describe(example),
+            )
         )
-    found.sort(key=lambda h: (h["with_grad_fn"] > 0, h["bytes"] + h["graph_bytes"]), reverse=True)
+    found.sort(key=lambda h: (h.with_grad_fn > 0, h.bytes + h.graph_bytes), reverse=True)
     return found[: max(0, limit)]
 
 

@@ -10,7 +10,6 @@ returns the OomEvidence that torchdoctor.diagnose.oom turns into the diagnosis.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 import types
@@ -20,11 +19,11 @@ from typing import Any
 
 from torchdoctor.errors.oom_message import OomMessage, parse
 from torchdoctor.failure import first_arg, frame_locals, frames_of, locate, module_name, phase_of
-from torchdoctor.memory.census import Census, local_nbytes, take_census
+from torchdoctor.memory.census import Census, Sharding, local_nbytes, take_census
 from torchdoctor.memory.cuda_history import dump_snapshot
 from torchdoctor.memory.estimate import Breakdown, Situation, repeated_blocks
 from torchdoctor.memory.evidence import OomEvidence
-from torchdoctor.memory.holders import find_holders
+from torchdoctor.memory.holders import Holder, find_holders
 from torchdoctor.memory.host import host_memory
 from torchdoctor.memory.phases import from_engine
 from torchdoctor.units import human
@@ -217,7 +216,7 @@ def capture(
         except Exception:
             pass
     holders = _holders(training)
-    graph_held = [h for h in holders if h.get("with_grad_fn")]
+    graph_held = [h for h in holders if h.with_grad_fn]
     primary_opt = optimizers[0] if optimizers else None
     situation = Situation(
         device="cuda" if device.startswith("cuda") else "cpu",
@@ -234,8 +233,8 @@ def capture(
         layers=repeated_blocks(primary_model) if primary_model is not None else None,
         expandable_segments=bool(mem.get("expandable_segments", False)),
         devices=int(mem.get("devices", 1)),
-        held_by_globals=sum(int(h.get("graph_bytes", 0)) for h in graph_held),
-        holder=graph_held[0]["holder"] if graph_held else None,
+        held_by_globals=sum(h.graph_bytes for h in graph_held),
+        holder=graph_held[0].holder if graph_held else None,
         location=where["module"] or _file_line(where),
         activation_tensors=census.count_by_kind(device)["activation"],
         float32_parameters=census.bytes_by_dtype("parameter", device).get("float32", 0),
@@ -245,12 +244,12 @@ def capture(
     )
     sharding = _sharding(census, device)
     if sharding is not None:
-        situation.world = sharding["world"]
-        if sharding["units"]:
-            largest = sharding["units"][0]
-            situation.all_gather = largest["unsharded"]
-            situation.all_gather_unit = largest["name"]
-            situation.gathered = sum(u["gathered"] for u in sharding["units"])
+        situation.world = sharding.world
+        if sharding.units:
+            largest = sharding.units[0]
+            situation.all_gather = largest.unsharded
+            situation.all_gather_unit = largest.name
+            situation.gathered = sum(u.gathered for u in sharding.units)
     traced = _phases(query)
     return OomEvidence(
         exception=type(exc).__name__,
@@ -289,17 +288,12 @@ def capture(
     )
 
 
-def _sharding(census: Census, device: str) -> dict[str, Any] | None:
-    """A sharded model's facts for the report: the world, each kind whole over all ranks, the
-    FSDP2 units (what each all-gather materialises); None when nothing is sharded."""
+def _sharding(census: Census, device: str) -> Sharding | None:
+    """A sharded model's figures for the report; None when nothing is sharded."""
     world = census.sharded_world()
     if world <= 1 and not census.units:
         return None
-    return {
-        "world": world,
-        "total": census.total_by_kind(device),
-        "units": [dataclasses.asdict(u) for u in census.units],
-    }
+    return Sharding(world=world, total=census.total_by_kind(device), units=list(census.units))
 
 
 def _file_line(where: dict[str, Any]) -> str | None:
@@ -322,7 +316,7 @@ def _script_models(torch: Any) -> list[tuple[Any, str]]:
     return out
 
 
-def _holders(training: TrainingView | None) -> list[dict[str, Any]]:
+def _holders(training: TrainingView | None) -> list[Holder]:
     try:
         return find_holders(training, limit=3)
     except Exception:

@@ -202,8 +202,9 @@ def render_oom(
 
     breakdown = evidence.breakdown or Breakdown()
     counts = evidence.counts or {}
-    sharding = evidence.sharding or {}
-    world, whole = sharding.get("world"), sharding.get("total") or {}
+    sharding = evidence.sharding
+    world = sharding.world if sharding else None
+    whole = sharding.total if sharding else {}
     out.append("")
     on_rank = f", this rank of {world}" if world and world > 1 else ""
     out.append(f"held when it failed ({device}{on_rank})")
@@ -213,11 +214,11 @@ def render_oom(
         held = getattr(breakdown, key) or 0
         note = shard_note(held, whole.get(kind), world) if world and world > 1 else ""
         rows.append([_KIND_LABELS[kind], human(held), count, note])
-    units = sharding.get("units") or []
+    units = sharding.units if sharding else []
     if units:
         unit = units[0]
-        note = f"unit {unit['name']} whole, in its forward and backward (FSDP2)"
-        rows.append(["all-gather peak", human(unit["unsharded"]), "", note])
+        note = f"unit {unit.name} whole, in its forward and backward (FSDP2)"
+        rows.append(["all-gather peak", human(unit.unsharded), "", note])
     if breakdown.cached_unused is not None:
         note = "reserved by PyTorch, not allocated (fragmentation)"
         rows.append(["cached but unused", human(breakdown.cached_unused), "", note])
@@ -238,18 +239,18 @@ def render_oom(
         for t in tops[:8]:
             rows.append(
                 [
-                    t["kind"],
-                    t.get("name") or (f"({t['grad_fn']})" if t.get("grad_fn") else "-"),
-                    str(tuple(t["shape"])),
-                    t["dtype"],
-                    human(t["bytes"]),
+                    t.kind,
+                    t.name or (f"({t.grad_fn})" if t.grad_fn else "-"),
+                    str(tuple(t.shape)),
+                    t.dtype,
+                    human(t.bytes),
                 ]
             )
         out.append(_grid(rows, right=(4,)))
     if phases and evidence.phases:
         out.append("")
-        out.append(render_phases([PhaseMemory.from_json(p) for p in evidence.phases]))
-    listed = list(fixes) or [f["text"] for f in evidence.fixes or []]
+        out.append(render_phases(evidence.phases))
+    listed = list(fixes) or [f.text for f in evidence.fixes or []]
     if listed:
         out.append("")
         missing = evidence.shortfall

@@ -47,7 +47,7 @@ def capture(exc: BaseException, training: TrainingView | None) -> CrashEvidence:
         if owner is not None:
             place["config"] = _config(owner)
             place["definition"] = definition(owner, training)
-            place["target"] = (place["definition"] or {}).get("target")
+            place["target"] = place["definition"].target if place["definition"] else None
     else:
         user = user_frame(frames)
         if user is not None:
