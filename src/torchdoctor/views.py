@@ -8,7 +8,28 @@ one step old).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Protocol
+
+
+@dataclasses.dataclass(kw_only=True)
+class ModuleCall:
+    """One module call of a traced step: a python.shapes row without its rank (fields in the
+    table's column order). A crash's evidence keeps those that flowed into the module that
+    raised; `torchdoctor shapes` reads them back with their rank (telemetry.shapes.ShapeCall)."""
+
+    step: int
+    call: int
+    module: str
+    type: str
+    depth: int
+    input_shapes: str | None
+    input_dtypes: str | None
+    input_devices: str | None
+    output_shapes: str | None
+    output_dtypes: str | None
+    output_devices: str | None
+    raised: bool | None
 
 
 class ModelIndex(Protocol):
@@ -72,10 +93,10 @@ class TrainingView(Protocol):
         """The module whose backward started last, on a traced step (else None)."""
         ...
 
-    def module_calls(self) -> tuple[int | None, list[dict[str, Any]], bool]:
+    def module_calls(self) -> tuple[int | None, list[ModuleCall], bool]:
         """(step, its module calls with shapes, whether it is the step in progress): the step
         in progress when it is recorded (the first step, traced steps), else the last one that
-        was. Each call is a python.shapes row as a dict."""
+        was."""
         ...
 
     def request_trace(self) -> None:

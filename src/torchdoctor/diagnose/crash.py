@@ -16,6 +16,7 @@ from torchdoctor.diagnose.evidence import Evidence, kind
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis, fix_with_code
 from torchdoctor.failure import SourceLine, TensorInput
+from torchdoctor.views import ModuleCall
 
 FLOW_CALLS = 8  # module calls shown before the one that raised
 
@@ -37,7 +38,7 @@ class CrashEvidence(Evidence):
     line: int | None = None
     definition: SourceLine | None = None  # where the model's code builds that module
     inputs: list[TensorInput] = dataclasses.field(default_factory=list)  # what it received
-    flow: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # calls before it
+    flow: list[ModuleCall] = dataclasses.field(default_factory=list)  # calls before it
     flow_step: int | None = None  # the step the flow was recorded in
     flow_live: bool = False  # the flow is from the step that crashed (else an earlier one)
     causes: list[str] = dataclasses.field(default_factory=list)
@@ -77,18 +78,18 @@ def from_evidence(evidence: CrashEvidence) -> Diagnosis:
     )
 
 
-def flow_window(flow: list[dict[str, Any]], module: str | None) -> list[dict[str, Any]]:
+def flow_window(flow: list[ModuleCall], module: str | None) -> list[ModuleCall]:
     """The calls to show: the leaf module calls before the one that raised (the last
     FLOW_CALLS of them) and that call itself."""
     end = len(flow)
     for i in range(len(flow) - 1, -1, -1):
-        if flow[i].get("raised") or (module is not None and flow[i].get("module") == module):
+        if flow[i].raised or (module is not None and flow[i].module == module):
             end = i
             break
     shown = []
     for i, call in enumerate(flow[:end]):
         nxt = flow[i + 1] if i + 1 < len(flow) else None
-        leaf = nxt is None or int(nxt.get("depth", 0)) <= int(call.get("depth", 0))
+        leaf = nxt is None or int(nxt.depth or 0) <= int(call.depth or 0)
         if leaf:
             shown.append(call)
     out = shown[-FLOW_CALLS:]

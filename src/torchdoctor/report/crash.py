@@ -64,9 +64,9 @@ def flow_lines(e: CrashEvidence) -> list[str]:
         )
     rows = []
     for call in flow:
-        name = f"{call['module']} ({call['type']})"
-        into = call.get("input_shapes") or "-"
-        result = "raised" if call.get("raised") else call.get("output_shapes") or "-"
+        name = f"{call.module} ({call.type})"
+        into = call.input_shapes or "-"
+        result = "raised" if call.raised else call.output_shapes or "-"
         rows.append((name, into, result))
     if not e.flow_live:
         for t in e.inputs or []:

@@ -13,6 +13,7 @@ from torchdoctor.telemetry.graph_walk import edges
 from torchdoctor.telemetry.local_shards import largest_values
 from torchdoctor.telemetry.optimizers import learning_rate
 from torchdoctor.telemetry.step_rows import StepHeadline
+from torchdoctor.views import ModuleCall
 
 if TYPE_CHECKING:
     from torchdoctor.store.tables import Tables
@@ -105,7 +106,7 @@ class RunView:
     def last_traced_backward(self) -> str | None:
         return self.tracer.last_backward()
 
-    def module_calls(self) -> tuple[int | None, list[dict[str, Any]], bool]:
+    def module_calls(self) -> tuple[int | None, list[ModuleCall], bool]:
         return self.shapes.flow()
 
     def forward_facts(self) -> dict[str, Any]:

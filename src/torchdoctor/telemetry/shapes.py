@@ -14,6 +14,8 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from torchdoctor.views import ModuleCall
+
 MAX_TENSORS = 8  # tensors listed per call side (a module taking a list of 100 tensors)
 
 
@@ -23,7 +25,7 @@ class ShapeRecorder:
         self.step = 0
         self._calls: list[list[Any]] = []  # the step in progress, in call order
         self._stack: list[tuple[Any, list[Any]]] = []  # (module, its record) of open calls
-        self.last: tuple[int, list[dict[str, Any]]] | None = None  # the last finished step
+        self.last: tuple[int, list[ModuleCall]] | None = None  # the last finished step
 
     def begin(self, step: int) -> None:
         self.step = step
@@ -65,31 +67,18 @@ class ShapeRecorder:
             return
         rank = self.rec.rank
         self.rec.tables["shapes"].extend((*tuple(c), rank) for c in calls)
-        self.last = (calls[0][0], [_as_dict(c) for c in calls])
+        self.last = (calls[0][0], [_as_call(c) for c in calls])
 
-    def flow(self) -> tuple[int | None, list[dict[str, Any]], bool]:
+    def flow(self) -> tuple[int | None, list[ModuleCall], bool]:
         """The calls of the step in progress (True), else of the last recorded step (False)."""
         if self._calls:
-            return self.step, [_as_dict(c) for c in self._calls], True
+            return self.step, [_as_call(c) for c in self._calls], True
         if self.last is not None:
             return self.last[0], self.last[1], False
         return None, [], False
 
 
-_KEYS = (
-    "step",
-    "call",
-    "module",
-    "type",
-    "depth",
-    "input_shapes",
-    "input_dtypes",
-    "input_devices",
-    "output_shapes",
-    "output_dtypes",
-    "output_devices",
-    "raised",
-)
+_KEYS = tuple(f.name for f in dataclasses.fields(ModuleCall))  # a record's order
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,23 +89,11 @@ class ModuleParams:
     trainable: int
 
 
-@dataclasses.dataclass(frozen=True)
-class ShapeCall:
-    """One module call of a python.shapes row read back (fields in the table's column order),
-    with its module's parameters from python.modules where they are known."""
+@dataclasses.dataclass(kw_only=True)
+class ShapeCall(ModuleCall):
+    """One module call of a python.shapes row read back, with its rank and its module's
+    parameters from python.modules where they are known."""
 
-    step: int
-    call: int
-    module: str
-    type: str
-    depth: int
-    input_shapes: str | None
-    input_dtypes: str | None
-    input_devices: str | None
-    output_shapes: str | None
-    output_dtypes: str | None
-    output_devices: str | None
-    raised: bool | None
     rank: int
     params: ModuleParams | None = None
 
@@ -137,8 +114,8 @@ class StepShapes:
     calls: list[ShapeCall]
 
 
-def _as_dict(record: list[Any]) -> dict[str, Any]:
-    return dict(zip(_KEYS, record, strict=True))
+def _as_call(record: list[Any]) -> ModuleCall:
+    return ModuleCall(**dict(zip(_KEYS, record, strict=True)))
 
 
 def _tensors(value: Any, out: list[Any], depth: int = 0) -> None:
