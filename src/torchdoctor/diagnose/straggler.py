@@ -27,7 +27,10 @@ JOB = True  # compares ranks: runs on a job's tables
 
 WINDOW = 50  # recent steps compared
 WARMUP = 2  # first steps: process start-up, allocator warm-up
-MIN_STEPS = 10
+# A straggler is a pattern over many steps: a dozen steps on a shared machine cannot tell a
+# slow rank from one descheduled for a while (a 2-rank job with every fix, 13 steps on a
+# loaded 2-core machine, once showed one rank last in 9 of its 11 judged steps).
+MIN_STEPS = 20
 MIN_SHARE = 0.7  # last in this share of the steps
 MIN_LEAD = 0.005  # seconds per step ahead of the second last, at least ...
 MIN_LEAD_SHARE = 0.1  # ... and this share of the step time
