@@ -63,20 +63,9 @@ class Record:
     @classmethod
     def from_json(cls: type[R], data: Mapping[str, Any]) -> R:
         """The record from its JSON form, tolerant of other versions' rows."""
-        values: dict[str, Any] = {}
-        extra: dict[str, Any] = {}
-        fields = {f.name: f for f in dataclasses.fields(cls) if f.name != "extra"}
-        hints = _hints(cls)
-        for key, value in data.items():
-            if key in fields:
-                values[key] = decode_as(hints.get(key, Any), value)
-            else:
-                extra[str(key)] = value
-        for name, f in fields.items():
-            missing = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-            if name not in values and missing:
-                values[name] = None  # a key an older row lacks
-        return cls(**values, extra=extra)
+        known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        extra = {str(k): v for k, v in data.items() if k not in known}
+        return cls(**field_values(cls, data), extra=extra)
 
 
 _HINTS: dict[type, dict[str, Any]] = {}
@@ -113,21 +102,25 @@ def decode_as(annotation: Any, value: Any) -> Any:
     if callable(reader):
         return reader(value)
     if dataclasses.is_dataclass(annotation):
-        return _from_fields(annotation, value)
+        return annotation(**field_values(annotation, value))
     return value
 
 
-def _from_fields(cls: type[Any], data: Mapping[str, Any]) -> Any:
-    """A plain dataclass from a JSON object: its own fields (nested ones decoded), a field the
-    object lacks takes its default, or None."""
+def field_values(cls: type[Any], data: Mapping[str, Any]) -> dict[str, Any]:
+    """A dataclass's field values from a JSON object, other keys left out: each read as its
+    annotation says (nested records built), and None for a field without a default that the
+    object lacks (a key an older row lacks); a field with a default that it lacks is left to
+    its default."""
     hints = _hints(cls)
     values: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
+        if f.name == "extra":
+            continue
         if f.name in data:
             values[f.name] = decode_as(hints.get(f.name, Any), data[f.name])
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             values[f.name] = None
-    return cls(**values)
+    return values
 
 
 def _plain(value: Any) -> Any:

@@ -9,10 +9,9 @@ evidence (and `from_json` reads it back from a saved run).
 from __future__ import annotations
 
 import dataclasses
-import typing
 from typing import Any
 
-from torchdoctor._json import decode_as
+from torchdoctor._json import field_values
 from torchdoctor.memory.census import Sharding
 from torchdoctor.memory.estimate import Breakdown, Situation
 from torchdoctor.memory.holders import Holder
@@ -63,17 +62,11 @@ class OomEvidence:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> OomEvidence:
-        """The capture from its JSON form, each field read as its annotation says (_json.py's
-        decode_as: the breakdown, the holders...); other keys are dropped."""
-        hints = typing.get_type_hints(cls)
-        values = {
-            f.name: decode_as(hints[f.name], data[f.name])
-            for f in dataclasses.fields(cls)
-            if f.name in data
-        }
-        values["breakdown"] = values.get("breakdown") or Breakdown()
-        values["situation"] = values.get("situation") or Situation()
-        values.setdefault("exception", "")
-        values.setdefault("message", "")
-        values.setdefault("device", values["situation"].device)
+        """The capture from its JSON form, each field read as its annotation says (the
+        codec's field_values: the breakdown, the holders...); other keys are dropped."""
+        values = field_values(cls, data)
+        values["breakdown"] = values["breakdown"] or Breakdown()
+        values["situation"] = values["situation"] or Situation()
+        absent = {"exception": "", "message": "", "device": values["situation"].device}
+        values |= {name: value for name, value in absent.items() if name not in data}
         return cls(**values)
