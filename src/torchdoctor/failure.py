@@ -265,6 +265,10 @@ class SourceLine:
     owner: str | None = None
     target: str | None = None
 
+    @property
+    def site(self) -> str:
+        return f"{self.file}:{self.line}"
+
 
 def definition(module: Any, training: TrainingView | None) -> SourceLine | None:
     """Where the model's code creates `module`: the `self.fc1 = nn.Linear(...)` line in its

@@ -15,6 +15,7 @@ import dataclasses
 import os
 import sys
 import sysconfig
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -165,6 +166,11 @@ class StackFrame:
     @property
     def site(self) -> str:
         return f"{self.file}:{self.lineno}"
+
+
+def first_user(frames: Iterable[StackFrame] | None) -> StackFrame | None:
+    """The innermost frame of a captured stack (innermost first) that runs the user's code."""
+    return next((f for f in frames or () if is_user_file(f.file)), None)
 
 
 @dataclasses.dataclass(kw_only=True)

@@ -18,7 +18,7 @@ from torchdoctor.diagnose import job_end
 from torchdoctor.diagnose.hang import classify
 from torchdoctor.diagnose.inputs import DEAD, JobInputs, RankView
 from torchdoctor.diagnose.parts import CollectiveCall
-from torchdoctor.frames import StackFrame, is_user_file, short_path
+from torchdoctor.frames import StackFrame, short_site
 from torchdoctor.store.columns import Block
 
 STARTUP_WAIT = 300.0  # the doctor's startup grace: before the first step
@@ -418,14 +418,8 @@ def where_stuck(stack: list[StackFrame] | None) -> Stuck | None:
     return Stuck(*classify(stack))
 
 
-def user_line(stack: list[StackFrame] | None) -> StackFrame | None:
-    if not stack:
-        return None
-    return next((f for f in stack if is_user_file(f.file)), None)
-
-
 def frame_at(frame: StackFrame) -> str:
-    return f"{frame.func}() at {short_path(frame.file)}:{frame.lineno}"
+    return f"{frame.func}() at {short_site(frame.site)}"
 
 
 def _shapes(text: str | None) -> Any:

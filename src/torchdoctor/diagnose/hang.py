@@ -17,9 +17,8 @@ from torchdoctor.diagnose.record import Diagnosis
 from torchdoctor.frames import (
     StackFrame,
     ThreadStack,
+    first_user,
     is_stdlib,
-    is_user_file,
-    short_path,
     short_site,
 )
 
@@ -50,7 +49,7 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
         return []
     category, blocking, user = classify(main.frames)
     where = user or blocking
-    location: str | None = f"{short_path(where.file)}:{where.lineno}"
+    location = short_site(where.site)
     seconds = float(capture.seconds)
     head = f"No training step for {seconds:.0f} s (timeout {capture.timeout:.0f} s): the main"
     head += " thread"
@@ -84,12 +83,11 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
             f"{head} has ended the script's code and waits at exit for {names}: the process "
             "cannot exit while that thread runs."
         )
-        frames = [f for t in alive for f in t.frames if is_user_file(f.file)]
-        location = f"{short_path(frames[0].file)}:{frames[0].lineno}" if frames else None
+        first = first_user(f for t in alive for f in t.frames)
+        location = short_site(first.site) if first else None
     else:
         summary = (
-            f"{head} is stuck {_WHAT[category]} in {blocking.func}() "
-            f"({short_path(blocking.file)}:{blocking.lineno})"
+            f"{head} is stuck {_WHAT[category]} in {blocking.func}() ({short_site(blocking.site)})"
         )
         if user and user is not blocking:
             summary += f", called from {location}"
@@ -174,8 +172,8 @@ def thread_names(threads: list[ThreadStack]) -> str:
     """'thread uploader (train.py:12)', for the threads keeping_alive() returned."""
     parts = []
     for t in threads:
-        frame = next((f for f in t.frames if is_user_file(f.file)), None)
-        at = f" ({short_path(frame.file)}:{frame.lineno})" if frame else ""
+        frame = first_user(t.frames)
+        at = f" ({short_site(frame.site)})" if frame else ""
         parts.append(f"{t.name!r}{at}")
     return ("thread " if len(parts) == 1 else "threads ") + ", ".join(parts)
 
@@ -184,7 +182,7 @@ def classify(frames: list[StackFrame]) -> tuple[str, StackFrame, StackFrame | No
     """(category, the frame it blocks in, the innermost frame of the user's own code)."""
     if waits_at_exit(frames):
         return "exiting", frames[0], None
-    user = next((f for f in frames if is_user_file(f.file)), None)
+    user = first_user(frames)
     files = [f.file.replace("\\", "/") for f in frames]
     funcs = [f.func for f in frames]
     blocking = frames[0]

@@ -21,7 +21,7 @@ from torchdoctor.diagnose.evidence import Evidence, kind, optional
 from torchdoctor.diagnose.inputs import Inputs, JobInputs, RankView
 from torchdoctor.diagnose.parts import CollectiveCall
 from torchdoctor.diagnose.record import Diagnosis
-from torchdoctor.frames import short_site
+from torchdoctor.frames import first_user, short_site
 from torchdoctor.identity import rank_ranges, ranks_text
 
 JOB = True  # compares ranks: runs on a job's tables
@@ -102,7 +102,7 @@ def _first(
     view = job.ranks[lead.rank]
     calls = [c for seqs in table.get(lead.rank, {}).values() for c in seqs.values()]
     last_call = max(calls, key=lambda c: c.time) if calls else None
-    line = co.user_line(view.stack)
+    line = first_user(view.stack)
     where = lead.line or (line.site if line else None)
     if lead.step is not None:
         step = lead.step
@@ -331,7 +331,7 @@ def _doing(
         else:
             out.text = f"waiting in {place}" + _then(ending)
         return out
-    line = co.user_line(view.stack)
+    line = first_user(view.stack)
     if ending is not None and ending.kind in (job_end.PEER_LOST_KIND, job_end.TIMED_OUT_KIND):
         at = f" at {short_site(ending.line)}" if ending.line else ""
         out.text = f"{ending.how}{at}"

@@ -12,7 +12,7 @@ from torchdoctor.diagnose.evidence import Evidence, kind, optional
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.parts import CollectiveCall
 from torchdoctor.diagnose.record import Diagnosis
-from torchdoctor.frames import StackFrame, short_site
+from torchdoctor.frames import StackFrame, first_user, short_site
 from torchdoctor.identity import ranks_text
 
 JOB = True  # compares ranks: runs on a job's tables
@@ -118,7 +118,7 @@ def _diagnosis(job: co.JobInputs, holdup: co.Holdup, left: list[int]) -> Diagnos
     ranks: dict[str, LeftRank] = {}
     for rank in left:
         view = job.ranks[rank]
-        line = co.user_line(view.stack)
+        line = first_user(view.stack)
         now = (
             "and exited"
             if view.status == "finished"

@@ -15,7 +15,7 @@ from typing import Any
 
 from torchdoctor.errors.api import Explanation
 from torchdoctor.errors.catalog import LOWER_LR
-from torchdoctor.frames import short_path
+from torchdoctor.frames import short_site
 
 _LR_ARG = re.compile(r"\blr\s*=\s*[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?(?![\w.])")
 
@@ -44,7 +44,7 @@ def locate_explanation(explanation: Explanation, place: dict[str, Any]) -> Expla
     e.fields["module_type"] = kind
     definition = place.get("definition")
     if definition is not None:
-        e.fields["defined_at"] = f"{short_path(definition.file)}:{definition.line}"
+        e.fields["defined_at"] = short_site(definition.site)
     built = _rebuilt(e, place)
     where = f"{module} ({kind}"
     where += f", defined at {e.fields['defined_at']})" if "defined_at" in e.fields else ")"
@@ -68,7 +68,7 @@ def _lower_lr_at_its_line(e: Explanation, optimizer: dict[str, Any]) -> None:
     made, lr = optimizer.get("definition"), optimizer.get("lr")
     if made is None or not made.code:
         return
-    at = f"{short_path(made.file)}:{made.line}"
+    at = short_site(made.site)
     code = made.code
     lower = f"{lr / 10:g}" if isinstance(lr, (int, float)) and lr > 0 else None
     fixed = _LR_ARG.sub(f"lr={lower}", code, count=1) if lower else code
@@ -148,7 +148,7 @@ def _was(place: dict[str, Any]) -> list[str]:
     definition = place.get("definition")
     if definition is None or not definition.code:
         return []
-    return [f"# {short_path(definition.file)}:{definition.line} now: {definition.code}"]
+    return [f"# {short_site(definition.site)} now: {definition.code}"]
 
 
 def _last_dim(place: dict[str, Any]) -> int | None:

@@ -12,7 +12,7 @@ from typing import Any
 from torchdoctor.diagnose.crash import CrashEvidence
 from torchdoctor.diagnose.hang import HangEvidence
 from torchdoctor.diagnose.record import Finding
-from torchdoctor.frames import StackFrame, is_user_file, short_path
+from torchdoctor.frames import StackFrame, is_user_file, short_path, short_site
 from torchdoctor.identity import ranks_text
 from torchdoctor.report.diagnoses import render_full
 
@@ -59,7 +59,7 @@ def render_backtrace(
             if isinstance(item, str):
                 lines.append(f"  ... {item}")
                 continue
-            lines.append(f"  {item.func} ({short_path(item.file)}:{item.lineno})")
+            lines.append(f"  {item.func} ({short_site(item.site)})")
             if item.code:
                 lines.append(f"      {item.code}")
         if not stack:
