@@ -193,16 +193,11 @@ def job_inputs(
     now: float | None = None,
 ) -> JobInputs:
     views = {rank: rec.view() for rank, rec in records.items()}
-    files: list[str] = []
-    for view in views.values():
-        files += [f.file for f in view.stack or []]
-        sites = view.collectives.column("site") if view.collectives.rows else []
-        files += [s.rpartition(":")[0] for s in set(sites) if s]
     return JobInputs(
         ranks=views,
         world_size=world_size,
         now=time.time() if now is None else now,
         hang_timeout=hang_timeout,
         live=True,
-        loops=loops.loops_of(files),
+        loops=loops.loops_of_ranks(views.values()),
     )

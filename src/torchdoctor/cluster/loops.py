@@ -15,6 +15,10 @@ import io
 import os
 import tokenize
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from torchdoctor.diagnose.inputs import RankView
 
 _CACHE: dict[str, tuple[float, list[tuple[int, int]]]] = {}
 MAX_BYTES = 2_000_000
@@ -93,3 +97,14 @@ def loops_of(files: Iterable[str]) -> dict[str, list[tuple[int, int]]]:
         if ranges is not None:
             out[path] = ranges
     return out
+
+
+def loops_of_ranks(views: Iterable[RankView]) -> dict[str, list[tuple[int, int]]]:
+    """The loops of every source file the ranks' main-thread stacks and collectives' sites
+    name (a job's `JobInputs.loops`)."""
+    files: list[str] = []
+    for view in views:
+        files += [f.file for f in view.stack or []]
+        if view.collectives.rows:
+            files += [s.rpartition(":")[0] for s in set(view.collectives.column("site")) if s]
+    return loops_of(files)

@@ -30,11 +30,6 @@ SAVED_HANG_TIMEOUT = 60.0
 
 def job_inputs(job: JobRun) -> JobInputs:
     views = {rank: rank_view(rank, job.rank_run(rank)) for rank in job.ranks}
-    files: list[str] = []
-    for view in views.values():
-        files += [f.file for f in view.stack or []]
-        if view.collectives.rows:
-            files += [s.rpartition(":")[0] for s in set(view.collectives.column("site")) if s]
     world = int(job.meta.get("world_size") or len(views))
     return JobInputs(
         ranks=views,
@@ -42,7 +37,7 @@ def job_inputs(job: JobRun) -> JobInputs:
         now=time.time(),
         hang_timeout=SAVED_HANG_TIMEOUT,
         live=False,
-        loops=loops.loops_of(files),
+        loops=loops.loops_of_ranks(views.values()),
     )
 
 
