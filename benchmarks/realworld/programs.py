@@ -283,6 +283,26 @@ PROGRAMS: tuple[Program, ...] = (
         "reward of 60 (episodes of at most 200 steps)",
     ),
     Program(
+        name="mnist_hogwild",
+        shims=("vision",),
+        repo=EXAMPLES[0],
+        commit=EXAMPLES[1],
+        files=_examples("mnist_hogwild", "main.py", "train.py"),
+        workdir="mnist_hogwild",
+        script="main.py",
+        # one training child: with two, their lock-free updates of the shared model race, and
+        # two plain runs already print different losses
+        args=("--epochs", "1", "--num-processes", "1"),
+        # The training runs in a child of torch.multiprocessing (spawn), not a rank: not
+        # followed, so the launcher records no step (its summary names the children's CPU).
+        expected_steps=_const(0),
+        env=_mnist_env(),
+        # the child prints its pid first on each line: different in every run, as a time is
+        timing=(r"(?m)^\d+(?=\tTrain Epoch)",),
+        data_note="torchvision stand-in: MNIST of 1,920 / 500 images; trains in a spawned "
+        "child process",
+    ),
+    Program(
         name="vae",
         shims=("vision",),
         repo=EXAMPLES[0],

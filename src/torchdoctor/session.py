@@ -38,7 +38,7 @@ from torchdoctor.store.schema import ALL_TABLES, BY_NAME, COLLECTIVES, COMPILE, 
 from torchdoctor.store.tables import Spiller, Tables
 from torchdoctor.telemetry import endings, stacks
 from torchdoctor.telemetry.on_import import when_imported
-from torchdoctor.telemetry.run_summary import RunSummary
+from torchdoctor.telemetry.run_summary import RunSummary, children_cpu, ranks_under
 
 if TYPE_CHECKING:  # the Recorder module imports torch: loaded once the script imports it
     from torchdoctor.diagnose.inputs import JobInputs
@@ -134,6 +134,7 @@ class Session:
         self.config = config
         self.pid = os.getpid()
         self.started = time.time()
+        self.children_cpu = children_cpu()  # at the start: the summary tells what came since
         argv = list(getattr(sys, "orig_argv", sys.argv))
         self.command = redact_argv(argv, [config.token])  # shown and saved: never the token
         # The script and its arguments, as `list` shows them (not the interpreter's path):
@@ -678,6 +679,8 @@ class Session:
             exit_code=self.exit_code,
             crashed=self.crash is not None,
             printed=frozenset(self.printed),
+            ranks=ranks_under(self.run_dir) if not steps.rows else (),
+            children_cpu=children_cpu() - self.children_cpu,
         )
 
     def configure(self, **changes: Any) -> dict[str, Any]:

@@ -3,6 +3,8 @@ collectives and the ends of a rank.
 
     torchrun --nproc_per_node=N dist_job.py [OPTIONS]      ranks from torchrun's environment
     python dist_job.py --spawn N --port P [OPTIONS]        ranks from torch.multiprocessing.spawn
+                       [--start-method fork]                 (or forked: the fork of a probed
+                                                              launcher starts a probe of its own)
     python dist_job.py --rank R --world N --port P         a rank that says who it is itself
 
 Each step: DDP forward/backward (DDP's own gradient all-reduce), optimizer step, then the
@@ -39,6 +41,7 @@ def parse() -> argparse.Namespace:
     p.add_argument("--wait", type=int, default=-1)
     p.add_argument("--handler", action="store_true")
     p.add_argument("--spawn", type=int, default=0)
+    p.add_argument("--start-method", default="spawn", choices=["spawn", "fork"])
     p.add_argument("--rank", type=int, default=-1)
     p.add_argument("--world", type=int, default=0)
     p.add_argument("--port", default="")
@@ -98,7 +101,9 @@ def main() -> None:
     if args.spawn:
         os.environ["MASTER_ADDR"] = "127.0.0.1"
         os.environ["MASTER_PORT"] = args.port
-        mp.spawn(spawned, args=(args,), nprocs=args.spawn, join=True)
+        mp.start_processes(
+            spawned, args=(args,), nprocs=args.spawn, join=True, start_method=args.start_method
+        )
         return
     if args.rank >= 0:
         url = f"tcp://127.0.0.1:{args.port}"

@@ -13,10 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import internal_errors
 from torch import nn
 
 import torchdoctor
-from torchdoctor.telemetry.patches import Hooks
+from torchdoctor import session
+from torchdoctor.telemetry.patches import Hooks, unpatched
 from torchdoctor.telemetry.silent.grad_reset import _readings
 from torchdoctor.telemetry.silent.inits import INIT_FUNCTIONS
 from torchdoctor.telemetry.silent.loss_graph import _reaches, _scale
@@ -204,3 +206,30 @@ def test_a_patch_of_an_inherited_attribute_is_undone_by_deleting_it() -> None:
     assert Child().hello() == "patched"
     hooks.remove()
     assert "hello" not in Child.__dict__ and Child().hello() == "base"
+
+
+def test_a_probe_over_its_parents_switched_off_patches_wraps_the_originals(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # What a forked child that starts a probe of its own finds (a forked rank, or
+    # torchdoctor.start() in a child of mp.Process): its parent's patches still in place,
+    # switched off by the fork handler. It wraps what they wrap: no failure reading their
+    # code, and torch's warnings still name the caller's line, not a wrapper of ours.
+    train, init = nn.Module.__dict__["train"], nn.init.__dict__["kaiming_uniform_"]
+    parent = torchdoctor.Session(tmp_path / "parent", quiet=True).__enter__()
+    try:
+        session._forget_in_child()  # what os.fork's handler does in the child
+        with torchdoctor.Session(tmp_path / "child", quiet=True):
+            assert unpatched(nn.Module.__dict__["train"]) is train
+            assert unpatched(nn.init.__dict__["kaiming_uniform_"]) is init
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                nn.init.kaiming_uniform_(torch.empty(0, 4))
+            assert [Path(w.filename).name for w in caught] == [Path(__file__).name]
+            model = nn.Linear(2, 2)
+            assert model.train() is model and nn.Module.train is train
+    finally:
+        session._forked_from = None
+        parent.__exit__(None, None, None)
+    assert not internal_errors(capsys.readouterr().err)
+    assert nn.Module.__dict__["train"] is train and nn.init.__dict__["kaiming_uniform_"] is init

@@ -11,6 +11,9 @@ from torchdoctor.report.alerts import headline, render_alert
 from torchdoctor.report.diagnoses import NOTHING_JUDGED
 from torchdoctor.telemetry.run_summary import RunSummary
 
+# CPU seconds of children that make a run without steps say where training may have gone
+CHILDREN_CPU = 1.0
+
 
 def seconds(value: float) -> str:
     if value < 1e-3:
@@ -36,16 +39,29 @@ def render_summary(summary: RunSummary) -> str:
             lines.append(f"  {summary.skipped} updates skipped (non-finite gradients)")
     elif summary.crashed:
         lines.append("  the script crashed before its first step ended")
+    elif summary.ranks:
+        lines.append("  no training step in this process; the ranks it launched recorded theirs:")
+        for r in summary.ranks:
+            said = f"found {', '.join(r.findings)}" if r.findings else "nothing found"
+            lines.append(f"    rank {r.rank}: {r.steps} steps, {said}")
     else:
         lines.append(
             "  no training step was seen: no optimizer step and no gradient reset after a "
             "backward() (a loop of your own can mark its steps with torchdoctor.step(loss))"
         )
+        if summary.children_cpu >= CHILDREN_CPU:
+            lines.append(
+                f"  its child processes used {seconds(summary.children_cpu)} of CPU: training "
+                "there is followed only in the ranks of torch.distributed (torchdoctor.start() "
+                "in a child's code records it, in a run directory of its own)"
+            )
     found = summary.diagnoses
     if found:
         lines += ["  " + line for line in story_lines(found, summary.printed)]
     elif summary.crashed:
         lines.append("  the script crashed: see the error above")  # never "no problems found"
+    elif not steps and summary.ranks:
+        lines.append(f"  the job judged as one: torchdoctor diagnoses {summary.run_dir}")
     elif not steps:  # the diagnoses of training read steps: nothing was judged, say so
         lines.append(f"  {NOTHING_JUDGED}")
     else:

@@ -5,6 +5,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+# A wrapper of ours names what it wraps here (see unpatched).
+ORIGINAL = "__torchdoctor_original__"
+
+
+def unpatched(value: Any) -> Any:
+    """`value` without the wrappers of ours around it. A forked child that starts a probe of
+    its own (a forked rank, torchdoctor.start() in a child) still has its parent's wrappers in
+    place, switched off: it wraps what they wrap, and reads the original's code, not theirs."""
+    # read from the object's own __dict__: a __getattr__ that answers any name is never asked
+    while (inner := (getattr(value, "__dict__", None) or {}).get(ORIGINAL)) is not None:
+        value = inner
+    return value
+
 
 class Hooks:
     """Every handle and patch torchdoctor installed, removed together in reverse order."""

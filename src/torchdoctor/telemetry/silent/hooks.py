@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from torchdoctor.telemetry.invisible import compiling
-from torchdoctor.telemetry.patches import Hooks
+from torchdoctor.telemetry.patches import ORIGINAL, Hooks, unpatched
 
 if TYPE_CHECKING:
     from types import FrameType
@@ -35,6 +35,7 @@ class LookupHook:
         self.function = function
         self.seen = seen
         self.__wrapped__ = function
+        setattr(self, ORIGINAL, function)
         self.__doc__ = function.__doc__
         self.__name__ = function.__name__
         self.__qualname__ = function.__qualname__
@@ -66,7 +67,7 @@ def install(silent: Any, torch: Any, hooks: Hooks) -> None:
 
     # -- nn.Module.train: the outermost train()/eval() call ------------------------------------
     module_cls = torch.nn.Module
-    original_train = module_cls.__dict__["train"]
+    original_train = unpatched(module_cls.__dict__["train"])
     train_code = original_train.__code__
 
     def train_seen(module: Any, frame: FrameType) -> None:
@@ -93,7 +94,7 @@ def install(silent: Any, torch: Any, hooks: Hooks) -> None:
             silent.fail(exc)
 
     for cls in _scheduler_classes(lr_scheduler):
-        hooks.patch(cls, "step", LookupHook(cls.__dict__["step"], step_seen))
+        hooks.patch(cls, "step", LookupHook(unpatched(cls.__dict__["step"]), step_seen))
 
 
 def _scheduler_classes(lr_scheduler: Any) -> list[type]:

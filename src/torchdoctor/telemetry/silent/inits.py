@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from torchdoctor.frames import is_own, is_torch, site, user_frame
 from torchdoctor.telemetry.invisible import skip_own_frames, tracing
+from torchdoctor.telemetry.patches import ORIGINAL, unpatched
 
 if TYPE_CHECKING:
     from types import FrameType
@@ -88,7 +89,7 @@ class Initialisations:
         tensor_function = torch.overrides.has_torch_function_variadic
         wrappers = []
         for name in INIT_FUNCTIONS:
-            original = init.__dict__.get(name)
+            original = unpatched(init.__dict__.get(name))
             if original is None or not callable(original):
                 continue
             consts = getattr(getattr(original, "__code__", None), "co_consts", ())
@@ -127,6 +128,7 @@ class Initialisations:
                 inits.host.fail(exc)
             return out
 
+        setattr(init_call, ORIGINAL, original)
         return init_call
 
     def note(self, tensor: Any, where: tuple[str, Any], seconds: float) -> None:
