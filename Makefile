@@ -56,6 +56,7 @@ bench: native
 	$(BIN)/python benchmarks/ddp_overhead.py
 	$(BIN)/python benchmarks/sum_of_squares.py
 	$(BIN)/python benchmarks/doctor_share.py
+	$(BIN)/python benchmarks/fork_child.py
 
 # The scorecard on public training programs (docs/accuracy.md, ~15 min on 2 cores). The
 # programs live in a cache that is never committed (~/.cache/torchdoctor/realworld, or

@@ -2,11 +2,13 @@
 tells cleared gradients from accumulated ones (numpy on CPU, torch on a GPU: the same numbers),
 how a loss's scaling is read from its graph, and the watched methods staying what they were
 (`nn.Module.train` is still the function, torch's own warnings still name the caller; the
-wrapped `torch.nn.init` functions keep their names, signatures, values and warnings)."""
+wrapped `torch.nn.init` functions keep their names, signatures, values and warnings), and what
+a forked child finds of them (its parent's taken off; a probe of its own over any left)."""
 
 from __future__ import annotations
 
 import inspect
+import os
 import warnings
 from pathlib import Path
 
@@ -15,6 +17,7 @@ import pytest
 import torch
 from helpers import internal_errors
 from torch import nn
+from torch.optim import optimizer as optimizer_module
 
 import torchdoctor
 from torchdoctor import session
@@ -233,3 +236,48 @@ def test_a_probe_over_its_parents_switched_off_patches_wraps_the_originals(
         parent.__exit__(None, None, None)
     assert not internal_errors(capsys.readouterr().err)
     assert nn.Module.__dict__["train"] is train and nn.init.__dict__["kaiming_uniform_"] is init
+
+
+def test_in_a_fork_the_patches_and_torch_hooks_come_off_and_callbacks_stay() -> None:
+    class Owner:
+        def f(self) -> str:
+            return "own"
+
+    own, called = Owner.__dict__["f"], []
+    hooks, nested = Hooks(), Hooks()
+    hooks.patch(Owner, "f", lambda self: "patched")
+    hooks.handle(nn.modules.module.register_module_forward_pre_hook(lambda m, a: None))
+    hooks.on_remove(lambda: called.append("callback"))
+    hooks.nest(nested, undo=lambda: called.append("nested undo"))
+    nested.patch(Owner, "g", lambda self: "nested")
+    hooks.remove_in_fork()
+    assert Owner.__dict__["f"] is own and "g" not in Owner.__dict__
+    assert not nn.modules.module._global_forward_pre_hooks
+    assert called == [] and len(hooks) == len(nested) == 0
+
+
+def test_a_forked_child_of_a_probed_process_runs_on_torch_as_it_was(tmp_path: Path) -> None:
+    # The fork handler takes the parent's patches and torch hooks off in the child: a trainer
+    # forked from a probed process (mnist_hogwild with fork) steps at its plain speed, and a
+    # probe it starts installs on torch as it was.
+    train = nn.Module.__dict__["train"]
+    step_hooks = optimizer_module._global_optimizer_pre_hooks
+    with torchdoctor.Session(tmp_path / "run", quiet=True):
+        assert nn.Module.__dict__["train"] is not train and step_hooks
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: say what it finds, and go
+            found = (
+                nn.Module.__dict__["train"] is train,
+                not optimizer_module._global_optimizer_pre_hooks,
+                not nn.modules.module._global_forward_pre_hooks,
+                session.current() is None,
+            )
+            os.write(write, repr(found).encode())
+            os._exit(0)
+        os.close(write)
+        _, status = os.waitpid(pid, 0)
+        with os.fdopen(read) as f:
+            found = f.read()
+        assert status == 0 and found == repr((True, True, True, True)), found
+        assert nn.Module.__dict__["train"] is not train and step_hooks  # the parent's stay

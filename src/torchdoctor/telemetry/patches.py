@@ -20,26 +20,29 @@ def unpatched(value: Any) -> Any:
 
 
 class Hooks:
-    """Every handle and patch torchdoctor installed, removed together in reverse order."""
+    """Every handle and patch torchdoctor installed, removed together in reverse order.
+
+    Each entry is its undo and, where it is only attribute and dict changes, the same undo as
+    safe in a forked child (see remove_in_fork); a callback's undo has none."""
 
     def __init__(self) -> None:
-        self._undo: list[Callable[[], None]] = []
+        self._undo: list[tuple[Callable[[], None], Callable[[], None] | None]] = []
 
     def patch(self, owner: Any, name: str, replacement: Any) -> Any:
         """Replace owner.name, keeping the original for restore; returns the original. On a
         class that only inherits `name`, the restore deletes the class's own attribute."""
         if isinstance(owner, type) and name not in owner.__dict__:
             setattr(owner, name, replacement)
-            self._undo.append(lambda: delattr(owner, name))
+            self._pure(lambda: delattr(owner, name))
             return getattr(super(owner, owner), name, None)
         original = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
         setattr(owner, name, replacement)
-        self._undo.append(lambda: setattr(owner, name, original))
+        self._pure(lambda: setattr(owner, name, original))
         return original
 
     def handle(self, handle: Any) -> Any:
-        """A torch RemovableHandle (or anything with .remove())."""
-        self._undo.append(handle.remove)
+        """A torch RemovableHandle: its remove() deletes the hook from torch's dict."""
+        self._pure(handle.remove)
         return handle
 
     def replace(self, handle: Any, hook: Any) -> None:
@@ -51,15 +54,40 @@ class Hooks:
             hooks[handle.id] = hook
 
     def on_remove(self, fn: Callable[[], None]) -> None:
-        self._undo.append(fn)
+        """A callback at removal (threads to stop, state to restore): not run in a fork."""
+        self._undo.append((fn, None))
+
+    def nest(self, other: Hooks, undo: Callable[[], None] | None = None) -> None:
+        """`other`'s hooks come off with these: through `undo` (default `other.remove`), and
+        in a forked child through `other.remove_in_fork`."""
+        self._undo.append((undo or other.remove, other.remove_in_fork))
 
     def remove(self) -> None:
         while self._undo:
-            undo = self._undo.pop()
+            undo, _ = self._undo.pop()
             try:
                 undo()
             except Exception:
                 pass
+
+    def remove_in_fork(self) -> None:
+        """In a forked child, whose session is not its own: the patches and torch hooks come
+        off, so that the child runs at its plain speed (a trainer forked from a probed process,
+        mnist_hogwild's way) and a probe it starts installs on torch as it was. Only attribute
+        and dict changes run: a lock that another thread of the parent held at the fork stays
+        held in the child, so the callbacks (threads, signal handlers, the collectives kernel)
+        are left, switched off."""
+        while self._undo:
+            _, undo = self._undo.pop()
+            if undo is None:
+                continue
+            try:
+                undo()
+            except Exception:
+                pass
+
+    def _pure(self, undo: Callable[[], None]) -> None:
+        self._undo.append((undo, undo))
 
     def __len__(self) -> int:
         return len(self._undo)

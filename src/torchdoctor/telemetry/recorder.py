@@ -104,8 +104,7 @@ class Recorder(RunView):
         self.silent = SilentChecks(self)  # silent-error checks on sampled steps (silent/)
         self.steady: Any = None  # the primary's weakref.ref while the step is steady (steady.py)
         self.allow_steady = True  # False: every step takes the general path (the tests' twin)
-        # the steady step's compiled handlers (steady.py; None: not built), made with the parts
-        self.steady_handlers = steady.handlers(self)
+        self.steady_handlers = steady.handlers(self)  # compiled (steady.py); None: not built
         self.python_model_hook = torch_hooks.model_hooks(self)  # while torch.compile is in use
         self.model_hook = torch_hooks.compiled_model_hooks(self, self.python_model_hook)
         self._python_twins: Any = None  # swaps the optimizer hooks (torch_hooks.install)
@@ -125,8 +124,8 @@ class Recorder(RunView):
         self._compile_watch = compile_events.install(self.tables, lambda: self.step, self.rank)
         self.hooks.on_remove(self._compile_watch.remove)
         self.collective_calls = collectives.install(self, self.hooks)  # python.collectives
-        self.hooks.on_remove(self.roots.hooks.remove)
-        self.hooks.on_remove(lambda: self.plan.global_hooks(False))
+        self.hooks.nest(self.roots.hooks)
+        self.hooks.nest(self.plan.hooks, undo=lambda: self.plan.global_hooks(False))
         self.memory.start()
         self.hooks.on_remove(self.memory.close)
         self.hooks.on_remove(self.gaps.stop)
@@ -149,8 +148,9 @@ class Recorder(RunView):
         self.switch.on = False
         self.hooks.remove()
 
-    def disable_in_child(self) -> None:
+    def disable_in_child(self) -> None:  # a forked child's: off, patches and hooks gone
         self.switch.on = False
+        self.hooks.remove_in_fork()
 
     def set_rank(self, rank: int) -> None:
         """torch.distributed told the process its rank: rows from now on carry it."""
