@@ -15,8 +15,9 @@ from torchdoctor.telemetry.run_summary import RankRecord, RunSummary
 
 
 def test_a_launcher_names_its_ranks_steps_and_findings() -> None:
-    ranks = (RankRecord(0, 4), RankRecord(1, 4, ("straggler", "replica_drift")))
+    ranks = (RankRecord(0, 4), RankRecord(1, 4, ("straggler", "replica_drift")), RankRecord(2, 0))
     text = render_summary(RunSummary(steps=0, run_dir="RUN", ranks=ranks))
+    assert "    rank 2: no step recorded\n" in text  # not judged: not "nothing found"
     assert "no training step in this process; the ranks it launched recorded theirs:" in text
     assert "    rank 0: 4 steps, nothing found\n" in text
     assert "    rank 1: 4 steps, found straggler, replica_drift\n" in text

@@ -42,8 +42,11 @@ def render_summary(summary: RunSummary) -> str:
     elif summary.ranks:
         lines.append("  no training step in this process; the ranks it launched recorded theirs:")
         for r in summary.ranks:
-            said = f"found {', '.join(r.findings)}" if r.findings else "nothing found"
-            lines.append(f"    rank {r.rank}: {r.steps} steps, {said}")
+            if r.findings:
+                said = f"{r.steps} steps, found {', '.join(r.findings)}"
+            else:  # a rank without steps was not judged: never "nothing found" over it
+                said = f"{r.steps} steps, nothing found" if r.steps else "no step recorded"
+            lines.append(f"    rank {r.rank}: {said}")
     else:
         lines.append(
             "  no training step was seen: no optimizer step and no gradient reset after a "
