@@ -10,6 +10,9 @@ from typing import Any
 
 log = logging.getLogger("torchdoctor")
 _said: set[str] = set()
+# What failed, in order (key, message): a session keeps those since its start in meta.json, so
+# that a saved run judged later says what it is missing, never a bare "no problems found".
+FAILURES: list[tuple[str, str]] = []
 
 
 def warn_once(key: str, message: str) -> None:
@@ -21,6 +24,17 @@ def warn_once(key: str, message: str) -> None:
     except Exception:
         pass
     log.debug("torchdoctor: %s", message, exc_info=True)
+
+
+def failed(key: str, message: str) -> None:
+    """A part of torchdoctor failed: said once, and kept for the run's record."""
+    FAILURES.append((key, message))
+    warn_once(key, message)
+
+
+def failures_since(start: int) -> list[str]:
+    """The failures from FAILURES[start] on, each once."""
+    return list(dict(FAILURES[start:]).values())
 
 
 def keep_to_exit(obj: Any) -> None:
@@ -44,13 +58,13 @@ class Switch:
     def fail(self, exc: BaseException) -> None:
         self.on = False
         if str(exc).strip().startswith("CUDA error"):  # the device's, met first by a hook
-            warn_once(
+            failed(
                 f"hook:{self.name}",
                 f"{self.name} stopped: the GPU reported an error to it "
                 f"({first_line(exc)}); the training meets it at its next GPU call",
             )
             return
-        warn_once(
+        failed(
             f"hook:{self.name}",
             f"{self.name} failed ({type(exc).__name__}: {exc}) and was switched off; "
             "the training goes on",

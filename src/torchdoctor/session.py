@@ -19,9 +19,9 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from torchdoctor import _failsafe, registry, run_setup
 from torchdoctor import identity as identities
-from torchdoctor import registry, run_setup
-from torchdoctor._failsafe import warn_once
+from torchdoctor._failsafe import failed, warn_once
 from torchdoctor._version import __version__
 from torchdoctor.cluster.watch import ClusterWatch
 from torchdoctor.config import Config, from_env, parse_listen, to_env
@@ -135,6 +135,7 @@ class Session:
         self.pid = os.getpid()
         self.started = time.time()
         self.children_cpu = children_cpu()  # at the start: the summary tells what came since
+        self.failures_from = len(_failsafe.FAILURES)  # this session's failures: those after
         argv = list(getattr(sys, "orig_argv", sys.argv))
         self.command = redact_argv(argv, [config.token])  # shown and saved: never the token
         # The script and its arguments, as `list` shows them (not the interpreter's path):
@@ -403,7 +404,7 @@ class Session:
             process_group.install(on_rank)  # init_process_group tells the rank
             self.telemetry.hooks.on_remove(process_group.remove)
         except Exception as exc:
-            warn_once("telemetry", f"training telemetry is off: {type(exc).__name__}: {exc}")
+            failed("telemetry", f"training telemetry is off: {type(exc).__name__}: {exc}")
 
     def stop(self, exit_code: int | None = None) -> None:
         if os.getpid() != self.pid:  # atexit in a forked child: the parent's probe is not ours
@@ -506,6 +507,8 @@ class Session:
                 meta["signal"] = endings.signal_name(self.signal)
         if self.identity is not None:
             meta.update(self.identity.as_dict())
+        if failures := _failsafe.failures_since(self.failures_from):
+            meta["failures"] = failures  # what the record is missing (store/saved.py says so)
         if self.tcp_address:
             meta["tcp"] = f"{self.tcp_address[0]}:{self.tcp_address[1]}"
         if self.metrics_address:
@@ -681,6 +684,7 @@ class Session:
             printed=frozenset(self.printed),
             ranks=ranks_under(self.run_dir) if not steps.rows else (),
             children_cpu=children_cpu() - self.children_cpu,
+            failures=tuple(_failsafe.failures_since(self.failures_from)),
         )
 
     def configure(self, **changes: Any) -> dict[str, Any]:

@@ -585,6 +585,8 @@ def _meta(meta: dict[str, Any]) -> dict[str, Any]:
     for k in ("job", "world_size"):
         if meta.get(k) is not None:
             out[k] = meta[k]
+    if meta.get("failures"):  # parts of torchdoctor failed: the record is not whole
+        out["failures"] = meta["failures"]
     if isinstance(out.get("command"), list):
         out["command"] = " ".join(str(a) for a in out["command"])
     return out

@@ -26,6 +26,8 @@ _SKIP = {
 # Said instead of "no problems found" where no step was recorded: the diagnoses of training
 # read steps, so nothing was judged (the end-of-run summary, `diagnoses` of a run or process).
 NOTHING_JUDGED = "nothing judged: the training diagnoses need recorded steps"
+# Said instead of "no problems found" where a part of torchdoctor failed while it recorded.
+INCOMPLETE = "no problems found in what was recorded, which is not all"
 
 
 def render_full(findings: Sequence[Finding]) -> str:

@@ -11,7 +11,7 @@ from torchdoctor._json import dumps
 from torchdoctor.digest.record import Digest, GradHeatmap, SlowModules, Summary
 from torchdoctor.digest.time_split import LABELS, shown
 from torchdoctor.report.compare import baseline_script, baseline_section
-from torchdoctor.report.diagnoses import NOTHING_JUDGED
+from torchdoctor.report.diagnoses import INCOMPLETE, NOTHING_JUDGED
 from torchdoctor.report.summary import seconds
 from torchdoctor.units import human
 
@@ -211,6 +211,8 @@ def _diagnoses(digest: Digest) -> str:
     out = ['<section id="diagnoses"><h2>Diagnoses</h2>']
     if not found and not digest.summary.steps:  # nothing judged: no clean bill over the gap
         out.append(f'<p class="empty">{e(NOTHING_JUDGED.capitalize())}.</p>')
+    elif not found and digest.meta.get("failures"):  # parts failed: not a clean bill
+        out.append(f'<p class="empty">{e(INCOMPLETE.capitalize())}: see the warnings.</p>')
     elif not found:
         out.append('<p class="empty">No problems found.</p>')
     else:

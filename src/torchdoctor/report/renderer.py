@@ -12,7 +12,7 @@ from typing import ClassVar
 from torchdoctor._json import dumps
 from torchdoctor.diagnose.record import Finding
 from torchdoctor.report.cluster import render_diagnoses
-from torchdoctor.report.diagnoses import NOTHING_JUDGED, block, render_full
+from torchdoctor.report.diagnoses import INCOMPLETE, NOTHING_JUDGED, block, render_full
 
 
 class Renderer(abc.ABC):
@@ -75,10 +75,20 @@ def of(fmt: str) -> Renderer:
     return RENDERERS[fmt]()
 
 
-def render_judged(renderer: Renderer, findings: Sequence[Finding], steps: Callable[[], int]) -> str:
+def render_judged(
+    renderer: Renderer,
+    findings: Sequence[Finding],
+    steps: Callable[[], int],
+    failures: Sequence[str] = (),
+) -> str:
     """The findings of a run, job or process; `steps()` counts its recorded steps, asked only
-    where nothing was found. None found over no step is a gap, not a clean bill: people are
-    told nothing was judged (JSON stays the list, empty)."""
-    if not findings and renderer.name != "json" and not steps():
+    where nothing was found; `failures`: parts of torchdoctor that failed while it recorded.
+    None found over no step, or over a record with parts missing, is a gap, not a clean bill:
+    people are told what was not judged (JSON stays the list, empty)."""
+    if findings or renderer.name == "json":
+        return renderer.render(findings)
+    if not steps():
         return NOTHING_JUDGED
+    if failures:
+        return f"{INCOMPLETE}: {len(failures)} part(s) failed while it recorded (above)"
     return renderer.render(findings)

@@ -40,12 +40,19 @@ class SavedRun:
         _check_readable(self.path)
         self.meta = rundir.read_meta(self.path)
         self.truncated: list[str] = []
-        self.warnings: list[str] = []
+        self.warnings: list[str] = [f"while it was recorded, {f}" for f in self.failures]
         self._blocks: dict[str, Block] = {}
 
     @property
     def ranks(self) -> list[int]:
         return [int(self.meta.get(RANK) or 0)]
+
+    @property
+    def failures(self) -> list[str]:
+        """What failed in torchdoctor while the run was recorded (meta.json's `failures`): what
+        those parts record is missing from it."""
+        said = self.meta.get("failures")
+        return [str(f) for f in said] if isinstance(said, list) else []
 
     def table_names(self) -> list[str]:
         return [spec.name for spec in STORED]
@@ -112,6 +119,10 @@ class JobRun:
         return [r.rank for r in self._ranks]
 
     @property
+    def failures(self) -> list[str]:
+        return [f"rank {r.rank}: {f}" for r in self._ranks for f in r.run.failures]
+
+    @property
     def truncated(self) -> list[str]:
         return [f"rank{r.rank}/{name}" for r in self._ranks for name in r.run.truncated]
 
@@ -155,6 +166,7 @@ class JobRun:
                     f"rank {number}: {path / rundir.META_FILE} says rank {said}; "
                     f"read as rank {number}, the name of its directory"
                 )
+            self.warnings += [f"rank {number}: {w}" for w in run.warnings]
             found.append(_Rank(number, run))
         jobs = Counter(str(r.run.meta["job"]) for r in found if r.run.meta.get("job"))
         if len(jobs) > 1:
@@ -198,6 +210,7 @@ class JobRun:
             "ended": max(ended, default=None),
             "status": _job_status([m.get("status") for m in metas]),
             "steps": max((_as_int(m.get("steps")) or 0 for m in metas), default=0),
+            "failures": self.failures,
         }
 
 

@@ -38,6 +38,7 @@ class RunSummary:
     printed: frozenset[str] = frozenset()  # identities of the findings already printed in full
     ranks: tuple[RankRecord, ...] = ()  # the ranks recorded under this run's directory
     children_cpu: float = 0.0  # CPU seconds of this process's children that ended meanwhile
+    failures: tuple[str, ...] = ()  # parts of torchdoctor that failed while it recorded
 
 
 def ranks_under(run_dir: Path) -> tuple[RankRecord, ...]:

@@ -43,21 +43,18 @@ def main(args: argparse.Namespace, ctx: Context) -> int:
             findings = _job_findings(run)
             text = args.format != "json"
             shown = renderer.JobTextRenderer() if text else renderer.of(args.format)
-            ctx.print(renderer.render_judged(shown, findings, steps))
+            ctx.print(renderer.render_judged(shown, findings, steps, run.failures))
             return OK
         findings = [Finding.from_row(r) for r in run.block("diagnoses").to_records()]
-    else:
-        status, payload = ctx.client().request("GET", "/v1/diagnoses")
-        if status != 200:
-            ctx.warn(f"torchdoctor: {payload.get('error')}")
-            return TARGET_ERROR
-        rows = [dict(zip(payload["columns"], row, strict=True)) for row in payload["rows"]]
-        findings = [Finding.from_row(r) for r in rows]
-
-        def steps() -> int:
-            return _live_steps(ctx)
-
-    ctx.print(renderer.render_judged(renderer.of(args.format), findings, steps))
+        ctx.print(renderer.render_judged(renderer.of(args.format), findings, steps, run.failures))
+        return OK
+    status, payload = ctx.client().request("GET", "/v1/diagnoses")
+    if status != 200:
+        ctx.warn(f"torchdoctor: {payload.get('error')}")
+        return TARGET_ERROR
+    rows = [dict(zip(payload["columns"], row, strict=True)) for row in payload["rows"]]
+    live = [Finding.from_row(r) for r in rows]
+    ctx.print(renderer.render_judged(renderer.of(args.format), live, lambda: _live_steps(ctx)))
     return OK
 
 
