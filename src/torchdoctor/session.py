@@ -134,7 +134,7 @@ class Session:
         self.config = config
         self.pid = os.getpid()
         self.started = time.time()
-        self.children_cpu = children_cpu()  # at the start: the summary tells what came since
+        self.children_cpu_at_start = children_cpu()  # the summary tells what came since
         self.failures_from = len(_failsafe.FAILURES)  # this session's failures: those after
         argv = list(getattr(sys, "orig_argv", sys.argv))
         self.command = redact_argv(argv, [config.token])  # shown and saved: never the token
@@ -683,7 +683,7 @@ class Session:
             crashed=self.crash is not None,
             printed=frozenset(self.printed),
             ranks=ranks_under(self.run_dir) if not steps.rows else (),
-            children_cpu=children_cpu() - self.children_cpu,
+            children_cpu=children_cpu() - self.children_cpu_at_start,
             failures=tuple(_failsafe.failures_since(self.failures_from)),
         )
 

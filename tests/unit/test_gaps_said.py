@@ -36,7 +36,7 @@ def test_a_failed_part_is_kept_and_said_by_every_reader(tmp_path: Path) -> None:
         summary = render_summary(s.summary())
     said = "silent-error checks failed (RuntimeError: planted) and was switched off"
     assert [f for f in rundir.read_meta(run_dir)["failures"] if said in f]
-    assert f"  {INCOMPLETE}: 1 part(s) failed (above)" in summary
+    assert f"  {INCOMPLETE}: 1 part(s) of torchdoctor failed while it recorded" in summary
     assert "no problems found\n" not in summary + "\n"
     assert any(said in w for w in open_run(run_dir).warnings)
     out = td("diagnoses", run_dir)

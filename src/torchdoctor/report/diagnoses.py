@@ -30,6 +30,17 @@ NOTHING_JUDGED = "nothing judged: the training diagnoses need recorded steps"
 INCOMPLETE = "no problems found in what was recorded, which is not all"
 
 
+def gap(steps: int, failures: Sequence[str]) -> str | None:
+    """What is said where nothing was found over a gap (the summary, `diagnoses`, the report):
+    no step recorded, or parts of torchdoctor that failed while it recorded; None: a clean
+    bill, "no problems found"."""
+    if not steps:
+        return NOTHING_JUDGED
+    if failures:
+        return f"{INCOMPLETE}: {len(failures)} part(s) of torchdoctor failed while it recorded"
+    return None
+
+
 def render_full(findings: Sequence[Finding]) -> str:
     """The findings as the story they tell: the latest row of each finding (a later row is its
     state: a rise in severity, a link to its cause, resolved), a chain of one cause in order,

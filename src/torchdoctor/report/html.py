@@ -11,7 +11,7 @@ from torchdoctor._json import dumps
 from torchdoctor.digest.record import Digest, GradHeatmap, SlowModules, Summary
 from torchdoctor.digest.time_split import LABELS, shown
 from torchdoctor.report.compare import baseline_script, baseline_section
-from torchdoctor.report.diagnoses import INCOMPLETE, NOTHING_JUDGED
+from torchdoctor.report.diagnoses import gap
 from torchdoctor.report.summary import seconds
 from torchdoctor.units import human
 
@@ -209,12 +209,9 @@ def _diagnoses(digest: Digest) -> str:
     e = html.escape
     found = digest.diagnoses
     out = ['<section id="diagnoses"><h2>Diagnoses</h2>']
-    if not found and not digest.summary.steps:  # nothing judged: no clean bill over the gap
-        out.append(f'<p class="empty">{e(NOTHING_JUDGED.capitalize())}.</p>')
-    elif not found and digest.meta.get("failures"):  # parts failed: not a clean bill
-        out.append(f'<p class="empty">{e(INCOMPLETE.capitalize())}: see the warnings.</p>')
-    elif not found:
-        out.append('<p class="empty">No problems found.</p>')
+    if not found:  # no clean bill over a gap: no step, or parts that failed (the warnings)
+        said = gap(digest.summary.steps, digest.meta.get("failures") or ()) or "no problems found"
+        out.append(f'<p class="empty">{e(said.capitalize())}.</p>')
     else:
         out.append(
             '<p class="note">Each is also marked on the charts at its step (dashed line); '

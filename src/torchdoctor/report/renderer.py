@@ -12,7 +12,7 @@ from typing import ClassVar
 from torchdoctor._json import dumps
 from torchdoctor.diagnose.record import Finding
 from torchdoctor.report.cluster import render_diagnoses
-from torchdoctor.report.diagnoses import INCOMPLETE, NOTHING_JUDGED, block, render_full
+from torchdoctor.report.diagnoses import block, gap, render_full
 
 
 class Renderer(abc.ABC):
@@ -87,8 +87,4 @@ def render_judged(
     people are told what was not judged (JSON stays the list, empty)."""
     if findings or renderer.name == "json":
         return renderer.render(findings)
-    if not steps():
-        return NOTHING_JUDGED
-    if failures:
-        return f"{INCOMPLETE}: {len(failures)} part(s) failed while it recorded (above)"
-    return renderer.render(findings)
+    return gap(steps(), failures) or renderer.render(findings)

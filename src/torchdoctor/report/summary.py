@@ -8,7 +8,7 @@ from torchdoctor.diagnose.record import Diagnosis
 from torchdoctor.diagnose.story import chains
 from torchdoctor.digest.time_split import LABELS, shown
 from torchdoctor.report.alerts import headline, render_alert
-from torchdoctor.report.diagnoses import INCOMPLETE, NOTHING_JUDGED
+from torchdoctor.report.diagnoses import gap
 from torchdoctor.telemetry.run_summary import RunSummary
 
 # CPU seconds of children that make a run without steps say where training may have gone
@@ -65,12 +65,8 @@ def render_summary(summary: RunSummary) -> str:
         lines.append("  the script crashed: see the error above")  # never "no problems found"
     elif not steps and summary.ranks:
         lines.append(f"  the job judged as one: torchdoctor diagnoses {summary.run_dir}")
-    elif not steps:  # the diagnoses of training read steps: nothing was judged, say so
-        lines.append(f"  {NOTHING_JUDGED}")
-    elif summary.failures:  # a clean bill over parts that failed would be one over a gap
-        lines.append(f"  {INCOMPLETE}: {len(summary.failures)} part(s) failed (above)")
-    else:
-        lines.append("  no problems found")
+    else:  # no clean bill over no step (the diagnoses of training read steps) or failed parts
+        lines.append(f"  {gap(steps, summary.failures) or 'no problems found'}")
     lines.append(f"  run directory: {summary.run_dir}")
     lines.append(f'  query it: torchdoctor query {summary.run_dir} "SELECT * FROM python.steps"')
     return "\n".join(lines)

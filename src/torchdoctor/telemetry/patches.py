@@ -63,12 +63,7 @@ class Hooks:
         self._undo.append((undo or other.remove, other.remove_in_fork))
 
     def remove(self) -> None:
-        while self._undo:
-            undo, _ = self._undo.pop()
-            try:
-                undo()
-            except Exception:
-                pass
+        self._unwind(in_fork=False)
 
     def remove_in_fork(self) -> None:
         """In a forked child, whose session is not its own: the patches and torch hooks come
@@ -77,12 +72,16 @@ class Hooks:
         and dict changes run: a lock that another thread of the parent held at the fork stays
         held in the child, so the callbacks (threads, signal handlers, the collectives kernel)
         are left, switched off."""
+        self._unwind(in_fork=True)
+
+    def _unwind(self, in_fork: bool) -> None:
         while self._undo:
-            _, undo = self._undo.pop()
-            if undo is None:
+            undo, in_child = self._undo.pop()
+            step = in_child if in_fork else undo
+            if step is None:
                 continue
             try:
-                undo()
+                step()
             except Exception:
                 pass
 
