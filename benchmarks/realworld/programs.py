@@ -283,6 +283,22 @@ PROGRAMS: tuple[Program, ...] = (
         "reward of 60 (episodes of at most 200 steps)",
     ),
     Program(
+        name="actor_critic",
+        shims=("gym",),
+        repo=EXAMPLES[0],
+        commit=EXAMPLES[1],
+        files=_examples("reinforcement_learning", "actor_critic.py"),
+        workdir="reinforcement_learning",
+        script="actor_critic.py",
+        args=("--log-interval", "10"),
+        # one step per episode; 1 seeding reset. Its episodes grow from ~10 moves to ~100 as it
+        # learns, and its summed loss and gradient norm with them (diagnose/rollout.py)
+        expected_steps=lambda run: run.counter - 1,
+        env={"REALWORLD_CARTPOLE_THRESHOLD": "60", "REALWORLD_CARTPOLE_MAX_STEPS": "200"},
+        data_note="gymnasium stand-in: CartPole-v1 from its equations; solved at a running "
+        "reward of 60 (episodes of at most 200 steps)",
+    ),
+    Program(
         name="mnist_hogwild",
         shims=("vision",),
         repo=EXAMPLES[0],

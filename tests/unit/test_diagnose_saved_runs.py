@@ -93,6 +93,7 @@ HEALTHY = (
     "healthy_frozen",
     "healthy_slow_loader",
     "healthy_eval_leak",
+    "healthy_rl_episodes",  # its loss grows with its episodes: not a learning curve (rollout.py)
     *sorted(p.name for p in RUNS.glob("healthy_silent_*")),  # fixed twins, legitimate patterns
 )
 

@@ -15,6 +15,9 @@ it was at the start, which is not an explosion; a schedule that multiplies the r
 anything before still is. And the norm must reach at least a tenth of that highest level: the
 gradients of a run that has converged are tiny, and ten times tiny (Adam's occasional kicks at
 a loss of 1e-6) is not what clipping is for.
+
+On a rollout (rollout.py: an RL policy fed one observation at a time, updated once per
+episode) the norm grows with the episode's length, so only the 1000x spike counts there.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import numpy as np
 from torchdoctor.diagnose.evidence import Evidence, kind, optional
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
+from torchdoctor.diagnose.rollout import is_rollout
 from torchdoctor.diagnose.series import finite, median5, median5_summary
 from torchdoctor.diagnose.story import LOWER_LR
 
@@ -64,6 +68,9 @@ class ExplodingGradientsEvidence(Evidence):
 def diagnose(inputs: Inputs) -> list[Diagnosis]:
     steps, norms = finite(inputs, "grad_norm")
     found = detections(norms, _lr_at_norms(inputs))
+    if found and is_rollout(inputs):
+        # the norm of an episode's summed loss grows with the episode: only a spike counts
+        found = [d for d in found if d.factor >= SPIKE]
     if not found:
         return []
     module, growth = _worst_module(inputs)

@@ -7,6 +7,7 @@ their endpoints or read from a job directory; the job-level modules read only th
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from collections.abc import Callable
 from typing import Any
@@ -15,6 +16,7 @@ import numpy as np
 
 from torchdoctor.frames import StackFrame, ThreadStack
 from torchdoctor.store.columns import Block
+from torchdoctor.store.schema import SHAPES
 
 
 @dataclasses.dataclass
@@ -48,6 +50,9 @@ class Inputs:
     # CPUs of the machine that ran the training (meta.json's "cpus"), not of the one judging a
     # saved run; None when the record does not say
     cpus: int | None = None
+    # reads python.shapes (the module calls of the traced steps) for `shapes`: only when a
+    # diagnosis asks, as that table is far larger than the steps and rarely needed
+    read_shapes: Callable[[], Block] | None = None
 
     @classmethod
     def of(
@@ -73,6 +78,7 @@ class Inputs:
             hang=hang,
             compile=block("compile"),
             cpus=cpus,
+            read_shapes=lambda: block("shapes"),
         )
 
     @classmethod
@@ -92,6 +98,11 @@ class Inputs:
 
     def events_of(self, kind: str) -> list[dict[str, Any]]:
         return [e for e in self.events if e["kind"] == kind]
+
+    @functools.cached_property
+    def shapes(self) -> Block:
+        """python.shapes: what flowed into and out of each module call of the traced steps."""
+        return Block.empty(SHAPES) if self.read_shapes is None else self.read_shapes()
 
 
 def decode_events(block: Block) -> list[dict[str, Any]]:

@@ -1,6 +1,7 @@
 """`not_learning`: after a warm-up the loss has not moved from where it started, while
 gradients do flow (a run that improved and then converged is not flagged). It describes the
-run as it stands: once the loss falls, it is resolved (`RESOLVES`)."""
+run as it stands: once the loss falls, it is resolved (`RESOLVES`). Not judged on a rollout
+(rollout.py: an RL loop's loss is not a learning curve)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import numpy as np
 from torchdoctor.diagnose.evidence import Evidence, kind
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
+from torchdoctor.diagnose.rollout import is_rollout
 from torchdoctor.diagnose.series import finite
 from torchdoctor.diagnose.story import RAISE_LR, lr_now
 
@@ -49,6 +51,8 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
     _s, norms = finite(inputs, "grad_norm")
     if not norms.size or float(np.median(norms[-WINDOW:])) <= 0:
         return []  # no gradients at all: other diagnoses say why
+    if is_rollout(inputs):
+        return []  # a loss summed over episodes of changing length: not a learning curve
     _l, lrs = finite(inputs, "lr")
     lr = float(lrs[-1]) if lrs.size else None
     fixes = []

@@ -23,6 +23,7 @@ from torchdoctor.diagnose.evidence import Evidence, kind, optional
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.parts import SampledFunction
 from torchdoctor.diagnose.record import Diagnosis
+from torchdoctor.diagnose.rollout import is_rollout
 
 RESOLVES = True  # it describes the recent steps: when they change, it no longer holds
 
@@ -106,6 +107,14 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
             "call the module, not its forward() (`model(x)` for `model.forward(x)`): its "
             "hooks run (torchdoctor's too), and its time is the forward pass's"
         )
+    elif is_rollout(inputs):  # an RL loop: the time between the policy's calls is the episode's
+        fixes = [
+            f"each step is an episode, the policy called on one observation at a time: "
+            f"{what} runs once per environment step; step several environments at once "
+            "(gymnasium.vector) so that the policy is called on a batch, or make the "
+            "environment's step cheaper",
+            fixes[0],
+        ]
     said = (
         f"{head}: {'mostly' if first.share >= 0.5 else 'the largest part'} in {what} "
         f"{'at' if direct else 'called at'} {first.site}{line}, {first.share:.0%} of "

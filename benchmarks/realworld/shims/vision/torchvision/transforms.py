@@ -34,3 +34,11 @@ class Normalize:
 
     def __call__(self, tensor: torch.Tensor) -> torch.Tensor:
         return (tensor - self.mean) / self.std
+
+
+class Lambda:
+    def __init__(self, fn: Callable[[Any], Any]) -> None:
+        self.fn = fn
+
+    def __call__(self, img: Any) -> Any:
+        return self.fn(img)
