@@ -507,7 +507,7 @@ class Session:
                 meta["signal"] = endings.signal_name(self.signal)
         if self.identity is not None:
             meta.update(self.identity.as_dict())
-        if failures := _failsafe.failures_since(self.failures_from):
+        if failures := self.failures():
             meta["failures"] = failures  # what the record is missing (store/saved.py says so)
         if self.tcp_address:
             meta["tcp"] = f"{self.tcp_address[0]}:{self.tcp_address[1]}"
@@ -550,6 +550,11 @@ class Session:
         if self.metrics_address:
             out["metrics"] = self.metrics_address
         return out
+
+    def failures(self) -> list[str]:
+        """The parts of torchdoctor that failed in this process since the session began: what
+        its record, and so its diagnoses, are missing."""
+        return _failsafe.failures_since(self.failures_from)
 
     def diagnoses(self) -> list[Any]:
         """The diagnoses found so far (Diagnosis records)."""
@@ -684,7 +689,7 @@ class Session:
             printed=frozenset(self.printed),
             ranks=ranks_under(self.run_dir) if not steps.rows else (),
             children_cpu=children_cpu() - self.children_cpu_at_start,
-            failures=tuple(_failsafe.failures_since(self.failures_from)),
+            failures=tuple(self.failures()),
         )
 
     def configure(self, **changes: Any) -> dict[str, Any]:

@@ -1,11 +1,16 @@
 """A part of torchdoctor that failed while it recorded is kept in meta.json (`failures`), and
 whatever reads the run then says that the record is not whole: the end-of-run summary, every
-verb that opens the saved run (a warning), `diagnoses` (never a bare "no problems found")."""
+verb that opens the saved run (a warning), `diagnoses` of the saved run and of the live process
+(never a bare "no problems found")."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
+import pytest
 import torch
 from recording import td
 from torch import nn
@@ -41,6 +46,27 @@ def test_a_failed_part_is_kept_and_said_by_every_reader(tmp_path: Path) -> None:
     assert any(said in w for w in open_run(run_dir).warnings)
     out = td("diagnoses", run_dir)
     assert out.returncode == 0 and said in out.stderr
+    assert out.stdout.startswith(INCOMPLETE) and "no problems found\n" not in out.stdout + "\n"
+
+
+def test_the_live_process_says_what_failed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sockets = tempfile.mkdtemp(prefix="td-")  # short: Unix socket paths are limited
+    monkeypatch.setenv("TORCHDOCTOR_SOCKET_DIR", sockets + "/s")
+    try:
+        with torchdoctor.Session(tmp_path / "run", quiet=True) as s:
+            _train(3)
+            whole = td(str(os.getpid()), "diagnoses")  # the live process, over its socket
+            assert s.telemetry is not None
+            s.telemetry.silent.fail(RuntimeError("planted"))
+            _train(3)
+            out = td(str(os.getpid()), "diagnoses")
+    finally:
+        shutil.rmtree(sockets, ignore_errors=True)
+    assert (whole.returncode, whole.stdout.strip(), whole.stderr) == (0, "no problems found", "")
+    assert out.returncode == 0, out.stderr
+    assert "in the running process, silent-error checks failed (RuntimeError: planted)" in (
+        out.stderr
+    )
     assert out.stdout.startswith(INCOMPLETE) and "no problems found\n" not in out.stdout + "\n"
 
 

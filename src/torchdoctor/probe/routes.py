@@ -28,6 +28,10 @@ class ProbeApp(Protocol):
 
     def configure(self, **changes: Any) -> dict[str, Any]: ...
 
+    def failures(self) -> list[str]:
+        """The parts of torchdoctor that failed in this process: what its diagnoses miss."""
+        ...
+
     def training(self) -> eval_at.Training | None:
         """The training's step boundary (None until torch is in use)."""
         ...
@@ -124,7 +128,7 @@ def build_routes(app: ProbeApp) -> Routes:
             result = app.sql.execute("SELECT * FROM python.diagnoses ORDER BY time")
         except SqlError as exc:
             return 422, {"error": str(exc)}
-        return 200, {"columns": result.columns, "rows": result.rows}
+        return 200, {"columns": result.columns, "rows": result.rows, "failures": app.failures()}
 
     def configure(req: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         try:

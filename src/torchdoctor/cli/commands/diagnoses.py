@@ -54,7 +54,11 @@ def main(args: argparse.Namespace, ctx: Context) -> int:
         return TARGET_ERROR
     rows = [dict(zip(payload["columns"], row, strict=True)) for row in payload["rows"]]
     live = [Finding.from_row(r) for r in rows]
-    ctx.print(renderer.render_judged(renderer.of(args.format), live, lambda: _live_steps(ctx)))
+    failures = [str(f) for f in payload.get("failures") or []]  # an older probe sends none
+    for failure in failures:
+        ctx.warn(f"torchdoctor: in the running process, {failure}")
+    shown = renderer.of(args.format)
+    ctx.print(renderer.render_judged(shown, live, lambda: _live_steps(ctx), failures))
     return OK
 
 
