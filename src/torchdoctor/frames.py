@@ -35,6 +35,16 @@ def is_own(path: str) -> bool:
     return path.startswith(PACKAGE_DIR) and not path.startswith(DEMOS_DIR)
 
 
+# The docstring of telemetry/as_caller.py's call, which runs from code moved to its caller's
+# file and line (so that warnings name the caller): a traceback drops it as one of ours.
+AS_CALLER = "torchdoctor: a call made as its caller's"
+
+
+def is_own_code(code: Any) -> bool:
+    """Code of torchdoctor's: in its files, or moved to a caller's by as_caller.py."""
+    return is_own(code.co_filename) or code.co_consts[:1] == (AS_CALLER,)
+
+
 def is_torch(path: str) -> bool:
     return TORCH_PART in path
 
@@ -137,15 +147,13 @@ def drop_own_frames(tb: Any) -> Any:
     passed through (the `backward()` wrapper between the user's line and torch's): a traceback
     printed under torchdoctor is the plain run's. An error raised in our own code keeps its
     frames. Returns the new head; the chain is edited in place (tb_next is writable)."""
-    while tb is not None and tb.tb_next is not None and is_own(tb.tb_frame.f_code.co_filename):
+    while tb is not None and tb.tb_next is not None and is_own_code(tb.tb_frame.f_code):
         tb = tb.tb_next
     entry = tb
     while entry is not None:
         after = entry.tb_next
         while (
-            after is not None
-            and after.tb_next is not None
-            and is_own(after.tb_frame.f_code.co_filename)
+            after is not None and after.tb_next is not None and is_own_code(after.tb_frame.f_code)
         ):
             after = after.tb_next
         if after is not entry.tb_next:

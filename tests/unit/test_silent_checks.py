@@ -196,6 +196,30 @@ def test_wrapped_init_functions_stay_what_they_were(tmp_path: Path) -> None:
     assert {name: nn.init.__dict__[name] for name in INIT_FUNCTIONS} == originals
 
 
+def test_a_warning_under_the_eval_watch_names_the_callers_line(tmp_path: Path) -> None:
+    # pytorch/examples' mnist_rnn: Dropout2d on a 2-D input warns (stacklevel=2, naming
+    # torch's Dropout2d.forward); under the dropout watch of an eval call it named
+    # torchdoctor's modes.py, a new location, so Python showed it a second time.
+    model = nn.Sequential(nn.Linear(4, 8), nn.Dropout2d(0.5), nn.Linear(8, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with torchdoctor.Session(tmp_path / "run", quiet=True) as s:
+        for _ in range(2):
+            optimizer.zero_grad()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                model(torch.randn(3, 4)).sum().backward()
+            optimizer.step()
+        model.eval()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            model(torch.randn(3, 4))  # watched: the first eval call
+        assert s.telemetry is not None and s.telemetry.silent.modes.eval_calls == 1
+    where = {(Path(w.filename).parts[-3:], w.lineno) for w in caught if "2-D" in str(w.message)}
+    forward = inspect.getsourcelines(nn.Dropout2d.forward)
+    line = forward[1] + next(i for i, t in enumerate(forward[0]) if "F.dropout2d" in t)
+    assert where == {(("nn", "modules", "dropout.py"), line)}
+
+
 def test_a_patch_of_an_inherited_attribute_is_undone_by_deleting_it() -> None:
     class Base:
         def hello(self) -> str:

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from torchdoctor.frames import site, user_frame
+from torchdoctor.telemetry.as_caller import call_as_caller
 from torchdoctor.telemetry.graph_walk import node_names, walk
 from torchdoctor.telemetry.local_shards import has_sharded_state, largest_values, local
 
@@ -183,7 +184,7 @@ class _Monitor:
             def __torch_function__(
                 self, func: Any, types: Any, args: Any = (), kwargs: Any = None
             ) -> Any:
-                out = func(*args, **(kwargs or {}))
+                out = call_as_caller(sys._getframe(1), func, args, kwargs or {})
                 monitor.after_op(func, args, kwargs or {}, out)
                 return out
 

@@ -24,6 +24,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from torchdoctor.frames import site, user_frame
+from torchdoctor.telemetry.as_caller import call_as_caller
 
 if TYPE_CHECKING:
     from types import FrameType
@@ -207,7 +208,7 @@ def _make_watch(torch: Any) -> Any:
                     self.modes.dropout_seen(self.model, func.__name__, p, sys._getframe(1))
             except Exception:
                 pass
-            return func(*args, **kwargs)
+            return call_as_caller(sys._getframe(1), func, args, kwargs)
 
         @staticmethod
         def _left_on(func: Any, args: Any, kwargs: dict[str, Any]) -> float:
