@@ -13,7 +13,7 @@ import pytest
 from helpers import series_inputs
 
 from torchdoctor.config import Config
-from torchdoctor.diagnose import exploding_gradients, not_learning, unattributed_time
+from torchdoctor.diagnose import divergence, exploding_gradients, not_learning, unattributed_time
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.rollout import MIN_CALLS, is_rollout, one_observation
 from torchdoctor.store.columns import Block
@@ -77,6 +77,19 @@ def test_an_episode_that_grows_is_no_explosion_and_no_flat_loss() -> None:
     assert not_learning.diagnose(plain)
     assert not exploding_gradients.diagnose(rollout)
     assert not not_learning.diagnose(rollout)
+
+
+def test_a_loss_summed_over_longer_and_longer_episodes_is_no_divergence() -> None:
+    rng = np.random.default_rng(1)
+    length = np.concatenate([np.full(60, 10.0), np.geomspace(10, 3000, 140)])
+    loss = (0.1 * length * np.exp(rng.normal(0, 0.1, 200))).tolist()
+    plain = series_inputs(loss)
+    assert [d.severity for d in divergence.diagnose(plain)] == ["warning"]  # the premise
+    assert not divergence.diagnose(_with_calls(plain, {0: (10, "[1, 4]")}))
+    # 10^4x above where it was is still said, rollout or not
+    loss[-1] = 1e4 * loss[0]
+    rollout = _with_calls(series_inputs(loss), {0: (10, "[1, 4]")})
+    assert [d.severity for d in divergence.diagnose(rollout)] == ["error"]
 
 
 def test_a_spike_in_a_rollout_is_still_an_explosion() -> None:

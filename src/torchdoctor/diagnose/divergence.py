@@ -19,6 +19,9 @@ Every baseline is taken from the steps before the climb being judged, never from
 itself. "Far above anything before" is what tells divergence from the rise after a
 learning-rate restart, a warm-up or a noisy batch: those climb back toward where the loss has
 been, not an order of magnitude past it.
+
+On a rollout (rollout.py: an RL policy updated once per episode on a loss summed over it) the
+loss grows with the episodes: only the error, 10^4x, counts there.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import numpy as np
 from torchdoctor.diagnose.evidence import Evidence, kind
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
+from torchdoctor.diagnose.rollout import is_rollout
 from torchdoctor.diagnose.series import (
     finite,
     first_true,
@@ -103,7 +107,9 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
     context = _context(inputs, steps)
     if d.loss >= ERROR_FACTOR * d.baseline:
         return [_diagnosis(d, d.index, "error", steps, loss, context)]
-    out = [_diagnosis(d, d.index, "warning", steps, loss, context)]
+    out = []
+    if not is_rollout(inputs):  # an episode's summed loss grows with it: only 10^4x counts
+        out.append(_diagnosis(d, d.index, "warning", steps, loss, context))
     worse = first_true(loss[d.index :] >= ERROR_FACTOR * d.baseline)
     if worse is not None:
         out.append(_diagnosis(d, d.index + worse, "error", steps, loss, context))
