@@ -242,6 +242,16 @@ BUGS: tuple[Bug, ...] = (
 # declared as for a planted bug. The healthy runs apply the fixes (programs.py `fixes`).
 REAL_BUGS: tuple[Bug, ...] = (
     Bug(
+        name="tsp_load_weights_only",
+        program="time_sequence_prediction",
+        what="torch.load('traindata.pt') of the NumPy array the program's own generator "
+        "saved: since torch 2.6 torch.load defaults to weights_only=True, which refuses "
+        "NumPy's pickled objects, and the program fails before its first step",
+        kinds=("crash",),
+        lines=(Line("time_sequence_prediction/train.py", "data = torch.load('traindata.pt')"),),
+        fix=r"weights_only=False",
+    ),
+    Bug(
         name="tp_no_zero_grad",
         program="tensor_parallel",
         what="the training loop never calls optimizer.zero_grad(): every AdamW step applies "

@@ -101,3 +101,17 @@ def tiny_gpt2(root: Path, directory: str, text_path: str, words: int) -> None:
         eos_token_id=0,
     )
     GPT2LMHeadModel(config).save_pretrained(str(out))
+
+
+def sine_waves(root: Path, path: str, waves: int, length: int, period: float = 20.0) -> None:
+    """`waves` sine waves of `length` points, each shifted by a random whole number of
+    points (float64, as time_sequence_prediction's own generator makes them), saved with
+    torch.save as the program loads them."""
+    import torch
+
+    rng = np.random.default_rng(2)
+    shift = rng.integers(-4 * int(period), 4 * int(period), waves).reshape(waves, 1)
+    points = np.arange(length) + shift
+    out = root / path
+    out.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(np.sin(points / period).astype("float64"), out)

@@ -74,7 +74,6 @@ class Program:
     # TORCHDOCTOR=1 and TORCHDOCTOR_RUN_DIR; every rank must record expected_steps steps.
     ranks: int = 0
     needs: tuple[str, ...] = ()  # modules that must import, else the program is skipped
-    setup: tuple[str, ...] = ()  # scripts of the program run once before (plain python)
     timeout: int = 300
     # The arguments of a run on a CUDA GPU (`realworld.py --device cuda`), made from the CPU
     # run's; None: the program runs on the CPU only (a 2-rank job needs two GPUs, say).
@@ -331,9 +330,35 @@ PROGRAMS: tuple[Program, ...] = (
         args=("--epochs", "1", "--log-interval", "10", "--save-model"),
         expected_steps=_const(30),
         env=_mnist_env(),
-        data_note="torchvision stand-in: MNIST of 1,920 / 500 images, read row by row by an "
-        "LSTM",
+        data_note="torchvision stand-in: MNIST of 1,920 / 500 images, read row by row by an LSTM",
         gpu=_with("--accel"),
+    ),
+    Program(
+        name="time_sequence_prediction",
+        shims=("plot",),
+        repo=EXAMPLES[0],
+        commit=EXAMPLES[1],
+        files=_examples("time_sequence_prediction", "train.py"),
+        workdir="time_sequence_prediction",
+        script="train.py",
+        # LBFGS: each step() calls the closure up to 20 times, each a forward of two LSTMCells
+        # unrolled over the sequence and a backward; one step per step()
+        args=("--steps", "2"),
+        expected_steps=_const(2),
+        # Its bug (bugs.py REAL_BUGS tsp_load_weights_only): torch.load of its own NumPy data
+        # under torch >= 2.6's weights_only=True fails before training.
+        fixes=(
+            Patch(
+                "time_sequence_prediction/train.py",
+                "torch.load('traindata.pt')",
+                "torch.load('traindata.pt', weights_only=False)",
+            ),
+        ),
+        data=lambda root: data.sine_waves(
+            root, "time_sequence_prediction/traindata.pt", waves=100, length=200
+        ),
+        data_note="100 sine waves of 200 points (the program's own generator makes 1,000); "
+        "matplotlib stand-in: a figure is a file of the values plotted",
     ),
     Program(
         name="vae",
