@@ -103,5 +103,5 @@ def test_a_spike_in_a_rollout_is_still_an_explosion() -> None:
 def test_the_time_between_the_policys_calls_is_put_down_to_the_episode() -> None:
     run = open_run(Path(__file__).resolve().parent.parent / "fixtures/runs/healthy_rl_episodes")
     (found,) = unattributed_time.diagnose(Inputs.of_saved(run, Config()))
-    assert found.fix[0].startswith("each step is an episode"), found.fix
+    assert found.fix[0].startswith("each step calls the model on one observation"), found.fix
     assert "gymnasium.vector" in found.fix[0]

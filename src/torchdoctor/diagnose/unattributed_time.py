@@ -109,10 +109,11 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
         )
     elif is_rollout(inputs):  # an RL loop: the time between the policy's calls is the episode's
         fixes = [
-            f"each step is an episode, the policy called on one observation at a time: "
-            f"{what} runs once per environment step; step several environments at once "
-            "(gymnasium.vector) so that the policy is called on a batch, or make the "
-            "environment's step cheaper",
+            f"each step calls the model on one observation at a time (an RL episode, a "
+            f"sequence fed token by token): {what} runs between those calls; batch them "
+            "(step several environments at once with gymnasium.vector, pad several "
+            "sequences into one batch) so that the model is called on a batch, or make "
+            f"{what} cheaper",
             fixes[0],
         ]
     said = (
