@@ -28,37 +28,39 @@ def main(args: argparse.Namespace, ctx: Context) -> int:
     from torchdoctor.report import renderer
     from torchdoctor.store.saved import JobRun
 
+    shown = renderer.of(args.format)
     if args.source is not None:
         if ctx.endpoint is not None:
             raise CliError("give either an ENDPOINT or a RUN_DIR, not both")
         from torchdoctor.cli.saved import open_saved
-        from torchdoctor.store.saved import JobRun
 
-        run = open_saved(args.source, ctx)
+        run = open_saved(args.source, ctx)  # warns of the parts that failed while it recorded
+        failures = run.failures
 
         def steps() -> int:
             return run.block("steps").rows
 
         if isinstance(run, JobRun):
             findings = _job_findings(run)
-            text = args.format != "json"
-            shown = renderer.JobTextRenderer() if text else renderer.of(args.format)
-            ctx.print(renderer.render_judged(shown, findings, steps, run.failures))
-            return OK
-        findings = [Finding.from_row(r) for r in run.block("diagnoses").to_records()]
-        ctx.print(renderer.render_judged(renderer.of(args.format), findings, steps, run.failures))
-        return OK
-    status, payload = ctx.client().request("GET", "/v1/diagnoses")
-    if status != 200:
-        ctx.warn(f"torchdoctor: {payload.get('error')}")
-        return TARGET_ERROR
-    rows = [dict(zip(payload["columns"], row, strict=True)) for row in payload["rows"]]
-    live = [Finding.from_row(r) for r in rows]
-    failures = [str(f) for f in payload.get("failures") or []]  # an older probe sends none
-    for failure in failures:
-        ctx.warn(f"torchdoctor: in the running process, {failure}")
-    shown = renderer.of(args.format)
-    ctx.print(renderer.render_judged(shown, live, lambda: _live_steps(ctx), failures))
+            if args.format != "json":
+                shown = renderer.JobTextRenderer()
+        else:
+            findings = [Finding.from_row(r) for r in run.block("diagnoses").to_records()]
+    else:
+        status, payload = ctx.client().request("GET", "/v1/diagnoses")
+        if status != 200:
+            ctx.warn(f"torchdoctor: {payload.get('error')}")
+            return TARGET_ERROR
+        rows = [dict(zip(payload["columns"], row, strict=True)) for row in payload["rows"]]
+        findings = [Finding.from_row(r) for r in rows]
+        failures = [str(f) for f in payload.get("failures") or []]  # an older probe sends none
+        for failure in failures:
+            ctx.warn(f"torchdoctor: in the running process, {failure}")
+
+        def steps() -> int:
+            return _live_steps(ctx)
+
+    ctx.print(renderer.render_judged(shown, findings, steps, failures))
     return OK
 
 
