@@ -196,6 +196,7 @@ def test_wrapped_init_functions_stay_what_they_were(tmp_path: Path) -> None:
     assert {name: nn.init.__dict__[name] for name in INIT_FUNCTIONS} == originals
 
 
+@pytest.mark.usefixtures("uncompiled")  # the watch is off in a process that compiled
 def test_a_warning_under_the_eval_watch_names_the_callers_line(tmp_path: Path) -> None:
     # pytorch/examples' mnist_rnn: Dropout2d on a 2-D input warns (stacklevel=2, naming
     # torch's Dropout2d.forward); under the dropout watch of an eval call it named
