@@ -486,6 +486,20 @@ def test_the_directory_of_one_node_holds_no_cause() -> None:
     assert "Ranks 2,3 of the 4 are not in this record" in d.summary
 
 
+def test_a_rank_read_on_its_way_out_is_not_held_yet() -> None:
+    # Read between its error and threading's shutdown (printing the traceback): not yet a rank
+    # kept alive. Once the raise is rank_raised.SETTLE seconds old and the main thread is still
+    # not seen waiting at exit (an exit handler that never returns), it is.
+    printing = [frame("print_exception", 120, "/usr/lib/python3.11/traceback.py")]
+    ranks = _stuck_job(printing)
+    ranks[1].raised = raised("ValueError: corrupt record", NOW - 1, line=22)
+    ranks[1].clock = NOW
+    assert rank_raised.diagnose(inputs(ranks)) == []
+    ranks[1].raised = raised("ValueError: corrupt record", NOW - rank_raised.SETTLE, line=22)
+    [d] = rank_raised.diagnose(inputs(ranks))
+    assert "something keeps it from exiting (a non-daemon thread, an exit handler)" in d.summary
+
+
 def test_a_rank_that_raised_but_cannot_exit() -> None:
     uploader = ThreadStack(name="uploader", daemon=False, frames=[frame("upload_logs", 12)])
     at_exit = [frame("_shutdown", 1590, "/usr/lib/python3.11/threading.py")]

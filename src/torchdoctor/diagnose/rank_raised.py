@@ -19,6 +19,10 @@ from torchdoctor.frames import ThreadStack, short_site
 from torchdoctor.identity import ranks_text
 
 JOB = True  # compares ranks: runs on a job's tables
+# Seconds after the raise before a rank whose main thread is not yet seen waiting at exit
+# counts as held: between the error and threading's shutdown the interpreter still prints the
+# traceback and runs our crash capture (a loaded machine was read in that moment).
+SETTLE = 5.0
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -45,9 +49,19 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
         return []
     out = []
     for ending in job_end.endings(job).values():
-        if ending.alive and ending.kind == job_end.RAISED:
+        if ending.alive and ending.kind == job_end.RAISED and _held(job, ending):
             out.append(_diagnosis(job, ending))
     return out
+
+
+def _held(job: JobInputs, ending: job_end.Ending) -> bool:
+    """The process is seen kept from exiting: its main thread waits at exit for threads, or
+    the raise is SETTLE seconds old by the rank's clock (an exit handler that never returns)."""
+    view = job.ranks[ending.rank]
+    if view.threads is not None:
+        return True
+    now = view.clock if view.clock is not None else job.now
+    return ending.time is not None and now - ending.time >= SETTLE
 
 
 def _diagnosis(job: JobInputs, ending: job_end.Ending) -> Diagnosis:
