@@ -56,6 +56,19 @@ BUGS: tuple[Bug, ...] = (
         patches=(Patch("mnist/main.py", "        optimizer.zero_grad()\n", ""),),
     ),
     Bug(
+        name="gcn_no_zero_grad",
+        program="gcn",
+        what="optimizer.zero_grad() dropped from the full-batch GCN: the whole graph's "
+        "gradients pile up, and the norm explodes 35 steps on",
+        kinds=("grad_not_cleared",),
+        lines=(
+            Line("gcn/main.py", "optimizer.step()"),
+            Line("gcn/main.py", "loss.backward()"),
+        ),
+        fix=r"zero_grad",
+        patches=(Patch("gcn/main.py", "    optimizer.zero_grad()\n", ""),),
+    ),
+    Bug(
         name="mingpt_no_zero_grad",
         program="mingpt_adder",
         what="model.zero_grad() dropped from minGPT's Trainer",

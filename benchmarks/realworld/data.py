@@ -115,3 +115,34 @@ def sine_waves(root: Path, path: str, waves: int, length: int, period: float = 2
     out = root / path
     out.parent.mkdir(parents=True, exist_ok=True)
     torch.save(np.sin(points / period).astype("float64"), out)
+
+
+def cora(root: Path, directory: str, nodes: int, features: int, classes: int, edges: int) -> None:
+    """A citation graph in Cora's two files, as the graph examples read them: `cora.content`
+    (a paper's id, its 0/1 word features, its class name, tab-separated) and `cora.cites`
+    (pairs of ids). A paper's class shows in its words (each class has words it uses more)
+    and in whom it cites (most citations stay within the class): learnable from both."""
+    rng = random.Random(3)
+    ids = rng.sample(range(1, 10**6), nodes)
+    labels = [rng.randrange(classes) for _ in range(nodes)]
+    out = root / directory
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for i in range(nodes):
+        words = [
+            "1"
+            if rng.random() < 0.02 or (j % classes == labels[i] and rng.random() < 0.25)
+            else "0"
+            for j in range(features)
+        ]
+        rows.append("\t".join([str(ids[i]), *words, f"class_{labels[i]}"]))
+    (out / "cora.content").write_text("\n".join(rows) + "\n")
+    members: dict[int, list[int]] = {}
+    for i, label in enumerate(labels):
+        members.setdefault(label, []).append(i)
+    pairs = []
+    for _ in range(edges):
+        a = rng.randrange(nodes)
+        b = rng.choice(members[labels[a]]) if rng.random() < 0.8 else rng.randrange(nodes)
+        pairs.append(f"{ids[a]}\t{ids[b]}")
+    (out / "cora.cites").write_text("\n".join(pairs) + "\n")

@@ -375,6 +375,37 @@ PROGRAMS: tuple[Program, ...] = (
         gpu=_without("--no-accel"),
     ),
     Program(
+        name="gcn",
+        shims=("net",),
+        repo=EXAMPLES[0],
+        commit=EXAMPLES[1],
+        files=_examples("gcn", "main.py"),
+        workdir="gcn",
+        script="main.py",
+        # Full-batch: every step is the whole graph (sparse features and adjacency), then an
+        # evaluation of the training and validation nodes inside the same iteration.
+        args=("--epochs", "100", "--no-accel"),
+        expected_steps=_const(100),
+        timing=(r"\(\d+\.\d+s\)",),  # each printed epoch's seconds
+        data=lambda root: data.cora(
+            root, "gcn/cora", nodes=1800, features=200, classes=7, edges=4000
+        ),
+        data_note="a Cora-shaped citation graph of 1,800 papers, 200 words, 7 classes and "
+        "4,000 citations (Cora: 2,708, 1,433, 7, 5,429); the split takes 1,000 test and 500 "
+        "validation nodes, as the program's does",
+        # It downloads Cora on every run, whether there or not: the data is in place instead.
+        port=(
+            Patch(
+                "gcn/main.py",
+                "    with requests.get(cora_url, stream=True) as tgz_file:\n"
+                "        with tarfile.open(fileobj=tgz_file.raw, mode='r:gz') as tgz_object:\n"
+                "            tgz_object.extractall()\n",
+                "",
+            ),
+        ),
+        gpu=_without("--no-accel"),
+    ),
+    Program(
         name="regression",
         repo=EXAMPLES[0],
         commit=EXAMPLES[1],

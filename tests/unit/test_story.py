@@ -5,6 +5,7 @@ each other; a fix that needs a value it does not know says so."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from typing import Any
@@ -64,6 +65,45 @@ def test_what_does_not_chain() -> None:
     # Unchanged findings come back as they were: the doctor records only what changed.
     plain = _d("divergence", 3)
     assert story.tell([plain])[0] is plain
+
+
+def test_gradients_never_cleared_head_their_chain_however_late_it_comes() -> None:
+    # Gradients that pile up grow the norm update after update: it explodes long after the
+    # first step that showed them never cleared (35 steps later on pytorch/examples' GCN with
+    # its zero_grad() dropped), and the fixes point at the cause, not at clipping.
+    late = 2 + story.GAP + 35
+    told = story.tell(
+        [
+            _d("grad_not_cleared", 2),
+            _d(
+                "exploding_gradients",
+                late,
+                fix=["clip the gradient norm: x", f"{story.LOWER_LR} or a warm-up", "normalise"],
+            ),
+            _d(
+                "divergence", late + 1, fix=[f"{story.LOWER_LR} (now 0.1)", "add gradient clipping"]
+            ),
+        ]
+    )
+    by = {d.kind: d for d in told}
+    assert by["grad_not_cleared"].follows is None
+    assert by["exploding_gradients"].follows == "grad_not_cleared"
+    assert by["divergence"].follows == "exploding_gradients"
+    assert by["exploding_gradients"].fix == [
+        "fix grad_not_cleared first (step 2): this follows from it; clipping or a lower "
+        "learning rate would only hide it",
+        "normalise",
+    ]
+    assert len(by["divergence"].fix) == 1 and by["divergence"].fix[0].startswith("fix grad_")
+    order = story.chains(told, lambda d: d.kind, lambda d: d.follows)
+    assert [[d.kind for d in c] for c in order] == [
+        ["grad_not_cleared", "exploding_gradients", "divergence"]
+    ]
+    # Resolved, on another rank, or found after it: it heads nothing.
+    resolved = dataclasses.replace(_d("grad_not_cleared", 2), resolved=50)
+    assert story.tell([resolved, _d("exploding_gradients", 60)])[1].follows is None
+    assert story.tell([_d("grad_not_cleared", 2), _d("divergence", 9, rank=1)])[1].follows is None
+    assert story.tell([_d("grad_not_cleared", 9), _d("divergence", 3)])[1].follows is None
 
 
 # -- contradictions and unknown values ------------------------------------------------------

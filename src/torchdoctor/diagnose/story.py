@@ -5,7 +5,10 @@ the doctor applies it after every pass and records what it changed.
   explode, a loss that diverges and a NaN are one story (`CHAIN`): each `follows` the one
   found just before it (by step; at one step exploding gradients come first, a NaN last), at
   most GAP steps before it (or the divergence that named the NaN's step). A NaN in the input
-  batch follows nothing.
+  batch follows nothing. A standing cause (`STANDING`: gradients never cleared, true on every
+  update once found) heads the chain: its first finding follows it however many steps later,
+  and their fixes point to it instead of clipping or a lower learning rate, which would only
+  hide it.
 - No two fixes contradict each other: while the run shows the learning rate too large (the
   loss diverged, gradients exploded, or a NaN is blamed on it), not_learning does not also
   ask for a larger one.
@@ -24,6 +27,9 @@ from torchdoctor.diagnose.record import Diagnosis
 
 CHAIN = ("exploding_gradients", "divergence", "nan")
 GAP = 100  # steps: a finding of the chain this soon after an earlier one follows from it
+# Findings true on every update from their step on: gradients that pile up across updates grow
+# the norm step after step until it explodes, the loss runs away and turns NaN.
+STANDING = ("grad_not_cleared",)
 
 LOWER_LR = "lower the learning rate"
 RAISE_LR = "try a larger learning rate"
@@ -62,8 +68,32 @@ def _linked(d: Diagnosis, found: Sequence[Diagnosis]) -> Diagnosis:
             continue
         if cause is None or _before(cause, earlier):
             cause = earlier  # the one just before: the chain is a line, earliest first
+    if cause is None:
+        cause = _standing(d, found)
     follows = cause.kind if cause is not None else None
     return d if follows == d.follows else dataclasses.replace(d, follows=follows)
+
+
+def _standing(d: Diagnosis, found: Sequence[Diagnosis]) -> Diagnosis | None:
+    """A standing cause on d's rank found at or before d's step, still true."""
+    if d.step is None:
+        return None
+    for cause in found:
+        if cause.kind not in STANDING or cause.resolved is not None or cause.rank != d.rank:
+            continue
+        if cause.step is not None and cause.step <= d.step:
+            return cause
+    return None
+
+
+def _root(d: Diagnosis, found: Sequence[Diagnosis]) -> Diagnosis:
+    """The first finding of d's chain (d itself when it follows nothing)."""
+    by_kind = {f.kind: f for f in found if f.rank == d.rank}
+    seen = {d.kind}
+    while d.follows is not None and d.follows in by_kind and d.follows not in seen:
+        d = by_kind[d.follows]
+        seen.add(d.kind)
+    return d
 
 
 def _before(a: Diagnosis, b: Diagnosis) -> bool:
@@ -74,7 +104,7 @@ def _before(a: Diagnosis, b: Diagnosis) -> bool:
 def _too_large(found: Sequence[Diagnosis]) -> Diagnosis | None:
     """A finding that shows the learning rate too large rather than too small, if any."""
     for d in found:
-        if d.resolved is not None:
+        if d.resolved is not None or _root(d, found).kind in STANDING:
             continue
         if d.kind in ("divergence", "exploding_gradients"):
             return d
@@ -84,6 +114,8 @@ def _too_large(found: Sequence[Diagnosis]) -> Diagnosis | None:
 
 
 def _reconciled(d: Diagnosis, found: Sequence[Diagnosis]) -> Diagnosis:
+    if d.kind in CHAIN:
+        return _pointed_to_cause(d, found)
     if d.kind != "not_learning" or d.resolved is not None:
         return d
     against = _too_large(found)
@@ -96,6 +128,28 @@ def _reconciled(d: Diagnosis, found: Sequence[Diagnosis]) -> Diagnosis:
     )
     fixes = [instead if f.startswith(RAISE_LR) else f for f in d.fix]
     return dataclasses.replace(d, fix=fixes)
+
+
+# Fixes of the chain that would hide a standing cause rather than remove it.
+_HIDING = (
+    LOWER_LR,
+    "clip the gradient norm",
+    "add gradient clipping",
+    "add a learning-rate warm-up",
+)
+
+
+def _pointed_to_cause(d: Diagnosis, found: Sequence[Diagnosis]) -> Diagnosis:
+    root = _root(d, found)
+    if root is d or root.kind not in STANDING:
+        return d
+    first = (
+        f"fix {root.kind} first (step {root.step}): this follows from it; "
+        "clipping or a lower learning rate would only hide it"
+    )
+    kept = [f for f in d.fix if not f.startswith(_HIDING)]
+    fixes = [first, *kept]
+    return d if fixes == d.fix else dataclasses.replace(d, fix=fixes)
 
 
 T = TypeVar("T")
