@@ -24,7 +24,9 @@ A program's own bugs are fixed for those runs (`fixes` in programs.py) and run a
 too (REAL_BUGS in bugs.py, the section "Real bugs found in the public programs as they
 are"). Then the bugs of benchmarks/realworld/bugs.py are planted (a small patch to a
 temporary copy) and each run once under torchdoctor: found (a diagnosis of an accepted
-kind), at the right place (module or file:line), with the right first fix (a key phrase).
+kind), at the right place (module or file:line), with the right first fix (a key phrase),
+and told first (the first warning or error `torchdoctor diagnoses` prints is of that kind,
+not a consequence listed before its cause).
 
 The programs are not committed. They are read from local bare mirrors of their repositories
 (the search tool's `fetch`, /work/.mirror/<owner>+<name>/repo) into a cache:
@@ -576,6 +578,7 @@ class BugResult:
     found: bool = False
     place: bool = False
     fix: bool = False
+    first: bool = False  # the first warning or error `torchdoctor diagnoses` prints is the bug's
     said: list[str] = field(default_factory=list)
     judged: str = ""  # the diagnosis of an accepted kind judged: the rightest one
     telemetry_failures: list[str] = field(default_factory=list)
@@ -660,7 +663,26 @@ def check_bug(
         # A job's ranks may each say it: the table shows the one that is most right.
         best = max(range(len(hits)), key=lambda i: (placed[i] and fixed[i], placed[i], fixed[i]))
         result.judged = alarm(hits[best])
+    result.first = told_first(run_dir) in bug.kinds
     return result
+
+
+# A finding's headline in `torchdoctor diagnoses`, after a job's "rank 0: " or "job: "
+_HEADLINE = re.compile(r"(?m)^(?:[^\[\n]*: )?\[(?:warning|error)\] (\w+)")
+
+
+def told_first(run_dir: Path) -> str | None:
+    """The kind of the first warning or error `torchdoctor diagnoses RUN_DIR` prints: what a
+    user reads first, in the story's order (a consequence listed before its cause sends them
+    the wrong way). The JSON format lists the rows as recorded, so the text is read."""
+    proc = subprocess.run(
+        [*torchdoctor_cmd(), "diagnoses", str(run_dir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    found = _HEADLINE.search(proc.stdout) if proc.returncode == 0 else None
+    return found.group(1) if found else None
 
 
 @dataclass
@@ -877,18 +899,21 @@ def render(
         "## Planted bugs",
         "",
         f"found {sum(b.found for b in bugs)} of {len(bugs)}, at the right place "
-        f"{sum(b.place for b in bugs)}, with the right first fix {sum(b.fix for b in bugs)}.",
+        f"{sum(b.place for b in bugs)}, with the right first fix {sum(b.fix for b in bugs)}, "
+        f"told first {sum(b.first for b in bugs)} (the first warning or error `torchdoctor "
+        "diagnoses` prints is the bug's own, not a consequence of it).",
         "",
-        "| bug | program | planted | found (kind) | right place | right first fix | expected |",
-        "|---|---|---|---|---|---|---|",
+        "| bug | program | planted | found (kind) | right place | right first fix | told first "
+        "| expected |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for b in bugs:
         if b.status != "ran":
-            lines.append(f"| {b.name} | {b.program} | {b.what} | skipped: {b.reason} | | | |")
+            lines.append(f"| {b.name} | {b.program} | {b.what} | skipped: {b.reason} | | | | |")
             continue
         lines.append(
             f"| {b.name} | {b.program} | {b.what} | {mark(b.found)} | {mark(b.place)} "
-            f"| {mark(b.fix)} | {b.expected.replace('|', '/')} |"
+            f"| {mark(b.fix)} | {mark(b.first)} | {b.expected.replace('|', '/')} |"
         )
     real = real or []
     lines += [
@@ -901,22 +926,24 @@ def render(
         "(REAL_BUGS) as for a planted bug. The healthy runs above have these bugs fixed.",
         "",
         f"found {sum(b.found for b in real)} of {len(real)}, at the right place "
-        f"{sum(b.place for b in real)}, with the right first fix {sum(b.fix for b in real)}.",
+        f"{sum(b.place for b in real)}, with the right first fix {sum(b.fix for b in real)}, "
+        f"told first {sum(b.first for b in real)}.",
         "",
         "| bug | program | the bug | what torchdoctor said | found (kind) | right place "
-        "| right first fix | expected |",
-        "|---|---|---|---|---|---|---|---|",
+        "| right first fix | told first | expected |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for b in real:
         if b.status != "ran":
-            lines.append(f"| {b.name} | {b.program} | {b.what} | skipped: {b.reason} | | | | |")
+            lines.append(f"| {b.name} | {b.program} | {b.what} | skipped: {b.reason} | | | | | |")
             continue
         first = b.judged or next(
             (s for s in b.said if not s.startswith("(")), "(nothing at warning or error)"
         )
         lines.append(
             f"| {b.name} | {b.program} | {b.what} | {first.replace('|', '/')} | {mark(b.found)} "
-            f"| {mark(b.place)} | {mark(b.fix)} | {b.expected.replace('|', '/')} |"
+            f"| {mark(b.place)} | {mark(b.fix)} | {mark(b.first)} "
+            f"| {b.expected.replace('|', '/')} |"
         )
     lines += [
         "",
@@ -1122,7 +1149,8 @@ def main(argv: list[str] | None = None) -> int:
             )
             bugs.append(r)
             print(
-                f"bug {bug.name}: found={r.found} place={r.place} fix={r.fix} ({r.seconds:.0f} s)",
+                f"bug {bug.name}: found={r.found} place={r.place} fix={r.fix} first={r.first} "
+                f"({r.seconds:.0f} s)",
                 flush=True,
             )
     real: list[BugResult] = []

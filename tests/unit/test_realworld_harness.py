@@ -5,7 +5,9 @@ themselves run only in the benchmark (`make realworld`, ~20 min), never here."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
+import shutil
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -219,3 +221,27 @@ def test_every_patch_matches_its_cached_program(harness: ModuleType, tmp_path: P
         checked += 1
     if not checked:
         pytest.skip("the real-world cache is not here (make realworld-populate)")
+
+
+def test_told_first_is_the_head_of_the_story(harness: ModuleType, tmp_path: Path) -> None:
+    # pytorch/examples' GCN with zero_grad() dropped: exploding gradients recorded first, then
+    # the gradients never cleared found earlier in steps; once the story links them, the text
+    # tells the cause first.
+    run = tmp_path / "run"
+    shutil.copytree(ROOT / "tests" / "fixtures" / "runs" / "healthy_lr_schedule", run)
+
+    def row(time: float, kind: str, step: int, follows: str | None = None) -> str:
+        severity = "error" if kind == "grad_not_cleared" else "warning"
+        return json.dumps(
+            {"time": time, "step": step, "rank": 0, "kind": kind, "severity": severity,
+             "summary": kind, "evidence": None, "fix": "", "follows": follows}
+        )  # fmt: skip
+
+    rows = [row(1.0, "exploding_gradients", 37), row(2.0, "grad_not_cleared", 2)]
+    (run / "diagnoses.jsonl").write_text("\n".join(rows) + "\n")
+    assert harness.told_first(run) == "exploding_gradients"  # apart: in the order found
+    rows.append(row(3.0, "exploding_gradients", 37, follows="grad_not_cleared"))
+    (run / "diagnoses.jsonl").write_text("\n".join(rows) + "\n")
+    assert harness.told_first(run) == "grad_not_cleared"
+    (run / "diagnoses.jsonl").write_text("")
+    assert harness.told_first(run) is None
