@@ -80,6 +80,7 @@ class Doctor:
         self._samples: list[tuple[int, float]] = []  # (main thread's stack signature, time)
         self._hang_since_step: int | None = None
         self._costs: list[float] = []  # CPU seconds of the latest passes
+        self._hang_after: float | None = None  # the hang timeout the latest pass judged by
         self._steps_seen: int | None = None  # steps done at the latest pass
         self._thread = threading.Thread(target=self._loop, name="torchdoctor-doctor", daemon=True)
 
@@ -123,7 +124,13 @@ class Doctor:
         stepping, self._steps_seen = done != self._steps_seen, done
         if not stepping or len(self._costs) < 3:  # the first passes' costs are no guide
             return TICK
-        return min(LONGEST_WAIT, max(TICK, min(self._costs) / SHARE))
+        wait = min(LONGEST_WAIT, max(TICK, min(self._costs) / SHARE))
+        if self._hang_after is not None:
+            # A stall is first looked at within a quarter of the hang timeout, so that a hang
+            # is named about when it is due: a short timeout (a job's, half of its group's)
+            # would otherwise pass while the doctor waits out its share.
+            wait = min(wait, max(TICK, self._hang_after / 4))
+        return wait
 
     def _load(self) -> None:
         """The diagnosis modules, loaded as the doctor's thread starts: not on the script's way
@@ -318,7 +325,7 @@ class Doctor:
         signature = hash(tuple((f.f_code, f.f_lineno) for f in stacks.frames_of(main, 64)))
         sample = (signature, now)
         self._samples = [s for s in self._samples if now - s[1] <= idle] + [sample]
-        timeout = self.hang_timeout(steps)
+        timeout = self._hang_after = self.hang_timeout(steps)
         if idle < timeout or self._hang_since_step is not None:
             return None
         window = [s for s in self._samples if now - s[1] <= timeout]

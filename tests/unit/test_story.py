@@ -281,3 +281,10 @@ def test_the_doctors_first_passes_come_a_tick_apart_whatever_they_cost() -> None
         Training.steps_done += 1  # the training stepped since the last pass
         waits.append(doctor._next_wait(cost))
     assert waits == [TICK, TICK, LONGEST_WAIT, TICK]  # then the least of the last three
+    # With a short hang timeout judged (a job's: half its group's 12 s), a dear pass waits a
+    # quarter of it at most: a rank that stops stepping is named before the group times out.
+    doctor._hang_after = 6.0
+    for cost in (0.5, 0.4, 0.3):
+        Training.steps_done += 1
+        wait = doctor._next_wait(cost)
+    assert wait == 1.5  # not LONGEST_WAIT
