@@ -43,7 +43,7 @@ from torchdoctor.diagnose.series import (
     median5_summary,
     run_lengths,
 )
-from torchdoctor.diagnose.story import LOWER_LR
+from torchdoctor.diagnose.story import ADD_CLIPPING, LOWER_LR, WARM_UP
 from torchdoctor.diagnose.story import lr_now as said_lr
 
 RISES = 4  # consecutive rises of the geometric rule
@@ -251,10 +251,10 @@ def _diagnosis(
         summary += "."
     fixes = [
         f"{LOWER_LR} {said_lr(lr_now)}; a tenth is a good first try",
-        "add gradient clipping: torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)",
+        f"{ADD_CLIPPING}: torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)",
     ]
     if not warmup:
-        fixes.insert(1, "add a learning-rate warm-up (e.g. linear over the first 1-5% of steps)")
+        fixes.insert(1, f"{WARM_UP} (e.g. linear over the first 1-5% of steps)")
     fixes.append("check the loss scale and reduction (a sum over a growing batch grows too)")
     return Diagnosis(
         kind="divergence",

@@ -32,7 +32,7 @@ from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
 from torchdoctor.diagnose.rollout import is_rollout
 from torchdoctor.diagnose.series import finite, median5, median5_summary
-from torchdoctor.diagnose.story import LOWER_LR
+from torchdoctor.diagnose.story import CLIP_NORM, LOWER_LR
 
 HISTORY = 10  # steps of history for the usual level to count as one
 SUSTAINED = 3  # consecutive steps above FACTOR
@@ -168,7 +168,7 @@ def _diagnosis(
         ),
         evidence=evidence,
         fix=[
-            "clip the gradient norm: torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)",
+            f"{CLIP_NORM}: torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)",
             f"{LOWER_LR} or lengthen the warm-up",
             "check for a missing normalisation (LayerNorm/BatchNorm) or a residual without "
             "scaling in the module named",

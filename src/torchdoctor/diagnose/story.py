@@ -33,6 +33,10 @@ STANDING = ("grad_not_cleared",)
 
 LOWER_LR = "lower the learning rate"
 RAISE_LR = "try a larger learning rate"
+# How the chain's fixes begin that would hide a standing cause rather than remove it.
+CLIP_NORM = "clip the gradient norm"
+ADD_CLIPPING = "add gradient clipping"
+WARM_UP = "add a learning-rate warm-up"
 LR_UNKNOWN = (
     "its value is not known: no torch.optim optimizer had stepped by then; for an update of "
     "your own, look at its step size"
@@ -130,13 +134,7 @@ def _reconciled(d: Diagnosis, found: Sequence[Diagnosis]) -> Diagnosis:
     return dataclasses.replace(d, fix=fixes)
 
 
-# Fixes of the chain that would hide a standing cause rather than remove it.
-_HIDING = (
-    LOWER_LR,
-    "clip the gradient norm",
-    "add gradient clipping",
-    "add a learning-rate warm-up",
-)
+_HIDING = (LOWER_LR, CLIP_NORM, ADD_CLIPPING, WARM_UP)
 
 
 def _pointed_to_cause(d: Diagnosis, found: Sequence[Diagnosis]) -> Diagnosis:
