@@ -40,6 +40,31 @@ def test_a_lone_gpu_value_lands_without_a_forced_wait() -> None:
     assert got == [[3.0]]
 
 
+@pytest.mark.cuda
+def test_steady_copies_reuse_their_pinned_buffers() -> None:
+    # A new pinned buffer is a call to the host allocator, which queries CUDA events: after a
+    # device-side assert that query would be the first call to meet the error (module doc).
+    rb = Readback(torch)
+    got: list[list[float]] = []
+    for i in range(200):
+        rb.submit(torch.tensor([float(i)], device="cuda"), got.append)
+        rb._copy_batch()
+        rb.poll()
+    wait_for(lambda: rb.poll() or len(got) == 200, 10, "every value to land")
+    assert got == [[float(i)] for i in range(200)]
+    assert len(rb._owned) <= 4, len(rb._owned)  # the copies in flight at once, no more
+
+
+@pytest.mark.cuda
+def test_bfloat16_values_and_a_wait_for_the_stream() -> None:
+    rb = Readback(torch)
+    got: list[object] = []
+    rb.submit(torch.tensor([1.5, -2.0], device="cuda", dtype=torch.bfloat16), got.append)
+    rb.after(lambda: got.append("after"))
+    rb.poll(force=True)
+    assert got == [[1.5, -2.0], "after"]
+
+
 def test_values_that_cannot_be_copied_back_are_reported_lost() -> None:
     # Where no copy can be made any more (after a device-side assert the GPU refuses every
     # call; here pinned memory, which a machine without a GPU cannot give), the submissions

@@ -83,7 +83,6 @@ struct Steady {
   PyObject* optimizers;
   PyObject* rows;
   PyObject* memory;
-  PyObject* tracer;
   PyObject* safe_point;
   PyObject* listeners;
   // what telemetry/steady.py's Parts hands over
@@ -728,7 +727,7 @@ int optimizer_post(Steady* s, PyObject* optimizer) {
       long long upcoming = PyLong_AsLongLong(next);
       done = every != nullptr && !PyErr_Occurred();
       bool due = period > 0 && (period == 1 || upcoming % period == 1);
-      int busy = done ? truth(s->tracer, name.pending) : -1;
+      int busy = done ? 0 : -1;
       for (PyObject* flag : {name.requested, name.tracing, name.hooks_on}) {
         if (busy == 0) busy = truth(s->plan, flag);
       }
@@ -1135,7 +1134,7 @@ const char* const kUses[][2] = {
     {"rec.optimizers", "several"}, {"rec.optimizers", "closure_checked"},
     {"rec.optimizers", "open"}, {"rec.rows", "cuda"},
     {"rec.rows", "steps"},      {"rec.rows", "last"},       {"rec.memory", "latest"},
-    {"rec.memory", "read"},     {"rec.tracer", "pending"},  {"rec.safe_point", "pending"},
+    {"rec.memory", "read"},     {"rec.safe_point", "pending"},
     {"rec.safe_point", "drain"}, {"rec.host.config", "trace_every"},
     {"rec.silent", "quiet_until"}, {"rec.silent", "on_step_end"},
 };
@@ -1168,7 +1167,7 @@ template <typename F>
 void each_ref(Steady* s, F f) {
   PyObject** refs[] = {&s->rec,        &s->timer,         &s->silent,        &s->plan,
                        &s->roots,      &s->optimizers,    &s->rows,          &s->memory,
-                       &s->tracer,     &s->safe_point,    &s->listeners,     &s->row_type,
+                       &s->safe_point, &s->listeners,     &s->row_type,
                        &s->state_type, &s->after,         &s->learning_rate, &s->autocast_now,
                        &s->any_autocast, &s->torch,       &s->export_flags,
                        &s->switch_,    &s->updates,       &s->sum,           &s->zero_phases};
@@ -1215,8 +1214,8 @@ PyObject* make(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
       {&s->timer, rec, "timer"},          {&s->silent, rec, "silent"},
       {&s->plan, rec, "plan"},            {&s->roots, rec, "roots"},
       {&s->optimizers, rec, "optimizers"}, {&s->rows, rec, "rows"},
-      {&s->memory, rec, "memory"},        {&s->tracer, rec, "tracer"},
-      {&s->safe_point, rec, "safe_point"}, {&s->listeners, rec, "step_listeners"},
+      {&s->memory, rec, "memory"},        {&s->safe_point, rec, "safe_point"},
+      {&s->listeners, rec, "step_listeners"},
       {&s->row_type, parts, "row_type"},  {&s->state_type, parts, "state_type"},
       {&s->after, parts, "after"},        {&s->learning_rate, parts, "learning_rate"},
       {&s->autocast_now, parts, "autocast_now"}, {&s->any_autocast, parts, "any_autocast"},

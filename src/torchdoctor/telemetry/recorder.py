@@ -139,7 +139,6 @@ class Recorder(RunView):
                     self.end_step(self.cycle.backward_end, skipped=False)
             self.readback.poll_at_end()
             self.settle_collectives()  # the last works, their errors read (the hot path does not)
-            self.tracer.flush(force=True)
             self.shapes.end()  # a step cut short (a crash): its calls so far
             self.roots.unfinished_rows()
         except Exception as exc:  # a context an error broke: the tracer's events stay

@@ -51,8 +51,6 @@ class TracePlan:
     def next_step(self, step: int, every: int, compiled: bool) -> None:
         """Whether step `step` (the next one) is traced."""
         rec = self.rec
-        if rec.tracer.pending:
-            rec.tracer.flush()
         due = every and (every == 1 or step % every == 1)
         # native/steady.cpp asks this same first test before it calls here: keep the two alike
         if not (due or self.requested or self.tracing or self.hooks_on):

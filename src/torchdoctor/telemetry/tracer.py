@@ -25,8 +25,6 @@ class Tracer:
         self._forward: list[tuple[Any, ...]] = []
         self._nodes: dict[int, tuple[tuple[str, ...], tuple[str, ...]]] = {}
         self._bwd_events: list[tuple[Any, tuple[str, ...], tuple[str, ...], float, int]] = []
-        self._pending: list[tuple[list[Any], Any]] = []
-        self.pending = False  # traced steps wait for the device (a plain flag: read every step)
 
     @property
     def depth(self) -> int:
@@ -107,24 +105,16 @@ class Tracer:
 
     def end(self, backward_end: Any) -> None:
         """Close the traced step: rows now (CPU) or once the device has caught up (CUDA)."""
-        marks = [backward_end] + [e[0] for e in self._bwd_events] + [f[1] for f in self._forward]
         job = (list(self._forward), list(self._bwd_events), backward_end, self.step)
         self._forward.clear()
         self._bwd_events.clear()
         self._nodes.clear()
         self._stack.clear()
-        self._pending.append((marks, job))
-        self.flush()
-
-    def flush(self, force: bool = False) -> None:
-        keep = []
-        for marks, job in self._pending:
-            if force or self.clock.ready(marks[:1]):
-                self.rec.tables["torch_trace"].extend(self._rows(*job))
-            else:
-                keep.append((marks, job))
-        self._pending = keep
-        self.pending = bool(keep)
+        table = self.rec.tables["torch_trace"]
+        if self.clock.cuda:  # its events are read once a copy queued after them has landed:
+            self.rec.readback.after(lambda: table.extend(self._rows(*job)))  # never queried
+        else:
+            table.extend(self._rows(*job))
 
     def _rows(
         self, forward: list[Any], events: list[Any], backward_end: Any, step: int
