@@ -69,6 +69,23 @@ BUGS: tuple[Bug, ...] = (
         patches=(Patch("gcn/main.py", "    optimizer.zero_grad()\n", ""),),
     ),
     Bug(
+        name="siamese_trains_in_eval_mode",
+        program="siamese_network",
+        what="train() begins with model.eval() (the test function's first line, pasted): the "
+        "ResNet's 20 batch-norm layers normalise raw 0-255 pixels with their initial running "
+        "statistics, and never update them",
+        kinds=("eval_mode",),
+        lines=(Line("siamese_network/main.py", "model.eval()"),),
+        fix=r"\.train\(\)",
+        patches=(
+            Patch(
+                "siamese_network/main.py",
+                "optimizer, epoch):\n    model.train()\n",
+                "optimizer, epoch):\n    model.eval()\n",
+            ),
+        ),
+    ),
+    Bug(
         name="mingpt_no_zero_grad",
         program="mingpt_adder",
         what="model.zero_grad() dropped from minGPT's Trainer",

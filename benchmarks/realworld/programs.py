@@ -334,6 +334,32 @@ PROGRAMS: tuple[Program, ...] = (
         gpu=_with("--accel"),
     ),
     Program(
+        name="siamese_network",
+        shims=("vision",),
+        repo=EXAMPLES[0],
+        commit=EXAMPLES[1],
+        files=_examples("siamese_network", "main.py"),
+        workdir="siamese_network",
+        script="main.py",
+        # A ResNet-18 run twice a step (one image of each pair), Adadelta at lr 1.0, the pairs
+        # drawn by Python's random in __getitem__; raw 0-255 pixels, no transform.
+        args=("--epochs", "1", "--no-accel", "--save-model"),
+        expected_steps=_const(15),
+        env=_mnist_env(train=960),
+        data_note="torchvision stand-in: MNIST of 960 / 500 images and an untrained "
+        "ResNet-18 written for the stand-in (the program asks for weights=None)",
+        # Its pairs come from Python's random, which nothing seeds: two plain runs print other
+        # losses. Seeded from the program's own --seed, so that a run can be compared.
+        port=(
+            Patch(
+                "siamese_network/main.py",
+                "    torch.manual_seed(args.seed)\n",
+                "    torch.manual_seed(args.seed)\n    random.seed(args.seed)\n",
+            ),
+        ),
+        gpu=_without("--no-accel"),
+    ),
+    Program(
         name="time_sequence_prediction",
         shims=("plot",),
         repo=EXAMPLES[0],
