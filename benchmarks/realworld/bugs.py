@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .programs import FSDP2, NANOGPT_ARGS, TP, Patch
+from .programs import DDP_TUTORIAL, FSDP2, NANOGPT_ARGS, TP, Patch
 
 
 @dataclass(frozen=True)
@@ -292,6 +292,19 @@ REAL_BUGS: tuple[Bug, ...] = (
             Line(TP, "output.sum().backward()"),
         ),
         fix=r"zero_grad",
+    ),
+    Bug(
+        name="ddp_tutorial_one_class",
+        program="ddp_tutorial",
+        what="F.cross_entropy(output, targets) on the one output of a Linear(20, 1) against "
+        "random values in [0, 1): log_softmax over one class is 0, so the loss is 0 on every "
+        "step and no weight ever changes (the DDP tutorial's multigpu_torchrun.py)",
+        kinds=("loss_inputs",),
+        lines=(
+            Line(DDP_TUTORIAL, "loss.backward()"),
+            Line(DDP_TUTORIAL, "loss = F.cross_entropy(output, targets)"),
+        ),
+        fix=r"mse_loss",
     ),
     Bug(
         name="fsdp2_layers_never_initialised",

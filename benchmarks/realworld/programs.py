@@ -181,6 +181,7 @@ _GPU_CHECK = "if not verify_min_gpu_count(min_gpus=_min_gpu_count):"
 _CPU_OK = (
     "if torch.accelerator.is_available() and not verify_min_gpu_count(min_gpus=_min_gpu_count):"
 )
+DDP_TUTORIAL = "distributed/ddp-tutorial-series/multigpu_torchrun.py"
 FSDP2 = "distributed/FSDP2/example.py"
 TP = "distributed/tensor_parallelism/tensor_parallel_example.py"
 
@@ -578,6 +579,46 @@ PROGRAMS: tuple[Program, ...] = (
         timing=(r"\d+:\d\d:\d\d", r"[\d.]+it/s", r"━+"),
         timeout=600,
         gpu=_as_is,
+    ),
+    Program(
+        name="ddp_tutorial",
+        repo=EXAMPLES[0],
+        commit=EXAMPLES[1],
+        files=_examples("distributed/ddp-tutorial-series", "multigpu_torchrun.py", "datautils.py"),
+        workdir="distributed/ddp-tutorial-series",
+        script="multigpu_torchrun.py",
+        # 1 epoch, a snapshot after it: 2,048 samples, 2 ranks, 32 a batch
+        args=("1", "1"),
+        ranks=2,
+        expected_steps=_const(32),
+        data_note="the program's own: 2,048 random (20 values, 1 value) pairs",
+        port=(
+            # The CPU: gloo instead of NCCL, no device to bind or move to.
+            Patch(DDP_TUTORIAL, '    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))\n', ""),
+            Patch(DDP_TUTORIAL, 'backend="nccl"', 'backend="gloo"'),
+            Patch(DDP_TUTORIAL, "self.model = model.to(self.gpu_id)", "self.model = model"),
+            Patch(DDP_TUTORIAL, "DDP(self.model, device_ids=[self.gpu_id])", "DDP(self.model)"),
+            Patch(DDP_TUTORIAL, "source = source.to(self.gpu_id)", "source = source"),
+            Patch(DDP_TUTORIAL, "targets = targets.to(self.gpu_id)", "targets = targets"),
+            # Its data and weights come from an unseeded torch.rand: two plain runs would save
+            # other snapshots.
+            Patch(
+                DDP_TUTORIAL,
+                "    train_set = MyTrainDataset(2048)",
+                "    torch.manual_seed(0)\n    train_set = MyTrainDataset(2048)",
+            ),
+        ),
+        # Its bug (bugs.py REAL_BUGS ddp_tutorial_one_class): cross_entropy on the one output
+        # of a Linear(20, 1) against values in [0, 1): the loss is always 0. Fixed as the
+        # regression it is.
+        fixes=(
+            Patch(
+                DDP_TUTORIAL,
+                "loss = F.cross_entropy(output, targets)",
+                "loss = F.mse_loss(output, targets)",
+            ),
+        ),
+        timeout=600,
     ),
     Program(
         name="fsdp2",

@@ -67,6 +67,7 @@ CASES = [
             ("class_axis", "class_axis"),
             ("flatten_order", "flatten_order"),
             ("broadcast", "broadcast"),
+            ("single_class", "single_class"),
         ]
     ],
     case("silent_update_effect.py", "ineffective_update",

@@ -6,6 +6,8 @@
                         last axis, where cross_entropy reads them on axis 1
   flatten_order         a time-major RNN's [T, N, C] logits flattened against [N, T] targets
   broadcast             mse_loss of a [N, 1] prediction against [N] targets
+  single_class          cross_entropy on a one-output model against [N, 1] values in [0, 1)
+                        (pytorch/examples' DDP tutorial): log_softmax of one class is 0
 --fixed writes each one right."""
 
 import sys
@@ -35,7 +37,7 @@ class Tagger(nn.Module):
 
 
 model = Tagger() if PROBLEM in ("flatten_order", "class_axis") else nn.Linear(D, C)
-if PROBLEM == "broadcast":
+if PROBLEM in ("broadcast", "single_class"):
     model = nn.Linear(D, 1)
 optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
 
@@ -63,6 +65,9 @@ def loss_of(x: torch.Tensor) -> torch.Tensor:
         logits = model(x.transpose(0, 1))  # [T, N, C]
         targets = tags.t().reshape(-1) if FIXED else tags.reshape(-1)
         return F.cross_entropy(logits.reshape(-1, C), targets)
+    if PROBLEM == "single_class":
+        values = torch.rand(N, 1)
+        return (F.mse_loss if FIXED else F.cross_entropy)(model(x), values)
     y = torch.randn(N)
     pred = model(x)
     return F.mse_loss(pred.squeeze(-1) if FIXED else pred, y)

@@ -5,6 +5,9 @@ from the loss's autograd graph (telemetry/silent/loss_graph.py):
 - `log_softmax_axis`: log_softmax over another axis than the class axis nll_loss reads (1);
 - `softmax_before_cross_entropy`: softmax applied before cross_entropy, which applies
   log_softmax itself (softmax twice);
+- `single_class`: log_softmax over an axis of one element (cross_entropy on a model with one
+  output, as in a regression written with the classification loss): it is 0 whatever the
+  model outputs, so the loss is constant and gives no gradient;
 - `class_axis`: class probabilities along the last axis of a 3-d input, where cross_entropy
   reads classes along axis 1;
 - `flatten_order`: logits flattened from a time-major [T, N, C] tensor, targets from a
@@ -79,6 +82,17 @@ def _words(problem: Any, d: dict[str, Any]) -> tuple[str, list[str]]:
             f"softmax is applied before cross_entropy, which applies log_softmax itself: "
             f"softmax twice squashes the logits {shape} into [0, 1] and the gradients shrink.",
             ["give cross_entropy the raw logits (remove the softmax before it)"],
+        )
+    if problem == "single_class":
+        return (
+            f"log_softmax runs over axis {d.get('dim')} of {shape}, which has one element: "
+            "with one class it is 0 whatever the model outputs, so the loss is constant and "
+            "backward() gives every parameter a zero gradient. The model learns nothing.",
+            [
+                "one output per sample is a value or a yes/no, not a class: use mse_loss for a "
+                "value, binary_cross_entropy_with_logits for a yes/no; for C classes, make the "
+                "model output C logits",
+            ],
         )
     if problem == "class_axis":
         return (

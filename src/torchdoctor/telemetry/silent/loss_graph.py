@@ -13,7 +13,8 @@ whole then), and what it tells:
   discriminator runs two backward() calls on one batch, on purpose undivided).
 - loss inputs (near the root): nll_loss fed probabilities (softmax) instead of log-probabilities;
   log_softmax over another axis than the one nll_loss reads classes from (classes are axis 1);
-  softmax before cross_entropy (which applies log_softmax itself); class probabilities along the
+  softmax before cross_entropy (which applies log_softmax itself); log_softmax over an axis of
+  one element (cross_entropy on one output: always 0); class probabilities along the
   last axis of a 3-d input, where cross_entropy reads classes along axis 1; logits flattened
   from a time-major [T, N, C] tensor against targets flattened from a batch-major [N, T] one;
   predictions broadcast against targets of another shape by mse_loss, l1_loss, smooth_l1_loss
@@ -161,6 +162,8 @@ class LossGraphs:
                 self._nll(node)
             elif name == "MulBackward0":
                 self._soft_targets(node)
+            elif name == "LogSoftmaxBackward0":
+                self._single_class(node)
             elif name in _POINTWISE_LOSSES:
                 saved = getattr(node, "_saved_self", None)
                 self._broadcast(node, _POINTWISE_LOSSES[name], saved)
@@ -193,6 +196,16 @@ class LossGraphs:
             self._finding("softmax_before_cross_entropy", {"shape": list(logp.shape)})
         elif below_kind in _VIEWS:
             self._flatten_order(below, getattr(node, "_saved_target", None))
+
+    def _single_class(self, node: Any) -> None:
+        """log_softmax over an axis of one element is 0 whatever its input: cross_entropy on
+        a model with one output gives a constant loss and no gradient."""
+        result = getattr(node, "_saved_result", None)
+        if result is None or result.dim() == 0:
+            return
+        dim = int(node._saved_dim) % result.dim()
+        if result.shape[dim] == 1:
+            self._finding("single_class", {"shape": list(result.shape), "dim": dim})
 
     def _flatten_order(self, view: Any, target: Any) -> None:
         """Logits flattened from [T, N, ...] against targets flattened from [N, T]."""
