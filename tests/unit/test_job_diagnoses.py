@@ -676,6 +676,25 @@ def test_job_findings_once_and_own_findings_grouped() -> None:
     ]
 
 
+def test_each_ranks_findings_are_told_in_the_storys_order() -> None:
+    # pytorch/examples' DDP tutorial: each rank's doctor wrote zero_gradients (a MODULES entry
+    # before loss_inputs) ahead of the loss_inputs it follows; the job's text told the
+    # consequence first. It follows its cause, as on one rank.
+    def of(rank: int) -> list[tuple[int, Finding]]:
+        zero = Diagnosis("zero_gradients", "error", "zero", step=31, rank=rank,
+                         follows="loss_inputs")  # fmt: skip
+        cause = Diagnosis("loss_inputs", "error", "one class", step=1, rank=rank,
+                          location="multigpu_torchrun.py:49")  # fmt: skip
+        return [(rank, _record(zero)), (rank, _record(cause))]
+
+    records = merge_findings(of(0) + of(1), [], job_kinds())
+    heads = [b.splitlines()[0] for b in render_diagnoses(records, {}).split("\n\n")]
+    assert heads == [
+        "ranks 0,1: [error] loss_inputs at step 1 in multigpu_torchrun.py:49",
+        "ranks 0,1: [error] zero_gradients at step 31",
+    ]
+
+
 def test_backtrace_folds_library_frames() -> None:
     torch_file = "/venv/lib/python3.11/site-packages/torch/autograd/graph.py"
     stack = [

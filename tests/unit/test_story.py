@@ -106,6 +106,19 @@ def test_gradients_never_cleared_head_their_chain_however_late_it_comes() -> Non
     assert story.tell([_d("grad_not_cleared", 9), _d("divergence", 3)])[1].follows is None
 
 
+def test_zero_gradients_follow_the_loss_that_explains_them() -> None:
+    # pytorch/examples' DDP tutorial: cross_entropy over one output is 0 on every step (step 1:
+    # loss_inputs' single_class), so every gradient is zero (seen after 10 steps). The zero
+    # gradients are told after their cause, on the same rank, and alone where nothing explains
+    # them.
+    told = story.tell([_d("zero_gradients", 10), _d("loss_inputs", 1)])
+    assert [d.follows for d in told] == ["loss_inputs", None]
+    order = story.chains(told, lambda d: d.kind, lambda d: d.follows)
+    assert [[d.kind for d in c] for c in order] == [["loss_inputs", "zero_gradients"]]
+    assert story.tell([_d("zero_gradients", 10)])[0].follows is None
+    assert story.tell([_d("zero_gradients", 10), _d("loss_inputs", 1, rank=1)])[0].follows is None
+
+
 # -- contradictions and unknown values ------------------------------------------------------
 def test_not_learning_does_not_ask_for_a_larger_rate_when_the_run_diverged() -> None:
     flat = Diagnosis(

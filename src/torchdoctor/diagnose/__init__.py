@@ -15,6 +15,7 @@ MODULES: tuple[str, ...] = (
     "divergence",
     "exploding_gradients",
     "vanishing_gradients",
+    "zero_gradients",
     "no_gradient",
     "not_learning",
     "dataloader_bound",

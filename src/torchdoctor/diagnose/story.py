@@ -8,7 +8,8 @@ the doctor applies it after every pass and records what it changed.
   batch follows nothing. A standing cause (`STANDING`: gradients never cleared, true on every
   update once found) heads the chain: its first finding follows it however many steps later,
   and their fixes point to it instead of clipping or a lower learning rate, which would only
-  hide it.
+  hide it. A finding that another kind explains (`EXPLAINED_BY`: every gradient zero, after a
+  loss over one class) follows it.
 - No two fixes contradict each other: while the run shows the learning rate too large (the
   loss diverged, gradients exploded, or a NaN is blamed on it), not_learning does not also
   ask for a larger one.
@@ -30,6 +31,9 @@ GAP = 100  # steps: a finding of the chain this soon after an earlier one follow
 # Findings true on every update from their step on: gradients that pile up across updates grow
 # the norm step after step until it explodes, the loss runs away and turns NaN.
 STANDING = ("grad_not_cleared",)
+# Findings that another kind explains when it saw the cause: every gradient exactly zero, from a
+# loss over one class (loss_inputs' single_class).
+EXPLAINED_BY = {"zero_gradients": ("loss_inputs",)}
 
 LOWER_LR = "lower the learning rate"
 RAISE_LR = "try a larger learning rate"
@@ -57,6 +61,8 @@ def tell(found: Sequence[Diagnosis]) -> list[Diagnosis]:
 
 
 def _linked(d: Diagnosis, found: Sequence[Diagnosis]) -> Diagnosis:
+    if d.kind in EXPLAINED_BY:
+        return _explained(d, found)
     if d.kind not in CHAIN or d.step is None:
         return d
     if d.evidence.has_no_cause():
@@ -75,6 +81,20 @@ def _linked(d: Diagnosis, found: Sequence[Diagnosis]) -> Diagnosis:
     if cause is None:
         cause = _standing(d, found)
     follows = cause.kind if cause is not None else None
+    return d if follows == d.follows else dataclasses.replace(d, follows=follows)
+
+
+def _explained(d: Diagnosis, found: Sequence[Diagnosis]) -> Diagnosis:
+    """d follows a finding of a kind that explains it, on d's rank, at or before d's step."""
+    causes = [
+        c.kind
+        for c in found
+        if c.kind in EXPLAINED_BY[d.kind]
+        and c.rank == d.rank
+        and c.step is not None
+        and (d.step is None or c.step <= d.step)
+    ]
+    follows = causes[0] if causes else None
     return d if follows == d.follows else dataclasses.replace(d, follows=follows)
 
 
