@@ -1,6 +1,6 @@
 """Mixed precision in float16 without loss scaling or input normalisation: one batch of raw,
 unnormalised features overflows float16's range (65504) in the first projection.
---fixed uses bfloat16 (float32's range). --device cuda runs it on a GPU."""
+--fixed uses bfloat16 (float32's range). --device cuda runs it on a GPU; --steps N (20)."""
 
 import sys
 
@@ -13,6 +13,7 @@ DEVICE = (
     if "--device" in sys.argv and sys.argv[sys.argv.index("--device") + 1] == "cuda"
     else "cpu"
 )
+STEPS = int(sys.argv[sys.argv.index("--steps") + 1]) if "--steps" in sys.argv else 20
 DTYPE = torch.bfloat16 if FIXED else torch.float16
 torch.manual_seed(0)
 
@@ -30,7 +31,7 @@ class Tabular(nn.Module):
 
 model = Tabular().to(DEVICE)
 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-for step in range(20):
+for step in range(STEPS):
     x = torch.randn(32, 64, device=DEVICE)
     if step == 8:
         x = x * 20_000.0  # a batch of raw sensor values: normalisation skipped
