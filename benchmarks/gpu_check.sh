@@ -48,7 +48,7 @@ rw() {  # one group of programs (with their bugs): its JSON and log in /tmp
 }
 n=0
 for group in ${PROGRAMS:-mnist,vae dcgan,word_language_model nanogpt nanogpt_compile \
-    mingpt_adder,hf_trainer_gpt2,lightning_transformer gcn,mnist_rnn,siamese_network}; do
+    mingpt_adder,hf_trainer_gpt2,lightning_transformer gcn,mnist_rnn,siamese_network,imagenet}; do
     n=$((n + 1))
     rw "$group" "$n" &
 done

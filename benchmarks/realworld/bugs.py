@@ -86,6 +86,24 @@ BUGS: tuple[Bug, ...] = (
         ),
     ),
     Bug(
+        name="imagenet_scheduler_first",
+        program="imagenet",
+        what="scheduler.step() moved to the top of the epoch loop, before train(): the "
+        "order before PyTorch 1.1, which skips the schedule's first value (torch warns once; "
+        "a schedule of 30-epoch steps comes an epoch early)",
+        kinds=("scheduler_order",),
+        lines=(Line("imagenet/main.py", "scheduler.step()"),),
+        fix=r"after optimizer\.step\(\)|after the optimizer",
+        patches=(
+            Patch(
+                "imagenet/main.py",
+                "        # train for one epoch\n",
+                "        scheduler.step()\n        # train for one epoch\n",
+            ),
+            Patch("imagenet/main.py", "        \n        scheduler.step()\n", "        \n"),
+        ),
+    ),
+    Bug(
         name="mingpt_no_zero_grad",
         program="mingpt_adder",
         what="model.zero_grad() dropped from minGPT's Trainer",

@@ -361,6 +361,49 @@ PROGRAMS: tuple[Program, ...] = (
         gpu=_without("--no-accel"),
     ),
     Program(
+        name="imagenet",
+        shims=("vision",),
+        repo=EXAMPLES[0],
+        commit=EXAMPLES[1],
+        files=_examples("imagenet", "main.py"),
+        workdir="imagenet",
+        script="main.py",
+        # --dummy: FakeData; a ResNet-18 with SGD, a StepLR, 2 loader workers, a validation
+        # pass and its checkpoint (checkpoint.pth.tar, copied to model_best.pth.tar)
+        args=(
+            "--dummy",
+            "--no-accel",
+            "--epochs",
+            "1",
+            "-b",
+            "16",
+            "-j",
+            "2",
+            "-p",
+            "5",
+            "--seed",
+            "0",
+        ),
+        expected_steps=_const(10),
+        # its ProgressMeter prints each batch's time and data-loading time
+        timing=(r"(?<=Time )\s*[\d.]+ \(\s*[\d.]+\)", r"(?<=Data )\s*[\d.]+ \(\s*[\d.]+\)"),
+        data_note="torchvision stand-in: FakeData of 160 / 64 images of 3x64x64 (the program "
+        "asks for 1,281,167 / 50,000 of 3x224x224) and the stand-in's untrained ResNet-18",
+        port=(
+            Patch(
+                "imagenet/main.py",
+                "datasets.FakeData(1281167, (3, 224, 224), 1000",
+                "datasets.FakeData(160, (3, 64, 64), 1000",
+            ),
+            Patch(
+                "imagenet/main.py",
+                "datasets.FakeData(50000, (3, 224, 224), 1000",
+                "datasets.FakeData(64, (3, 64, 64), 1000",
+            ),
+        ),
+        gpu=_without("--no-accel"),
+    ),
+    Program(
         name="time_sequence_prediction",
         shims=("plot",),
         repo=EXAMPLES[0],
