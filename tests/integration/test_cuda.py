@@ -50,22 +50,20 @@ def test_silent_checks_on_a_gpu_find_a_dropped_zero_grad_without_a_sync(launch, 
     assert "grad_not_cleared" in {f["kind"] for f in found}, found
 
 
-def test_fp16_overflow_under_autocast_is_found(launch, tmp_path) -> None:
+def _fp16_nan(launch, tmp_path, options: list[str], args: list[str]) -> dict:  # type: ignore[no-untyped-def]
+    """The nan finding of `torchdoctor run OPTIONS diag_fp16_overflow.py --device cuda ARGS`,
+    with the run's stderr."""
     d = tmp_path / "run"
-    run = launch(
-        td_run(
-            "--guard",
-            "--quiet",
-            "--run-dir",
-            str(d),
-            script("diag_fp16_overflow.py"),
-            "--device",
-            "cuda",
-        )
-    )
+    argv = [*options, "--quiet", "--run-dir", str(d), script("diag_fp16_overflow.py")]
+    run = launch(td_run(*argv, "--device", "cuda", *args))
     assert run.wait(180) == 0, run.output()
     found = [json.loads(line) for line in (d / "diagnoses.jsonl").read_text().splitlines()]
     nan = next(f for f in found if f["kind"] == "nan")
+    return dict(nan, stderr=run.stderr())
+
+
+def test_fp16_overflow_under_autocast_is_found(launch, tmp_path) -> None:
+    nan = _fp16_nan(launch, tmp_path, ["--guard"], [])
     assert nan["step"] == 8 and nan["location"] == "proj"
     assert nan["evidence"]["stage"] == "forward" and nan["evidence"]["dtype"] == "float16"
     assert nan["evidence"]["causes"][0]["cause"].startswith("float16 overflow")
@@ -78,23 +76,8 @@ def test_fp16_overflow_without_guard_is_still_named(launch, tmp_path) -> None:
     # the run's end, with no step left to name it in. That is the likely cause of its failures
     # on 2 of 7 GPU calls (NaN found, no module named; not rerun on a GPU since). A run goes
     # on after a NaN, and so does this one.
-    d = tmp_path / "run"
-    run = launch(
-        td_run(
-            "--quiet",
-            "--run-dir",
-            str(d),
-            script("diag_fp16_overflow.py"),
-            "--device",
-            "cuda",
-            "--steps",
-            "60",
-        )
-    )
-    assert run.wait(180) == 0, run.output()
-    found = [json.loads(line) for line in (d / "diagnoses.jsonl").read_text().splitlines()]
-    nan = next(f for f in found if f["kind"] == "nan")
-    assert nan["location"] in {"proj", "body.1", "head"}, (nan, run.stderr())
+    nan = _fp16_nan(launch, tmp_path, [], ["--steps", "60"])
+    assert nan["location"] in {"proj", "body.1", "head"}, nan
 
 
 def test_device_side_assert_ends_as_it_does_without_torchdoctor(launch, env, tmp_path) -> None:
