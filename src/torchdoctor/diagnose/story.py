@@ -85,25 +85,26 @@ def _linked(d: Diagnosis, found: Sequence[Diagnosis]) -> Diagnosis:
 
 
 def _explained(d: Diagnosis, found: Sequence[Diagnosis]) -> Diagnosis:
-    """d follows a finding of a kind that explains it, on d's rank, at or before d's step."""
-    causes = [
-        c.kind
-        for c in found
-        if c.kind in EXPLAINED_BY[d.kind]
-        and c.rank == d.rank
-        and c.step is not None
-        and (d.step is None or c.step <= d.step)
-    ]
-    follows = causes[0] if causes else None
+    """d follows a finding of a kind that explains it."""
+    cause = _earlier_cause(d, found, EXPLAINED_BY[d.kind])
+    follows = cause.kind if cause is not None else None
     return d if follows == d.follows else dataclasses.replace(d, follows=follows)
 
 
 def _standing(d: Diagnosis, found: Sequence[Diagnosis]) -> Diagnosis | None:
     """A standing cause on d's rank found at or before d's step, still true."""
+    return _earlier_cause(d, found, STANDING)
+
+
+def _earlier_cause(
+    d: Diagnosis, found: Sequence[Diagnosis], kinds: Sequence[str]
+) -> Diagnosis | None:
+    """The first finding of one of `kinds` on d's rank, found at or before d's step, still
+    true."""
     if d.step is None:
         return None
     for cause in found:
-        if cause.kind not in STANDING or cause.resolved is not None or cause.rank != d.rank:
+        if cause.kind not in kinds or cause.resolved is not None or cause.rank != d.rank:
             continue
         if cause.step is not None and cause.step <= d.step:
             return cause

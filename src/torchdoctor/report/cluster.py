@@ -12,10 +12,9 @@ from typing import Any
 from torchdoctor.diagnose.crash import CrashEvidence
 from torchdoctor.diagnose.hang import HangEvidence
 from torchdoctor.diagnose.record import Finding
-from torchdoctor.diagnose.story import chains
 from torchdoctor.frames import StackFrame, is_user_file, short_path, short_site
 from torchdoctor.identity import ranks_text
-from torchdoctor.report.diagnoses import render_full
+from torchdoctor.report.diagnoses import as_told, render_full
 
 
 def ranks_label(ranks: Sequence[int]) -> str:
@@ -190,22 +189,12 @@ def render_diagnoses(findings: list[Finding], unreachable: dict[int, str]) -> st
             by = f.found_by or []
             who = f"job (found by {ranks_label(by)})" if by else "job"
             blocks.append(f"{who}: {render_full([f])}")
-    for ranks, f in _as_told(group_own([f for f in findings if not f.job])):
+    for ranks, f in as_told(group_own([f for f in findings if not f.job]), lambda g: g[1]):
         blocks.append(f"{ranks_label(ranks)}: {render_full([f])}")
     if not blocks:
         blocks.append("no problems found")
     blocks += [f"{ranks_label(rs)}: unreachable: {reason}" for reason, rs in _by_text(unreachable)]
     return "\n\n".join(blocks)
-
-
-def _as_told(groups: list[tuple[list[int], Finding]]) -> list[tuple[list[int], Finding]]:
-    """The groups in the story's order, as one rank's findings are told (render_full): a chain
-    of one cause in order (a finding after the one it follows, however they were found), those
-    that no longer hold last."""
-    holding = [g for g in groups if g[1].resolved is None]
-    resolved = [g for g in groups if g[1].resolved is not None]
-    told = chains(holding, lambda g: g[1].kind, lambda g: g[1].follows)
-    return [g for chain in told for g in chain] + resolved
 
 
 def _by_text(texts: dict[int, str]) -> list[tuple[str, list[int]]]:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from torchdoctor._json import dumps
 from torchdoctor.diagnose.record import Finding
 from torchdoctor.diagnose.story import chains
 from torchdoctor.report.alerts import fix_lines
+
+T = TypeVar("T")
 
 _SKIP = {
     "threads",
@@ -47,11 +49,17 @@ def render_full(findings: Sequence[Finding]) -> str:
     the findings that no longer hold last."""
     if not findings:
         return "no problems found"
-    found = latest(findings)
-    holding = [f for f in found if f.resolved is None]
-    resolved = [f for f in found if f.resolved is not None]
-    ordered = [f for chain in chains(holding, _kind, _follows) for f in chain] + resolved
-    return "\n\n".join(block(f) for f in ordered)
+    return "\n\n".join(block(f) for f in as_told(latest(findings), lambda f: f))
+
+
+def as_told(items: Sequence[T], finding: Callable[[T], Finding]) -> list[T]:
+    """`items` (findings, or what holds one: a job's group of ranks) in the story's order: a
+    chain of one cause in order, however its findings were found, those that no longer hold
+    last."""
+    holding = [i for i in items if finding(i).resolved is None]
+    resolved = [i for i in items if finding(i).resolved is not None]
+    told = chains(holding, lambda i: finding(i).kind, lambda i: finding(i).follows)
+    return [i for chain in told for i in chain] + resolved
 
 
 def latest(findings: Sequence[Finding]) -> list[Finding]:
@@ -60,14 +68,6 @@ def latest(findings: Sequence[Finding]) -> list[Finding]:
     for f in sorted(findings, key=lambda f: f.time or 0.0):
         out[(f.rank, f.kind, f.location)] = f
     return list(out.values())
-
-
-def _kind(f: Finding) -> str:
-    return f.kind
-
-
-def _follows(f: Finding) -> str | None:
-    return f.follows
 
 
 def block(f: Finding) -> str:
