@@ -278,9 +278,16 @@ def site_of(name: str, text: str) -> str:
     return f"{script(name)}:{line_of(name, text)}"
 
 
-def series_inputs(loss: Any, grad_norm: Any = None, lr: Any = None, steps: Any = None) -> Any:
+def series_inputs(
+    loss: Any,
+    grad_norm: Any = None,
+    lr: Any = None,
+    steps: Any = None,
+    columns: dict[str, Any] | None = None,
+) -> Any:
     """A diagnosis module's Inputs over a python.steps table holding these series (None, NaN
-    or a missing series: NULL), for unit tests of the thresholds in milliseconds."""
+    or a missing series: NULL), and any other column of it given in `columns` (a step's
+    `duration` is 0.1 s unless given), for unit tests of the thresholds in milliseconds."""
     import numpy as np
 
     from torchdoctor.config import Config
@@ -301,5 +308,7 @@ def series_inputs(loss: Any, grad_norm: Any = None, lr: Any = None, steps: Any =
         column = np.array([np.nan if v is None else v for v in values], dtype=float)
         data[name] = column
         nulls[name] = np.array([v is None for v in values], dtype=bool)
+    for name, values in (columns or {}).items():
+        data[name] = np.asarray(values, dtype=data[name].dtype)
     steps_block = Block(STEPS, data, nulls, n)
     return Inputs(steps_block, Block.empty(MODULE_GRADS), [], Config(), 2000.0)

@@ -53,7 +53,7 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
     if found is not None and found.from_step is not None:
         wait = _before_found(inputs, wait, found)
     share = float(wait.sum()) / total
-    if share < INFO_SHARE or float(wait.mean()) < MIN_WAIT:
+    if share < INFO_SHARE or float(wait.mean()) < MIN_WAIT or not _held(wait, duration):
         return []
     loaders = inputs.events_of("dataloader")
     loader = LoaderFacts.from_json(loaders[-1]["data"]) if loaders else LoaderFacts()
@@ -92,6 +92,17 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
             key="dataloader_bound",
         )
     ]
+
+
+def _held(wait: np.ndarray, duration: np.ndarray) -> bool:
+    """Whether the wait's share holds in both halves of the window: a loader that starves the
+    model does so steadily (or at every few batches), while one long pause (the process
+    preempted on a busy machine, a collection of garbage) lands in one half alone."""
+    half = wait.size // 2
+    return all(
+        float(d.sum()) > 0 and float(w.sum()) / float(d.sum()) >= INFO_SHARE
+        for w, d in ((wait[:half], duration[:half]), (wait[half:], duration[half:]))
+    )
 
 
 def _before_found(inputs: Inputs, wait: np.ndarray, found: SampledFunction) -> np.ndarray:
