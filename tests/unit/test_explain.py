@@ -359,6 +359,31 @@ def test_facts_of_a_long_log_come_from_its_start_and_its_end() -> None:
     assert "packages" not in read and facts.read(middle)["packages"] == ["deepspeed"]
 
 
+def test_a_log_longer_than_its_two_ends_is_explained_from_them(tmp_path, monkeypatch) -> None:
+    # The ends are 8 MB and 256 kB; smaller here so that the test explains 20 kB, not 8 MB.
+    from helpers import cli_in_process
+
+    from torchdoctor.cli.commands import explain as command
+
+    monkeypatch.setattr(command, "HEAD_BYTES", 4096)
+    monkeypatch.setattr(command, "TAIL_BYTES", 16384)
+    progress = "".join(f"[rank0]: step {i} | loss {1 / (i + 1):.4f}\n" for i in range(20000))
+    error = "[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n"
+    log = tmp_path / "train.log"
+    log.write_text("PyTorch version: 2.3.1+cu121\n" + progress + error)
+    out = cli_in_process("explain", str(log), "--format", "json", env=dict(os.environ))
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["category"] == "oom.cuda" and result["rank"] == 1
+    assert result["line"] == 20002  # the error's line in the whole file
+    assert result["facts"]["torch_version"] == "2.3.1+cu121"  # from its first lines
+    said = re.search(r"first ([\d,]+) lines and its last 16 kB \(([\d,]+) lines", out.stderr)
+    assert said is not None, out.stderr
+    head, skipped = (int(n.replace(",", "")) for n in said.groups())
+    assert 4096 // 40 < head < 4096 // 30  # the lines of 30 to 40 bytes whole in the head
+    assert 20002 - 16384 // 30 <= head + skipped <= 20002 - 16384 // 40  # and in the tail
+
+
 def test_docs_list_every_category() -> None:
     text = DOCS.read_text(encoding="utf-8")
     begin, end = "<!-- BEGIN CATALOG (generated) -->", "<!-- END CATALOG -->"

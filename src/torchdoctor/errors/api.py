@@ -77,6 +77,15 @@ class Explanation:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def lines_skipped(self, after: int, count: int) -> None:
+        """The line numbers as in the whole text, when it was explained without `count` of
+        its lines that came after line `after` (a long log read from its two ends)."""
+        if self.line is not None and self.line > after:
+            self.line += count
+        for other in self.also:
+            if other.get("line_number") is not None and other["line_number"] > after:
+                other["line_number"] += count
+
 
 @dataclass(frozen=True)
 class _Match:

@@ -16,7 +16,7 @@ Facts = dict[str, Any]
 # Facts are read from the first and last 256 kB of a longer log: where a job prints its
 # environment, and where it meets its error. The middle of a long log is its progress lines,
 # and every pattern below is a scan of the text (40,000 lines took 3 CPU-s scanned whole).
-EDGE = 256_000
+EDGE = 256 * 1024
 
 _DEVICE = re.compile(r"\b(cuda:\d+|cpu|mps|xpu:\d+|xpu|meta)\b(?![\w.])")
 _DEVICE_TYPE = re.compile(r"device(?: type)? (cuda|cpu|mps)\b", re.IGNORECASE)

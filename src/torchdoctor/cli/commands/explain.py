@@ -12,11 +12,14 @@ input). Never imports torch.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import io
 import os
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 from torchdoctor.cli.errors import OK, CliError
+from torchdoctor.errors.facts import EDGE
 from torchdoctor.report import formats
 
 if TYPE_CHECKING:
@@ -27,7 +30,11 @@ SUMMARY = "an error message, traceback or log -> category, meaning, causes, fixe
 TARGET = "none"
 FORMATS = formats.REPORT
 
-MAX_BYTES = 64 * 1024 * 1024
+# A longer log is explained from its first HEAD_BYTES (where a job prints its environment:
+# the facts' edge) and its last TAIL_BYTES (where it meets its error): a log is read at about
+# 1 s per MB, and the error of a long run is at its end, which its first bytes never reach.
+HEAD_BYTES = EDGE
+TAIL_BYTES = 8 * 1024 * 1024
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -46,21 +53,63 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _read(path: str) -> str:
+@dataclasses.dataclass
+class Read:
+    """The text to explain: the whole input, or its two ends (`skipped` lines left out after
+    line `cut` of the input)."""
+
+    text: str
+    cut: int = 0
+    skipped: int = 0
+
+
+def _read(path: str, ctx: Context) -> Read:
     if path == "-":
         if sys.stdin is None:
             raise CliError("explain: no input (give a FILE or pipe the error into stdin)")
-        return sys.stdin.read(MAX_BYTES)
+        stream = getattr(sys.stdin, "buffer", None)  # None: a text stream put in its place
+        if stream is None:
+            stream = io.BytesIO(sys.stdin.read().encode("utf-8", errors="replace"))
+        return _edges(stream, "the input", ctx)
     try:
         with open(path, "rb") as f:
-            data = f.read(MAX_BYTES)
+            return _edges(f, path, ctx)
     except FileNotFoundError:
         raise CliError(f"explain: no such file: {path}") from None
     except IsADirectoryError:
         raise CliError(f"explain: {path} is a directory") from None
     except OSError as exc:
         raise CliError(f"explain: cannot read {path}: {exc.strerror or exc}") from None
-    return data.decode("utf-8", errors="replace")
+
+
+def _edges(stream: BinaryIO, name: str, ctx: Context) -> Read:
+    """The whole input, or for a longer one its first and last bytes cut at whole lines (and
+    a line on stderr that says so). A file's middle is read only to count its lines; a pipe
+    is read through, holding no more than its tail."""
+    data = stream.read(HEAD_BYTES + TAIL_BYTES + 1)
+    if len(data) <= HEAD_BYTES + TAIL_BYTES:
+        return Read(data.decode("utf-8", errors="replace"))
+    cut = data.rfind(b"\n", 0, HEAD_BYTES) + 1
+    head, kept, skipped, total = data[:cut], bytearray(data[cut:]), 0, len(data)
+    while chunk := stream.read(1 << 20):
+        total += len(chunk)
+        kept += chunk
+        if len(kept) > 2 * TAIL_BYTES:  # drop what the tail no longer needs, lines counted
+            skipped += kept.count(b"\n", 0, len(kept) - TAIL_BYTES)
+            del kept[: len(kept) - TAIL_BYTES]
+    start = kept.find(b"\n", len(kept) - TAIL_BYTES) + 1
+    skipped += kept.count(b"\n", 0, start)
+    lines = head.count(b"\n")
+    ctx.warn(
+        f"torchdoctor: {name} is {total / 2**20:.1f} MB: explained from its first "
+        f"{lines:,} lines and its last {_size(TAIL_BYTES)} ({skipped:,} lines between them "
+        "not read)"
+    )
+    return Read((head + kept[start:]).decode("utf-8", errors="replace"), lines, skipped)
+
+
+def _size(n: int) -> str:
+    return f"{n // 2**20} MB" if n >= 2**20 else f"{n // 1024} kB"
 
 
 def main(args: argparse.Namespace, ctx: Context) -> int:
@@ -79,12 +128,14 @@ def main(args: argparse.Namespace, ctx: Context) -> int:
         if not is_run_dir(args.file):
             raise CliError(f"explain: {args.file} is a directory, not a run directory")
         text, meta = evidence.from_run_dir(args.file)
+        read = Read(text)
         if not text.strip():
             raise CliError(f"explain: the run in {args.file} recorded no error")
         here = meta["here"] if here is None else here
         base = meta.get("cwd") if here else None
     else:
-        text = _read(args.file)
+        read = _read(args.file, ctx)
+        text = read.text
     if not text.strip():
         raise CliError("explain: the input is empty; paste the error message or the log")
     if here:
@@ -95,5 +146,6 @@ def main(args: argparse.Namespace, ctx: Context) -> int:
         from torchdoctor.errors.api import explain_text
 
         result = explain_text(text)
+    result.lines_skipped(read.cut, read.skipped)
     ctx.print(report.render(result, args.format))
     return OK
