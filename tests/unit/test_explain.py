@@ -346,13 +346,13 @@ def test_large_log_is_read_in_linear_time() -> None:
 
 
 def test_facts_of_a_long_log_come_from_its_start_and_its_end() -> None:
-    from torchdoctor.errors import facts
+    from torchdoctor.errors import edges, facts
 
     progress = "".join(f"step {i} | loss {1 / (i + 1):.4f}\n" for i in range(12000))
     middle = "[INFO] using deepspeed stage 2\n"
     start, end = "PyTorch version: 2.3.1+cu121\n", '  File "/home/me/train.py", line 9\n'
     text = start + progress + middle + progress + end
-    assert len(text) > 2 * facts.EDGE
+    assert len(text) > 2 * edges.EDGE
     read = facts.read(text)
     assert read["torch_version"] == "2.3.1+cu121" and read["cuda_build"] == "cu121"  # the start
     assert read["platform"] == "linux"  # the end

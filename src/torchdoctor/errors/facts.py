@@ -11,12 +11,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from torchdoctor.errors import edges
+
 Facts = dict[str, Any]
 
-# Facts are read from the first and last 256 kB of a longer log: where a job prints its
-# environment, and where it meets its error. The middle of a long log is its progress lines,
-# and every pattern below is a scan of the text (40,000 lines took 3 CPU-s scanned whole).
-EDGE = 256 * 1024
+# Facts are read from a longer log's two ends (errors/edges.py): every pattern below is a scan
+# of the text, and 40,000 lines took 3 CPU-s scanned whole.
 
 _DEVICE = re.compile(r"\b(cuda:\d+|cpu|mps|xpu:\d+|xpu|meta)\b(?![\w.])")
 _DEVICE_TYPE = re.compile(r"device(?: type)? (cuda|cpu|mps)\b", re.IGNORECASE)
@@ -125,18 +125,9 @@ def _platform(text: str) -> str | None:
     return None
 
 
-def _edges(text: str) -> str:
-    """The first and last EDGE characters of a longer text, cut at whole lines."""
-    if len(text) <= 2 * EDGE:
-        return text
-    head = text[:EDGE].rpartition("\n")[0]
-    tail = text[-EDGE:].partition("\n")[2]
-    return f"{head}\n{tail}"
-
-
 def read(text: str) -> Facts:
     """The facts of `text`; keys are absent where the text says nothing."""
-    text = _edges(text)
+    text = edges.of_text(text)
     f: Facts = {}
     devices = {m.group(1) for m in _DEVICE.finditer(text)} | {
         m.group(1).lower() for m in _DEVICE_TYPE.finditer(text)

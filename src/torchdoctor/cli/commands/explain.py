@@ -19,7 +19,7 @@ import sys
 from typing import TYPE_CHECKING, BinaryIO
 
 from torchdoctor.cli.errors import OK, CliError
-from torchdoctor.errors.facts import EDGE
+from torchdoctor.errors.edges import EDGE
 from torchdoctor.report import formats
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ TARGET = "none"
 FORMATS = formats.REPORT
 
 # A longer log is explained from its first HEAD_BYTES (where a job prints its environment:
-# the facts' edge) and its last TAIL_BYTES (where it meets its error): a log is read at about
+# errors/edges.py) and its last TAIL_BYTES (where it meets its error): a log is read at about
 # 1 s per MB, and the error of a long run is at its end, which its first bytes never reach.
 HEAD_BYTES = EDGE
 TAIL_BYTES = 8 * 1024 * 1024
