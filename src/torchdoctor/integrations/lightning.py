@@ -31,7 +31,7 @@ try:
     import lightning.pytorch as pl
 except ImportError:
     try:
-        import pytorch_lightning as pl  # type: ignore[no-redef]
+        import pytorch_lightning as pl
     except ImportError as exc:  # pragma: no cover - the message is the point
         raise ImportError(
             "torchdoctor.integrations.lightning needs Lightning: "
