@@ -377,7 +377,7 @@ def test_a_log_longer_than_its_two_ends_is_explained_from_them(tmp_path, monkeyp
     assert result["category"] == "oom.cuda" and result["rank"] == 1
     assert result["line"] == 20002  # the error's line in the whole file
     assert result["facts"]["torch_version"] == "2.3.1+cu121"  # from its first lines
-    said = re.search(r"first ([\d,]+) lines and its last 16 kB \(([\d,]+) lines", out.stderr)
+    said = re.search(r"first ([\d,]+) lines and its last 16.00 KiB \(([\d,]+) lines", out.stderr)
     assert said is not None, out.stderr
     head, skipped = (int(n.replace(",", "")) for n in said.groups())
     assert 4096 // 40 < head < 4096 // 30  # the lines of 30 to 40 bytes whole in the head

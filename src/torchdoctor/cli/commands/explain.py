@@ -99,17 +99,14 @@ def _edges(stream: BinaryIO, name: str, ctx: Context) -> Read:
             del kept[: len(kept) - TAIL_BYTES]
     start = kept.find(b"\n", len(kept) - TAIL_BYTES) + 1
     skipped += kept.count(b"\n", 0, start)
+    from torchdoctor.units import human
+
     lines = head.count(b"\n")
     ctx.warn(
-        f"torchdoctor: {name} is {total / 2**20:.1f} MB: explained from its first "
-        f"{lines:,} lines and its last {_size(TAIL_BYTES)} ({skipped:,} lines between them "
-        "not read)"
+        f"torchdoctor: {name} is {human(total)}: explained from its first {lines:,} lines and "
+        f"its last {human(TAIL_BYTES)} ({skipped:,} lines between them not read)"
     )
     return Read((head + kept[start:]).decode("utf-8", errors="replace"), lines, skipped)
-
-
-def _size(n: int) -> str:
-    return f"{n // 2**20} MB" if n >= 2**20 else f"{n // 1024} kB"
 
 
 def main(args: argparse.Namespace, ctx: Context) -> int:
