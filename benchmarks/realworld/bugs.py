@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .programs import DDP_TUTORIAL, FSDP2, NANOGPT_ARGS, TP, Patch
+from .programs import DDP_TUTORIAL, FSDP2, LIGHTNING_GAN, NANOGPT_ARGS, TP, Patch
 
 
 @dataclass(frozen=True)
@@ -280,6 +280,89 @@ BUGS: tuple[Bug, ...] = (
                 TP,
                 "return self.out_proj(self.relu(self.in_proj(x)))",
                 "return self.out_proj(torch.log(self.relu(self.in_proj(x))))",
+            ),
+        ),
+    ),
+    Bug(
+        name="lightning_gan_no_zero_grad_g",
+        program="lightning_gan",
+        what="opt_g.zero_grad() dropped from the manual-optimization training_step: the "
+        "generator's gradients pile up across steps",
+        kinds=("grad_not_cleared",),
+        lines=(
+            Line(LIGHTNING_GAN, "opt_g.step()"),
+            Line(LIGHTNING_GAN, "self.manual_backward(g_loss)"),
+        ),
+        fix=r"zero_grad",
+        patches=(Patch(LIGHTNING_GAN, "        opt_g.zero_grad()\n", ""),),
+    ),
+    Bug(
+        name="lightning_gan_optimizers_swapped",
+        program="lightning_gan",
+        what="`opt_d, opt_g = self.optimizers()`, the reverse of configure_optimizers' order: "
+        "toggle_optimizer() freezes every parameter outside the optimizer it is given, so the "
+        "discriminator's phase runs with the discriminator frozen and the generator's output "
+        "detached, and its manual_backward(d_loss) raises 'element 0 of tensors does not "
+        "require grad'",
+        kinds=("crash",),
+        lines=(Line(LIGHTNING_GAN, "self.manual_backward(d_loss)"),),
+        modules=("GAN",),
+        # the frozen discriminator first (the graph cut of .detach() alone would leave the
+        # real images' loss a graph)
+        fix=r"unfreeze|toggle_optimizer",
+        patches=(
+            Patch(
+                LIGHTNING_GAN,
+                "opt_g, opt_d = self.optimizers()",
+                "opt_d, opt_g = self.optimizers()",
+            ),
+        ),
+    ),
+    Bug(
+        name="gat_softmax_into_nll",
+        program="gat",
+        what="GAT.forward returns F.softmax instead of F.log_softmax, and the loss is "
+        "NLLLoss: it takes probabilities for log-probabilities (the loss is -p, it still "
+        "falls)",
+        kinds=("loss_inputs",),
+        lines=(
+            Line("gat/main.py", "return F.softmax(x, dim=1)"),
+            Line("gat/main.py", "loss = criterion(output[mask_train]"),
+            Line("gat/main.py", "loss.backward()"),  # where the loss's graph is read
+        ),
+        fix=r"log_softmax",
+        patches=(
+            Patch("gat/main.py", "return F.log_softmax(x, dim=1)", "return F.softmax(x, dim=1)"),
+        ),
+    ),
+    Bug(
+        name="gat_train_mode_dropped",
+        program="gat",
+        what="model.train() dropped from train_iter: after the first epoch's evaluation "
+        "(model.eval()) the model trains in eval mode, its functional dropout "
+        "(training=self.training) off",
+        kinds=("eval_mode",),
+        lines=(
+            Line("gat/main.py", "model.eval()"),
+            Line("gat/main.py", "output = model(*input)"),
+        ),
+        fix=r"\.train\(\)",
+        patches=(Patch("gat/main.py", "    model.train()\n", ""),),
+    ),
+    Bug(
+        name="gat_dropout_always_on",
+        program="gat",
+        what="the attention's F.dropout without training=self.training: dropout runs in "
+        "evaluation too (F.dropout's default is training=True), so validation and test "
+        "scores are noisy and low",
+        kinds=("dropout_in_eval",),
+        lines=(Line("gat/main.py", "attention = F.dropout(attention, self.dropout)"),),
+        fix=r"self\.training",
+        patches=(
+            Patch(
+                "gat/main.py",
+                "attention = F.dropout(attention, self.dropout, training=self.training)",
+                "attention = F.dropout(attention, self.dropout)",
             ),
         ),
     ),

@@ -146,3 +146,20 @@ def cora(root: Path, directory: str, nodes: int, features: int, classes: int, ed
         b = rng.choice(members[labels[a]]) if rng.random() < 0.8 else rng.randrange(nodes)
         pairs.append(f"{ids[a]}\t{ids[b]}")
     (out / "cora.cites").write_text("\n".join(pairs) + "\n")
+
+
+def mnist_processed(root: Path, directory: str, train: int, test: int) -> None:
+    """MNIST as `torch.save((images, labels))` files, `training.pt` and `test.pt`, the form
+    Lightning's demo MNIST reads: uint8 28x28 images, each its class's fixed template plus
+    noise (learnable, as the torchvision stand-in's)."""
+    import torch
+
+    generator = torch.Generator().manual_seed(5)
+    templates = torch.rand(10, 28, 28, generator=generator)
+    out = root / directory
+    out.mkdir(parents=True, exist_ok=True)
+    for name, n in (("training.pt", train), ("test.pt", test)):
+        labels = torch.randint(0, 10, (n,), generator=generator)
+        noise = 0.3 * torch.rand(n, 28, 28, generator=generator)
+        images = ((0.7 * templates[labels] + noise) * 255).to(torch.uint8)
+        torch.save((images, labels), out / name)

@@ -20,6 +20,7 @@ NANOGPT = ("karpathy/nanoGPT", "3adf61e154c3fe3fca428ad6bc3818b27a3b8291")
 MINGPT = ("karpathy/minGPT", "37baab71b9abea1b76ab957409a1cc2fbfba8a26")
 LIGHTNING = ("Lightning-AI/pytorch-lightning", "7f0c3436cd3f6ad3753125672024fc415cbcb414")
 HF_GPT2 = ("marinVcq/GPT2-trainer", "62eb6f61d8c18df4d6646e0dfebddec0606b9e8a")
+LIGHTNING_GAN = "examples/pytorch/domain_templates/generative_adversarial_net.py"
 
 
 @dataclass(frozen=True)
@@ -476,6 +477,32 @@ PROGRAMS: tuple[Program, ...] = (
         gpu=_without("--no-accel"),
     ),
     Program(
+        name="gat",
+        shims=("net",),
+        repo=EXAMPLES[0],
+        commit=EXAMPLES[1],
+        files=_examples("gat", "main.py"),
+        workdir="gat",
+        script="main.py",
+        # Full-batch graph attention: one update per epoch, then two evaluations in no_grad
+        # inside the same function. Dense attention over every pair of nodes; smaller than
+        # the paper's (8 heads of 64) so that an epoch takes a fraction of a second here.
+        args=(
+            *("--epochs", "30", "--num-heads", "2", "--hidden-dim", "16", "--val-every", "5"),
+            "--no-accel",
+        ),
+        expected_steps=_const(30),
+        timing=(r"\(\d+\.\d+s\)",),  # each printed epoch's seconds
+        # It reads ./cora when both files are there (no download); the split takes 1,200 test
+        # and 400 validation nodes, so the graph needs more than 1,600.
+        data=lambda root: data.cora(
+            root, "gat/cora", nodes=1800, features=200, classes=7, edges=4000
+        ),
+        data_note="the same Cora-shaped graph as gcn's (1,800 papers, 200 words, 7 classes, "
+        "4,000 citations); 200 nodes left for training after the program's split",
+        gpu=_without("--no-accel"),
+    ),
+    Program(
         name="regression",
         repo=EXAMPLES[0],
         commit=EXAMPLES[1],
@@ -622,6 +649,52 @@ PROGRAMS: tuple[Program, ...] = (
         timing=(r"\d+:\d\d:\d\d", r"[\d.]+it/s", r"━+"),
         timeout=600,
         gpu=_as_is,
+    ),
+    Program(
+        name="lightning_gan",
+        shims=("net",),
+        repo=LIGHTNING[0],
+        commit=LIGHTNING[1],
+        files=(LIGHTNING_GAN,),
+        workdir="examples/pytorch/domain_templates",
+        script="generative_adversarial_net.py",
+        args=(),
+        # Manual optimization: training_step steps the generator's Adam, then the
+        # discriminator's, each between toggle_optimizer() and untoggle_optimizer().
+        expected_steps=_const(20),
+        optimizers=2,
+        data=lambda root: data.mnist_processed(
+            root, "examples/pytorch/domain_templates/data/MNIST/complete", train=5640, test=100
+        ),
+        data_note="data/MNIST/complete/{training,test}.pt (Lightning's demo MNIST, read "
+        "without torchvision when PL_USE_MOCKED_MNIST is set): 5,640 / 100 28x28 images, class "
+        "templates plus noise; MNISTDataModule holds 5,000 out for validation, 640 to train on",
+        port=(
+            Patch(
+                LIGHTNING_GAN,
+                'Trainer(accelerator="gpu", devices=1)',
+                'Trainer(accelerator="cpu", devices=1, max_epochs=1, limit_train_batches=20, '
+                "logger=False)",
+            ),
+            # Unseeded, and this torch seeds its default generator at random: two plain runs
+            # train different weights. Seeded so that the runs can be compared.
+            Patch(
+                LIGHTNING_GAN,
+                "def main(args: Namespace) -> None:\n",
+                "def main(args: Namespace) -> None:\n    torch.manual_seed(0)\n",
+            ),
+            # No torchvision here: the epoch's sample images are made, not gridded (no
+            # logger would receive the grid).
+            Patch(
+                LIGHTNING_GAN,
+                "grid = torchvision.utils.make_grid(sample_imgs)",
+                "grid = sample_imgs",
+            ),
+        ),
+        needs=("lightning",),
+        env={"PL_USE_MOCKED_MNIST": "1", "TQDM_DISABLE": "1", "COLUMNS": "200"},
+        timing=(r"\d+:\d\d:\d\d", r"[\d.]+it/s", r"━+"),
+        timeout=600,
     ),
     Program(
         name="ddp_tutorial",

@@ -1,6 +1,6 @@
 """A crash's first fix chosen by what the process knew, not by the words of the error alone:
-`element 0 of tensors does not require grad` has three common causes, and the step's own
-forward tells them apart (grad on or off, parameters that train). Recorded in-process."""
+`element 0 of tensors does not require grad` has four common causes, and the step's own
+forward tells them apart (grad on or off, which parameters train). Recorded in-process."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ CASES = {
     "detached": "Keep the prediction a tensor",
     "no_grad": "grad enabled",
     "frozen": "Unfreeze",
+    "partly_frozen": "Unfreeze",
 }
 
 
@@ -26,6 +27,10 @@ def test_the_first_fix_is_the_cause_the_step_showed(how: str, tmp_path: Path) ->
     first = crash[-1]["fix"].splitlines()[0]
     assert CASES[how] in first, crash[-1]["fix"]
     assert "checkpoint" not in first.lower()
+    if how == "partly_frozen":  # the frozen part named, the graph cut still a cause after it
+        causes = crash[-1]["evidence"]["causes"]
+        assert causes[0].endswith(": discriminator frozen while the rest trains."), causes
+        assert "Keep the prediction a tensor" in crash[-1]["fix"], crash[-1]["fix"]
 
 
 @pytest.mark.parametrize(

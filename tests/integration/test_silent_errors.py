@@ -40,6 +40,10 @@ CASES = [
     case(f"{ACC} --clear-each", "accumulation", at(ACC, "optimizer.step()"), 8,
          problem="cleared_each_micro_batch", micro_batches=4),
     case("silent_eval_mode.py", "eval_mode", at("silent_eval_mode.py", "    model.eval()"), 2),
+    case("silent_eval_mode.py --functional", "eval_mode",
+         at("silent_eval_mode.py", "    model.eval()"), 2,
+         modules={"functional_dropout": {"count": 1, "names": [
+             str(SCRIPTS / at("silent_eval_mode.py", "nn.functional.dropout("))]}}),
     case("silent_train_override.py", "train_not_called", "backbone", 1),
     case("silent_dropout_eval.py", "dropout_in_eval",
          at("silent_dropout_eval.py", "scaled_dot_product_attention("), 10, p=0.2),
@@ -63,6 +67,7 @@ CASES = [
         for flag, problem in [
             ("log_softmax_axis", "log_softmax_axis"),
             ("nll_on_probabilities", "nll_on_probabilities"),
+            ("nll_on_masked_probabilities", "nll_on_probabilities"),
             ("softmax_before_ce", "softmax_before_cross_entropy"),
             ("class_axis", "class_axis"),
             ("flatten_order", "flatten_order"),

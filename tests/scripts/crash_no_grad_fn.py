@@ -1,6 +1,8 @@
-"""backward() on a loss with no grad_fn, for one of three reasons (argv[1]): `detached` (the
+"""backward() on a loss with no grad_fn, for one of four reasons (argv[1]): `detached` (the
 prediction cut from the graph with .detach()), `no_grad` (the forward run under
-torch.no_grad()), `frozen` (every parameter frozen). The live crash names the right one first."""
+torch.no_grad()), `frozen` (every parameter frozen), `partly_frozen` (a GAN's loss on real
+images through a discriminator that is frozen, as Lightning's toggle_optimizer() leaves it when
+the optimizers are unpacked in the wrong order). The live crash names the right one first."""
 
 import sys
 
@@ -8,17 +10,32 @@ import torch
 from torch import nn
 
 
+class Gan(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.generator = nn.Linear(4, 4)
+        self.discriminator = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+
+    def forward(self, x: torch.Tensor, real: bool) -> torch.Tensor:
+        return self.discriminator(x if real else self.generator(x))
+
+
 def main(how: str) -> None:
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+    model: nn.Module = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
     if how == "frozen":
         model.requires_grad_(False)
+    if how == "partly_frozen":
+        model = Gan()
+        model.discriminator.requires_grad_(False)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     x, y = torch.randn(16, 4), torch.randn(16, 1)
     for _step in range(3):
         if how == "no_grad":
             with torch.no_grad():
                 out = model(x)
+        elif how == "partly_frozen":
+            out = model(x, real=True)
         else:
             out = model(x)
         if how == "detached":

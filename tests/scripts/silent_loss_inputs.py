@@ -1,6 +1,9 @@
 """Losses whose inputs do not line up with what they expect, one per --problem:
   log_softmax_axis      log_softmax over the batch axis (dim=0) before nll_loss
   nll_on_probabilities  softmax (not log_softmax) before nll_loss
+  nll_on_masked_probabilities
+                        the same, with the rows to learn from picked by a mask in between
+                        (a graph network's `output[train_mask]`, pytorch/examples' GAT)
   softmax_before_ce     softmax before cross_entropy (softmax twice)
   class_axis            [N, T, C] logits with [N, T, C] class probabilities: classes on the
                         last axis, where cross_entropy reads them on axis 1
@@ -50,6 +53,11 @@ def loss_of(x: torch.Tensor) -> torch.Tensor:
         y = torch.randint(0, C, (N,))
         probs = F.log_softmax(model(x), dim=1) if FIXED else F.softmax(model(x), dim=1)
         return F.nll_loss(probs, y)
+    if PROBLEM == "nll_on_masked_probabilities":
+        y = torch.randint(0, C, (N,))
+        out = F.log_softmax(model(x), dim=1) if FIXED else F.softmax(model(x), dim=1)
+        train = torch.arange(N) % 2 == 0
+        return F.nll_loss(out[train], y[train])
     if PROBLEM == "softmax_before_ce":
         y = torch.randint(0, C, (N,))
         logits = model(x)

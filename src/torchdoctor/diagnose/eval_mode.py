@@ -21,7 +21,11 @@ _WORDS = {
     "batch_norm": "batch norm on running statistics (not updated)",
     "spectral_norm": "spectral norm's power iteration not run",
     "rrelu": "RReLU's random slopes fixed",
+    "functional_dropout": "dropout off",
 }
+# What a kind counts: modules, except functional dropout (calls such as
+# F.dropout(x, p, training=self.training), counted by their lines)
+_UNITS = {"functional_dropout": "functional call(s) at {names}"}
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -52,18 +56,19 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
         eval_site = short_site(evidence.eval_site)
         where = f", put there by .eval() at {eval_site}" if eval_site else ""
         changed = "; ".join(
-            f"{_WORDS.get(kind, kind)} in {info.count} module(s)" for kind, info in modules.items()
+            f"{_WORDS.get(kind, kind)} in {_counted(kind, info)}" for kind, info in modules.items()
         )
         if changed:
             summary = (
                 f"{model} is trained in eval mode{where}: {changed}. Training runs without "
-                "the regularisation and normalisation it was built with."
+                f"the {_built_with(modules)} it was built with."
             )
             severity = "warning"
         else:
             summary = (
                 f"{model} is trained in eval mode{where}; it has no dropout or batch-norm "
-                "layers, so the mode changes nothing yet."
+                "layers, and no dropout call was seen turned off in its evaluation, so the "
+                "mode changes nothing that was seen."
             )
             severity = "info"
         out.append(
@@ -84,3 +89,17 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
             )
         )
     return out
+
+
+def _counted(kind: str, info: ModeModules) -> str:
+    unit = _UNITS.get(kind)
+    if unit is None:
+        return f"{info.count} module(s)"
+    names = ", ".join(short_site(n) or n for n in info.names)
+    return f"{info.count} " + unit.format(names=names)
+
+
+def _built_with(modules: dict[str, ModeModules]) -> str:
+    if modules.keys() <= {"dropout", "functional_dropout", "rrelu"}:
+        return "regularisation"
+    return "regularisation and normalisation"

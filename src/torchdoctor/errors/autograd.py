@@ -341,7 +341,11 @@ NO_GRAD_FN = Entry(
         ),
         Cause(
             "frozen",
-            "Every parameter that reaches the loss is frozen (requires_grad=False).",
+            (
+                "Every parameter that reaches the loss is frozen (requires_grad=False): "
+                "{{frozen_modules}} frozen while the rest trains.",
+                "Every parameter that reaches the loss is frozen (requires_grad=False).",
+            ),
             weight=1.5,
             signals=(r"requires_grad_?\(False\)|requires_grad\s*=\s*False|freeze",),
         ),
@@ -385,7 +389,9 @@ NO_GRAD_FN = Entry(
         ),
         Fix(
             "Unfreeze what should train",
-            "for p in model.head.parameters():\n    p.requires_grad_(True)",
+            "for p in model.head.parameters():\n    p.requires_grad_(True)\n"
+            "# Lightning: toggle_optimizer(opt) freezes every parameter outside opt until\n"
+            "# untoggle_optimizer(opt): toggle the optimizer of what this loss trains",
             ("frozen",),
         ),
         Fix(

@@ -107,8 +107,9 @@ def _optimizer(facts: dict[str, Any], frames_file: str | None) -> dict[str, Any]
 
 def _process_findings(facts: dict[str, Any], exc: BaseException) -> list[Finding]:
     """What this process knows that a pasted text does not: for a backward() on a tensor with
-    no grad_fn, whether the step's forward ran with grad on and whether any parameter trains
-    decide between the graph cut before the loss, no_grad, frozen weights and checkpointing;
+    no grad_fn, whether the step's forward ran with grad on and which parameters train (all,
+    some, none) decide between the graph cut before the loss, no_grad, frozen weights and
+    checkpointing;
     for a device-side assert, whether the model looks ids up in an embedding, what fed a BCE
     loss, and whether the last steps' values were lost with the GPU context."""
     if not facts:
@@ -147,6 +148,20 @@ def _process_findings(facts: dict[str, Any], exc: BaseException) -> list[Finding
                 "the step's forward ran with grad off (torch.no_grad or inference_mode)",
                 rule_in=("no_grad",),
                 rule_out=("detached", "checkpoint_inputs"),
+            )
+        )
+    elif grad and trainable and facts.get("frozen_modules") and not facts.get("checkpointing"):
+        # Part of the model frozen: a loss that runs through frozen modules only (and the
+        # trainable ones' output detached, or not used) has no graph. Said first; the graph
+        # cut stays a cause after it.
+        frozen = ", ".join(facts["frozen_modules"])
+        out.append(
+            Finding(
+                f"the step's forward ran with grad on; {trainable} parameters train, but every "
+                f"parameter of {frozen} is frozen (requires_grad=False)",
+                rule_in=("frozen",),
+                rule_out=("no_grad", "checkpoint_inputs"),
+                fields={"frozen_modules": frozen},
             )
         )
     elif grad and trainable:

@@ -129,6 +129,7 @@ class RunView:
         return {
             "grad_enabled": self.state.grad_enabled if self.state.tape else None,
             "trainable": trainable,
+            "frozen_modules": _frozen_modules(models) if trainable else [],
             "models": len(models),
             "checkpointing": bool(checkpointing),
             "losses": losses,
@@ -140,6 +141,21 @@ class RunView:
             "optimizer": _optimizer_facts(self.optimizers, self.state.backward_site),
             "unread": len(self.readback),
         }
+
+
+def _frozen_modules(models: list[Any], limit: int = 4) -> list[str]:
+    """The outermost modules whose parameters are all frozen (requires_grad=False) in models
+    that train others: a discriminator Lightning's toggle_optimizer() froze, a backbone."""
+    out: list[str] = []
+    pending = [(name, module) for m in models for name, module in m.named_children()]
+    while pending and len(out) < limit:
+        name, module = pending.pop(0)
+        flags = [p.requires_grad for p in module.parameters()]
+        if flags and not any(flags):
+            out.append(name)
+        elif any(flags) and not all(flags):
+            pending += [(f"{name}.{n}", child) for n, child in module.named_children()]
+    return out
 
 
 def _optimizer_facts(optimizers: Any, backward_site: Any) -> dict[str, Any] | None:

@@ -11,7 +11,9 @@ whole then), and what it tells:
   all. The update compares it with the number of backward() calls since the last update and of
   batches fetched (one batch per backward() is what gradient accumulation looks like; a GAN's
   discriminator runs two backward() calls on one batch, on purpose undivided).
-- loss inputs (near the root): nll_loss fed probabilities (softmax) instead of log-probabilities;
+- loss inputs (near the root): nll_loss fed probabilities (softmax) instead of log-probabilities
+  (also through ops that only select or reshape them, such as a graph network's
+  `output[train_mask]`);
   log_softmax over another axis than the one nll_loss reads classes from (classes are axis 1);
   softmax before cross_entropy (which applies log_softmax itself); log_softmax over an axis of
   one element (cross_entropy on one output: always 0); class probabilities along the
@@ -36,6 +38,34 @@ CONFIRM = 2  # sampled observations before a finding about scaling or detachment
 
 _NLL = ("NllLossBackward0", "NllLoss2dBackward0")
 _VIEWS = ("ViewBackward0", "ReshapeAliasBackward0", "UnsafeViewBackward0")
+# Ops that pick, reorder, reshape or copy values without changing them: probabilities stay
+# probabilities through them (a graph network's `output[train_mask]`, a language model's
+# `.view(-1, vocab)`, a classifier's `out[:, -1]`).
+_SELECTIONS = frozenset(
+    {
+        *_VIEWS,
+        "IndexBackward0",
+        "IndexSelectBackward0",
+        "MaskedSelectBackward0",
+        "GatherBackward0",
+        "SliceBackward0",
+        "SelectBackward0",
+        "TransposeBackward0",
+        "TransposeBackward1",
+        "PermuteBackward0",
+        "SqueezeBackward0",
+        "SqueezeBackward1",
+        "SqueezeBackward2",
+        "UnsqueezeBackward0",
+        "CloneBackward0",
+        "ToCopyBackward0",
+        "SplitBackward0",
+        "SplitWithSizesBackward0",
+        "UnbindBackward0",
+        "AsStridedBackward0",
+    }
+)
+SELECTIONS_DEEP = 8  # selections followed at most
 _POINTWISE_LOSSES = {
     "MseLossBackward0": "mse_loss",
     "SmoothL1LossBackward0": "smooth_l1_loss",
@@ -180,21 +210,21 @@ class LossGraphs:
         if source is None or logp is None:
             return
         class_dim = 1 if logp.dim() >= 2 else 0
-        kind = type(source).__name__
-        if kind == "SoftmaxBackward0":
+        if _is_softmax(_below_selections(source)):
             self._finding("nll_on_probabilities", {"shape": list(logp.shape)})
             return
-        if kind != "LogSoftmaxBackward0":
+        # The axes are compared only when log_softmax feeds nll_loss directly: a selection in
+        # between may drop or move axes.
+        if type(source).__name__ != "LogSoftmaxBackward0":
             return
         dim = int(source._saved_dim) % max(1, logp.dim())
         if dim != class_dim:
             data = {"dim": dim, "class_dim": class_dim, "shape": list(logp.shape)}
             self._finding("log_softmax_axis", data)
         below = source.next_functions[0][0]
-        below_kind = type(below).__name__ if below is not None else None
-        if below_kind == "SoftmaxBackward0":
+        if _is_softmax(_below_selections(below)):
             self._finding("softmax_before_cross_entropy", {"shape": list(logp.shape)})
-        elif below_kind in _VIEWS:
+        elif below is not None and type(below).__name__ in _VIEWS:
             self._flatten_order(below, getattr(node, "_saved_target", None))
 
     def _single_class(self, node: Any) -> None:
@@ -232,8 +262,7 @@ class LossGraphs:
         torch = self.host.torch
         if probs is None or probs.requires_grad or not probs.is_floating_point():
             return
-        source = below.next_functions[0][0]
-        if source is not None and type(source).__name__ == "SoftmaxBackward0":
+        if _is_softmax(_below_selections(below.next_functions[0][0])):
             self._finding("softmax_before_cross_entropy", {"shape": list(probs.shape)})
         ndim = probs.dim()
         dim = int(below._saved_dim) % max(1, ndim)
@@ -299,6 +328,20 @@ class LossGraphs:
                 "site": self.site,
             }
             self.host.emit("autocast_unused", data, key="float32")
+
+
+def _below_selections(node: Any) -> Any:
+    """The first node at or below `node` that is no selection (_SELECTIONS), following each
+    selection's input."""
+    for _ in range(SELECTIONS_DEEP):
+        if node is None or type(node).__name__ not in _SELECTIONS or not node.next_functions:
+            return node
+        node = node.next_functions[0][0]
+    return node
+
+
+def _is_softmax(node: Any) -> bool:
+    return node is not None and type(node).__name__ == "SoftmaxBackward0"
 
 
 def _reaches(root: Any, ids: set[int], parameter: type) -> tuple[bool | None, list[dict[str, Any]]]:

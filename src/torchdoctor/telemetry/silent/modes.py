@@ -5,7 +5,9 @@ dropout that stays on when the model is in eval mode.
   parameters an optimizer holds is in eval mode (`model.training` is False): its dropout is
   off and its batch-norm layers use their running statistics instead of the batch's (and do
   not update them). Said after two sampled steps, with the modules whose behaviour the mode
-  changes and the line of the `.eval()` that put it there (the lookups of nn.Module.train are
+  changes (and the functional dropout calls its evaluation passes turned off: a module that
+  calls F.dropout(..., training=self.training) has no Dropout module to count) and the line of
+  the `.eval()` that put it there (the lookups of nn.Module.train are
   watched: where the latest outermost train()/eval() call reaching a module came from,
   hooks.py).
 - train() never called: a module class that overrides `train()` (to freeze stages, to keep
@@ -15,7 +17,8 @@ dropout that stays on when the model is in eval mode.
 - dropout in eval mode: the first two calls of a model in eval mode, then one in 500, run
   under a TorchFunctionMode that sees every functional dropout and scaled_dot_product_attention
   call: one with `training=True` or `dropout_p > 0` while the model is in eval mode is dropout
-  its module forgot to turn off (it should pass `self.training`).
+  its module forgot to turn off (it should pass `self.training`); one with `training=False`
+  and p > 0 is dropout the mode turns off, noted for the eval-mode finding above.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ if TYPE_CHECKING:
 
 CONFIRM = 2
 WATCH_EVERY = 500  # eval-mode model calls between two watched ones (after the first two)
+FUNCTIONAL_SITES = 8  # functional dropout call sites kept per model
 
 
 class Modes:
@@ -42,6 +46,8 @@ class Modes:
         self.original_train: Any = None  # nn.Module.train (the function)
         self.eval_calls = 0
         self.in_eval: dict[str, int] = {}  # model -> sampled steps seen training in eval mode
+        # model -> {call site: p} of the functional dropout its eval mode turned off
+        self.turned_off: dict[str, dict[str, float]] = {}
         self.backward_step = -1
         self.overrides_checked = False
         self.watch: Any = None  # the DropoutWatch mode while an eval call runs under it
@@ -86,7 +92,7 @@ class Modes:
             data = {
                 "model": label,
                 "step": rec.step,
-                "modules": _mode_dependent(root),
+                "modules": _mode_dependent(root, self.turned_off.get(label, {})),
                 "eval_site": self.sites.get(id(root)),
                 "site": self.host.user_site(),
             }
@@ -143,8 +149,15 @@ class Modes:
             self.watch = None
         # else another mode was pushed above it and not popped: leave both alone
 
-    def dropout_seen(self, model: str, op: str, p: float, frame: FrameType) -> None:
+    def dropout_seen(self, model: str, op: str, p: float, on: bool, frame: FrameType) -> None:
+        """A dropout call of `model` in eval mode: left on (a finding), or turned off by the
+        mode (noted: the model has dropout that training in eval mode would lose)."""
         where = site(user_frame(frame))
+        if not on:
+            sites = self.turned_off.setdefault(model, {})
+            if where and len(sites) < FUNCTIONAL_SITES:
+                sites.setdefault(where, p)
+            return
         data = {"model": model, "op": op, "p": p, "site": where, "step": self.host.rec.step}
         self.host.emit("dropout_in_eval", data, key=where)
 
@@ -203,25 +216,27 @@ def _make_watch(torch: Any) -> Any:
         ) -> Any:
             kwargs = kwargs or {}
             try:
-                p = self._left_on(func, args, kwargs)
-                if p:
-                    self.modes.dropout_seen(self.model, func.__name__, p, sys._getframe(1))
+                p, on = self._dropout(func, args, kwargs)
+                if p > 0:
+                    self.modes.dropout_seen(self.model, func.__name__, p, on, sys._getframe(1))
             except Exception:
                 pass
             return call_as_caller(sys._getframe(1), func, args, kwargs)
 
         @staticmethod
-        def _left_on(func: Any, args: Any, kwargs: dict[str, Any]) -> float:
-            """The dropout probability of a call that drops out (0.0 for any other)."""
+        def _dropout(func: Any, args: Any, kwargs: dict[str, Any]) -> tuple[float, bool]:
+            """A call's dropout probability and whether it drops out ((0.0, False) for a call
+            that is no dropout; attention's dropout_p is on whenever it is above 0)."""
             at = training_at.get(func)
             if at is not None:
                 default = args[at] if len(args) > at else True
                 on = kwargs.get("training", kwargs.get("train", default))
                 p = float(kwargs.get("p", args[1] if len(args) > 1 else 0.5))
-                return p if on else 0.0
+                return p, bool(on)
             if func is sdpa:
-                return float(kwargs.get("dropout_p", args[4] if len(args) > 4 else 0.0))
-            return 0.0
+                p = float(kwargs.get("dropout_p", args[4] if len(args) > 4 else 0.0))
+                return p, True
+            return 0.0, False
 
     return DropoutWatch
 
@@ -230,13 +245,16 @@ def _contains(model: Any, module: Any) -> bool:
     return any(m is module for m in model.modules())
 
 
-def _mode_dependent(root: Any) -> dict[str, Any]:
-    """The modules of `root` that eval mode changes, by kind: counts and a few names."""
+def _mode_dependent(root: Any, turned_off: dict[str, float]) -> dict[str, Any]:
+    """What eval mode changes in `root`, by kind: counts and a few names; its modules, and
+    `functional_dropout`: the call sites of the dropout its evaluation passes turned off."""
     kinds: dict[str, list[str]] = {}
     for name, module in root.named_modules():
         kind = _kind(module)
         if kind:
             kinds.setdefault(kind, []).append(name or type(module).__name__)
+    if turned_off:
+        kinds["functional_dropout"] = list(turned_off)
     return {k: {"count": len(v), "names": v[:4]} for k, v in kinds.items()}
 
 
