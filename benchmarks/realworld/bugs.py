@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .programs import DDP_TUTORIAL, FSDP2, LIGHTNING_GAN, NANOGPT_ARGS, TP, Patch
+from .programs import DDP_TUTORIAL, FABRIC_LM, FSDP2, LIGHTNING_GAN, NANOGPT_ARGS, TP, Patch
 
 
 @dataclass(frozen=True)
@@ -317,6 +317,16 @@ BUGS: tuple[Bug, ...] = (
                 "opt_d, opt_g = self.optimizers()",
             ),
         ),
+    ),
+    Bug(
+        name="fabric_clip_to_zero",
+        program="fabric_language_model",
+        what="fabric.clip_gradients(..., clip_val=0.0) where 0.25 was meant: every gradient "
+        "value is clamped to 0 before optimizer.step(), so SGD never moves a weight",
+        kinds=("clip_to_zero",),
+        lines=(Line(FABRIC_LM, "fabric.clip_gradients(model, optimizer, clip_val=0.0)"),),
+        fix=r"clip",
+        patches=(Patch(FABRIC_LM, "clip_val=0.25", "clip_val=0.0"),),
     ),
     Bug(
         name="gat_softmax_into_nll",

@@ -21,6 +21,7 @@ MINGPT = ("karpathy/minGPT", "37baab71b9abea1b76ab957409a1cc2fbfba8a26")
 LIGHTNING = ("Lightning-AI/pytorch-lightning", "7f0c3436cd3f6ad3753125672024fc415cbcb414")
 HF_GPT2 = ("marinVcq/GPT2-trainer", "62eb6f61d8c18df4d6646e0dfebddec0606b9e8a")
 LIGHTNING_GAN = "examples/pytorch/domain_templates/generative_adversarial_net.py"
+FABRIC_LM = "examples/fabric/language_model/train.py"
 
 
 @dataclass(frozen=True)
@@ -647,6 +648,37 @@ PROGRAMS: tuple[Program, ...] = (
         # Lightning's rich progress bar (stdout): elapsed, remaining, rate, and the bar whose
         # length follows them.
         timing=(r"\d+:\d\d:\d\d", r"[\d.]+it/s", r"━+"),
+        timeout=600,
+        gpu=_as_is,
+    ),
+    Program(
+        name="fabric_language_model",
+        shims=("net",),
+        repo=LIGHTNING[0],
+        commit=LIGHTNING[1],
+        files=(FABRIC_LM,),
+        workdir="examples/fabric/language_model",
+        script="train.py",
+        args=(),
+        # Lightning Fabric's way in: fabric.setup() wraps the model and optimizer,
+        # fabric.backward(loss) and fabric.clip_gradients() replace their torch calls.
+        expected_steps=_lightning_batches,
+        data=lambda root: data.single_text(
+            root, "examples/fabric/language_model/data/wikitext-2.txt", words=193_900
+        ),
+        data_note="data/wikitext-2.txt (where lightning.pytorch.demos.WikiText2 looks before "
+        "downloading): the Markov text of lightning_transformer (2,000 blocks to train on, 100 "
+        "steps; 2,000 to validate on)",
+        # Its size is a default argument of train() (20 epochs: 2,000 steps), made one epoch
+        # the way an argument would.
+        port=(
+            Patch(
+                FABRIC_LM,
+                "val_dataloader, max_epochs=20):",
+                "val_dataloader, max_epochs=1):",
+            ),
+        ),
+        needs=("lightning",),
         timeout=600,
         gpu=_as_is,
     ),

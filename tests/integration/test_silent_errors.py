@@ -31,6 +31,7 @@ def case(command: str, kind: str, where: str, step: int, **evidence: Any) -> Any
 ACC = "silent_accumulation.py"
 SCHED = "silent_scheduler_unused.py"
 LOSS = "silent_loss_inputs.py"
+CLIP = "silent_clip_zero.py"
 CASES = [
     case("silent_zero_grad.py", "grad_not_cleared", at("silent_zero_grad.py", ".step()"), 2),
     case("silent_zero_grad.py --clip-huge", "grad_not_cleared",
@@ -55,6 +56,10 @@ CASES = [
     case(SCHED, "scheduler_unused", at(SCHED, "ExponentialLR("), 10),
     case(f"{SCHED} --never", "scheduler_unused", at(SCHED, "ExponentialLR("), 30),
     case("diag_lr_zero.py", "lr_zero", "", 19, first_zero_step=0),
+    case(CLIP, "clip_to_zero", at(CLIP, "nn.utils.clip_grad_value_("), 0,
+         function="clip_grad_value_", threshold=0.0),
+    case(f"{CLIP} --norm", "clip_to_zero", at(CLIP, "nn.utils.clip_grad_norm_("), 0,
+         function="clip_grad_norm_"),
     case("silent_detached_loss.py", "detached_loss",
          at("silent_detached_loss.py", "loss.backward()"), 2, leaf=True),
     case("silent_same_batch.py", "repeated_batch", "model", 3),

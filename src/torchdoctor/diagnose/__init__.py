@@ -16,6 +16,7 @@ MODULES: tuple[str, ...] = (
     "exploding_gradients",
     "vanishing_gradients",
     "zero_gradients",
+    "clip_to_zero",
     "no_gradient",
     "not_learning",
     "dataloader_bound",

@@ -6,7 +6,7 @@ activations that are 0 for every input (ReLU units that never fire).
 
 Gradients that are missing (None: a detach, a frozen model) are not zero: no_gradient,
 detached_loss and frozen_model say those. A gradient that shrank to nearly nothing is
-vanishing_gradients'."""
+vanishing_gradients'. Gradients clipped to 0 (a clip threshold of 0) are clip_to_zero's."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import dataclasses
 
 import numpy as np
 
+from torchdoctor.diagnose.clip_to_zero import EVENT as CLIP_TO_ZERO
 from torchdoctor.diagnose.evidence import Evidence, kind, optional
 from torchdoctor.diagnose.inputs import Inputs
 from torchdoctor.diagnose.record import Diagnosis
@@ -32,6 +33,8 @@ class ZeroGradientsEvidence(Evidence):
 
 
 def diagnose(inputs: Inputs) -> list[Diagnosis]:
+    if inputs.events_of(CLIP_TO_ZERO):
+        return []  # the gradients were computed, then clipped to 0: clip_to_zero says so
     steps, norms = finite(inputs, "grad_norm")
     if norms.size < MIN_STEPS or bool(np.any(norms != 0)):
         return []

@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from torchdoctor.frames import site, user_frame
 from torchdoctor.telemetry import invisible
 from torchdoctor.telemetry.invisible import (
     compiling,
@@ -35,6 +36,18 @@ from torchdoctor.telemetry.patches import Hooks
 
 _get_ident = threading.get_ident
 _now = time.perf_counter
+
+
+def is_zero(threshold: Any) -> bool:
+    """A clip threshold that is exactly 0: a Python number, or a 0-d CPU tensor (a GPU one
+    is not read: that would wait for the device)."""
+    if isinstance(threshold, (int, float)) and not isinstance(threshold, bool):
+        return threshold == 0
+    shape = getattr(threshold, "shape", None)
+    device = getattr(threshold, "device", None)
+    if shape == () and getattr(device, "type", None) == "cpu":
+        return bool(threshold == 0)
+    return False
 
 
 def _guarded(rec: Any, method: Any, *args: Any) -> None:
@@ -206,17 +219,38 @@ def install(rec: Any, torch: Any, hooks: Hooks) -> Callable[[], None]:
         scaler_fns = [scale, step]
 
     # -- clip_grad_norm_: its total norm is the one we would compute -------------------------
+    # Both clips: a threshold of 0 sets every gradient to 0 (said once per function).
     utils = torch.nn.utils
     original_clip = utils.clip_grad_norm_
+    original_clip_value = utils.clip_grad_value_
+    zero_clips: set[str] = set()
+
+    def clip_at_zero(name: str, threshold: Any) -> None:
+        if name not in zero_clips and is_zero(threshold):
+            zero_clips.add(name)
+            data = {"function": name, "threshold": float(threshold)}
+            data["site"] = site(user_frame(sys._getframe(2)))
+            rec.event("clip_to_zero", data)
 
     def clip_grad_norm_(*args: Any, **kwargs: Any) -> Any:
         norm = original_clip(*args, **kwargs)
         if not compiling() and on_train_thread():
             _guarded(rec, rec.on_clip, norm)
+            max_norm = kwargs.get("max_norm", args[1] if len(args) > 1 else None)
+            _guarded(rec, clip_at_zero, "clip_grad_norm_", max_norm)
         return norm
 
+    def clip_grad_value_(*args: Any, **kwargs: Any) -> Any:
+        out = original_clip_value(*args, **kwargs)
+        if not compiling() and on_train_thread():
+            value = kwargs.get("clip_value", args[1] if len(args) > 1 else None)
+            _guarded(rec, clip_at_zero, "clip_grad_value_", value)
+        return out
+
     clip_grad_norm_.__wrapped__ = original_clip  # type: ignore[attr-defined]
+    clip_grad_value_.__wrapped__ = original_clip_value  # type: ignore[attr-defined]
     hooks.patch(utils, "clip_grad_norm_", clip_grad_norm_)
+    hooks.patch(utils, "clip_grad_value_", clip_grad_value_)
 
     # -- torch.compile: from its first call on, no global module hooks ---------------------------
     original_compile = torch.compile
@@ -264,6 +298,7 @@ def install(rec: Any, torch: Any, hooks: Hooks) -> Callable[[], None]:
         __next__,
         __iter__,
         clip_grad_norm_,
+        clip_grad_value_,
         compile,
         on_train_thread,
         *scaler_fns,
