@@ -329,6 +329,27 @@ BUGS: tuple[Bug, ...] = (
         patches=(Patch(FABRIC_LM, "clip_val=0.25", "clip_val=0.0"),),
     ),
     Bug(
+        name="mnist_step_before_backward",
+        program="mnist",
+        what="optimizer.step() moved up, between zero_grad() and the forward: every update "
+        "runs on gradients zero_grad() just cleared (None), so Adadelta never moves a weight, "
+        "and the gradients backward() makes are cleared unused",
+        kinds=("no_gradient",),
+        lines=(Line("mnist/main.py", "optimizer.step()"),),
+        fix=r"after (loss\.)?backward|before (the )?optimizer\.step|backward\(\) (first|before)",
+        patches=(
+            Patch(
+                "mnist/main.py",
+                "        optimizer.zero_grad()\n        output = model(data)\n"
+                "        loss = F.nll_loss(output, target)\n        loss.backward()\n"
+                "        optimizer.step()\n",
+                "        optimizer.zero_grad()\n        optimizer.step()\n"
+                "        output = model(data)\n        loss = F.nll_loss(output, target)\n"
+                "        loss.backward()\n",
+            ),
+        ),
+    ),
+    Bug(
         name="gat_softmax_into_nll",
         program="gat",
         what="GAT.forward returns F.softmax instead of F.log_softmax, and the loss is "

@@ -32,6 +32,7 @@ ACC = "silent_accumulation.py"
 SCHED = "silent_scheduler_unused.py"
 LOSS = "silent_loss_inputs.py"
 CLIP = "silent_clip_zero.py"
+ORDER = "silent_step_order.py"
 CASES = [
     case("silent_zero_grad.py", "grad_not_cleared", at("silent_zero_grad.py", ".step()"), 2),
     case("silent_zero_grad.py --clip-huge", "grad_not_cleared",
@@ -56,6 +57,7 @@ CASES = [
     case(SCHED, "scheduler_unused", at(SCHED, "ExponentialLR("), 10),
     case(f"{SCHED} --never", "scheduler_unused", at(SCHED, "ExponentialLR("), 30),
     case("diag_lr_zero.py", "lr_zero", "", 19, first_zero_step=0),
+    case(ORDER, "no_gradient", at(ORDER, "        optimizer.step()"), 3, cleared=True),
     case(CLIP, "clip_to_zero", at(CLIP, "nn.utils.clip_grad_value_("), 0,
          function="clip_grad_value_", threshold=0.0),
     case(f"{CLIP} --norm", "clip_to_zero", at(CLIP, "nn.utils.clip_grad_norm_("), 0,

@@ -2,12 +2,16 @@
 block around part of the forward, a branch never used), named by module: from the traced
 steps' gradients per module, and, live on sampled steps, an optimizer that steps with no
 gradient on any of its parameters (telemetry/silent/update_effect.py: a GAN's generator whose
-loss was computed on `fake.detach()`)."""
+loss was computed on `fake.detach()`). When backward() did bring that optimizer's parameters
+gradients and they were gone at its step() (`cleared`), the order of the step is at fault:
+step() before backward(), or zero_grad() between them; the per-module finding is then left
+out (those modules do get gradients)."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
+from typing import Any
 
 from torchdoctor.diagnose.evidence import Evidence, kind, optional
 from torchdoctor.diagnose.inputs import Inputs
@@ -30,6 +34,8 @@ class NoGradientEvidence(Evidence):
     optimizer: str | None = optional()  # ... or from an optimizer that stepped without any
     step: int | None = optional()
     site: str | None = optional()
+    # backward() brought them gradients, cleared before the step read them
+    cleared: bool | None = optional()
 
 
 FIXES = [
@@ -41,7 +47,38 @@ FIXES = [
 
 
 def diagnose(inputs: Inputs) -> list[Diagnosis]:
-    return _of_optimizers(inputs) + _of_modules(inputs)
+    optimizers = _of_optimizers(inputs)
+    if any(getattr(d.evidence, "cleared", None) for d in optimizers):
+        # Their modules do get gradients, cleared before each update: not "never received".
+        return optimizers
+    return optimizers + _of_modules(inputs)
+
+
+def _cleared(name: str, d: dict[str, Any], held: str) -> Diagnosis:
+    """The optimizer's parameters get gradients from backward(), gone by its step(): the
+    step runs before backward() (the gradients of the step before are cleared by zero_grad()
+    first), or zero_grad() runs between backward() and step()."""
+    where = short_site(d.get("site"))
+    at = f" at {where}" if where else ""
+    return Diagnosis(
+        kind="no_gradient",
+        severity="error",
+        step=d.get("step"),
+        location=where or d.get("optimizer"),
+        summary=(
+            f"{name}.step(){at} runs with no gradient on any of its {d.get('parameters')} "
+            f"trainable parameters{held}, although backward() does bring them gradients: "
+            "they are cleared before the step reads them. The step comes before backward() "
+            "(zero_grad() clears the last step's gradients, then step() has none), or "
+            "zero_grad() runs between backward() and step(). The weights never change."
+        ),
+        evidence=NoGradientEvidence.from_json(d),
+        fix=[
+            "order each step as optimizer.zero_grad(), forward, loss.backward(), then "
+            "optimizer.step(): the step after backward(), with no zero_grad() in between",
+        ],
+        key=f"no_gradient:{name}",
+    )
 
 
 def _of_optimizers(inputs: Inputs) -> list[Diagnosis]:
@@ -51,6 +88,9 @@ def _of_optimizers(inputs: Inputs) -> list[Diagnosis]:
         modules = list(d.get("modules") or [])
         name = d.get("optimizer", "an optimizer")
         held = f" ({', '.join(modules[:4])})" if modules else ""
+        if d.get("cleared"):
+            out.append(_cleared(name, d, held))
+            continue
         out.append(
             Diagnosis(
                 kind="no_gradient",

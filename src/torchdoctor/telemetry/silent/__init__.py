@@ -99,6 +99,7 @@ class SilentChecks:
                 self.fail(exc)
         self.resets.remove()
         self.modes.remove()
+        self.updates.remove()
         self.active = False
 
     # -- shared by the checks ----------------------------------------------------------------

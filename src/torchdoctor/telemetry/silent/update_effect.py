@@ -31,6 +31,10 @@ class UpdateEffects:
         self.unchanged: dict[int, int] = {}  # id(optimizer) -> sampled steps seen unchanged
         self.done: set[int] = set()
         self.gradless: dict[int, int] = {}  # id(optimizer) -> sampled steps without a gradient
+        # id(optimizer) -> (hook handles, [whether a gradient came in]): armed on a few of
+        # its parameters once it stepped with none, to tell "backward() never reached them"
+        # from "their gradients were cleared between backward() and step()"
+        self.arrivals: dict[int, tuple[list[Any], list[bool]]] = {}
 
     def before_update(self, optimizer: Any, step: int) -> None:
         if id(optimizer) in self.done:
@@ -119,16 +123,22 @@ class UpdateEffects:
 
     def _gradients(self, optimizer: Any, step: int) -> None:
         """No trainable parameter of `optimizer` has a gradient after its step(), on CONFIRM
-        sampled steps in a row: the step changes nothing (weight decay aside)."""
+        sampled steps in a row: the step changes nothing (weight decay aside). Whether a
+        backward() brought them gradients in between (cleared before the step: the step
+        runs before backward(), or zero_grad() after it) or none (never reached)."""
         key = id(optimizer)
         if self.gradless.get(key, 0) >= CONFIRM:
             return
         trainable = [p for g in optimizer.param_groups for p in g["params"] if p.requires_grad]
         if not trainable or any(p.grad is not None for p in trainable):
             self.gradless.pop(key, None)
+            self._disarm(key)
             return
         count = self.gradless[key] = self.gradless.get(key, 0) + 1
+        arrived = self.arrivals[key][1][0] if key in self.arrivals else False
+        self._disarm(key)
         if count < CONFIRM:
+            self._arm(key, trainable)
             return
         ids = {id(p) for p in trainable}
         names = [  # the models that hold them
@@ -142,8 +152,28 @@ class UpdateEffects:
             "site": self.host.user_site(),
             "parameters": len(trainable),
             "modules": names,
+            # backward() did bring them gradients since the last step(); gone at this one
+            "cleared": arrived,
         }
         self.host.emit("no_gradient", data, key=data["optimizer"])
+
+    def _arm(self, key: int, trainable: list[Any]) -> None:
+        seen = [False]
+
+        def came_in(_param: Any) -> None:
+            seen[0] = True
+
+        handles = [p.register_post_accumulate_grad_hook(came_in) for p in trainable[:PROBES]]
+        self.arrivals[key] = (handles, seen)
+
+    def _disarm(self, key: int) -> None:
+        handles, _seen = self.arrivals.pop(key, ([], []))
+        for handle in handles:
+            handle.remove()
+
+    def remove(self) -> None:
+        for key in list(self.arrivals):
+            self._disarm(key)
 
 
 def _slices(torch: Any, tensors: list[Any]) -> Any:
