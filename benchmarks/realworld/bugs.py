@@ -350,6 +350,50 @@ BUGS: tuple[Bug, ...] = (
         ),
     ),
     Bug(
+        name="word_lm_hidden_not_detached",
+        program="word_language_model",
+        what="hidden = repackage_hidden(hidden) dropped from train(): the LSTM's state carries "
+        "the graph of the batch before, so the second backward() goes through its freed graph "
+        "(RuntimeError: Trying to backward through the graph a second time)",
+        kinds=("crash",),
+        lines=(
+            Line("word_language_model/main.py", "loss.backward()"),
+            Line("word_language_model/main.py", "output, hidden = model(data, hidden)"),
+        ),
+        modules=("RNNModel", "rnn", "encoder"),
+        fix=r"detach|cut the graph",
+        patches=(
+            Patch(
+                "word_language_model/main.py",
+                "            hidden = repackage_hidden(hidden)\n            output, hidden = "
+                "model(data, hidden)\n",
+                "            output, hidden = model(data, hidden)\n",
+            ),
+        ),
+    ),
+    Bug(
+        name="siamese_sigmoid_into_bce_with_logits",
+        program="siamese_network",
+        what="the training loss swapped to BCEWithLogitsLoss while the model still ends in a "
+        "sigmoid: the loss applies a second sigmoid, squeezing every prediction into "
+        "(0.5, 0.73), and the gradients shrink",
+        kinds=("loss_inputs",),
+        lines=(
+            Line("siamese_network/main.py", "loss.backward()"),
+            Line("siamese_network/main.py", "criterion = nn.BCEWithLogitsLoss()"),
+        ),
+        fix=r"sigmoid|BCELoss|logits",
+        patches=(
+            Patch(
+                "siamese_network/main.py",
+                "    model.train()\n\n    # we aren't using `TripletLoss` as the MNIST dataset is "
+                "simple, so `BCELoss` can do the trick.\n    criterion = nn.BCELoss()\n",
+                "    model.train()\n\n    # we aren't using `TripletLoss` as the MNIST dataset is "
+                "simple, so `BCELoss` can do the trick.\n    criterion = nn.BCEWithLogitsLoss()\n",
+            ),
+        ),
+    ),
+    Bug(
         name="gat_softmax_into_nll",
         program="gat",
         what="GAT.forward returns F.softmax instead of F.log_softmax, and the loss is "

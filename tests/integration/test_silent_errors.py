@@ -76,6 +76,7 @@ CASES = [
             ("nll_on_probabilities", "nll_on_probabilities"),
             ("nll_on_masked_probabilities", "nll_on_probabilities"),
             ("softmax_before_ce", "softmax_before_cross_entropy"),
+            ("sigmoid_before_bce_with_logits", "sigmoid_before_bce_with_logits"),
             ("class_axis", "class_axis"),
             ("flatten_order", "flatten_order"),
             ("broadcast", "broadcast"),

@@ -5,6 +5,9 @@
                         the same, with the rows to learn from picked by a mask in between
                         (a graph network's `output[train_mask]`, pytorch/examples' GAT)
   softmax_before_ce     softmax before cross_entropy (softmax twice)
+  sigmoid_before_bce_with_logits
+                        a sigmoid output given to binary_cross_entropy_with_logits (sigmoid
+                        twice), squeezed to [N] first as pytorch/examples' siamese network does
   class_axis            [N, T, C] logits with [N, T, C] class probabilities: classes on the
                         last axis, where cross_entropy reads them on axis 1
   flatten_order         a time-major RNN's [T, N, C] logits flattened against [N, T] targets
@@ -58,6 +61,10 @@ def loss_of(x: torch.Tensor) -> torch.Tensor:
         out = F.log_softmax(model(x), dim=1) if FIXED else F.softmax(model(x), dim=1)
         train = torch.arange(N) % 2 == 0
         return F.nll_loss(out[train], y[train])
+    if PROBLEM == "sigmoid_before_bce_with_logits":
+        y = (torch.rand(N) > 0.5).float()
+        out = model(x)[:, 0] if FIXED else torch.sigmoid(model(x))[:, 0]
+        return F.binary_cross_entropy_with_logits(out, y)
     if PROBLEM == "softmax_before_ce":
         y = torch.randint(0, C, (N,))
         logits = model(x)

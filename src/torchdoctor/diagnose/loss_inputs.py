@@ -5,6 +5,8 @@ from the loss's autograd graph (telemetry/silent/loss_graph.py):
 - `log_softmax_axis`: log_softmax over another axis than the class axis nll_loss reads (1);
 - `softmax_before_cross_entropy`: softmax applied before cross_entropy, which applies
   log_softmax itself (softmax twice);
+- `sigmoid_before_bce_with_logits`: a sigmoid applied before BCEWithLogitsLoss, which applies
+  one itself (sigmoid twice: every prediction squeezed into (0.5, 0.73));
 - `single_class`: log_softmax over an axis of one element (cross_entropy on a model with one
   output, as in a regression written with the classification loss): it is 0 whatever the
   model outputs, so the loss is constant and gives no gradient;
@@ -82,6 +84,16 @@ def _words(problem: Any, d: dict[str, Any]) -> tuple[str, list[str]]:
             f"softmax is applied before cross_entropy, which applies log_softmax itself: "
             f"softmax twice squashes the logits {shape} into [0, 1] and the gradients shrink.",
             ["give cross_entropy the raw logits (remove the softmax before it)"],
+        )
+    if problem == "sigmoid_before_bce_with_logits":
+        return (
+            f"A sigmoid is applied before binary_cross_entropy_with_logits "
+            f"(BCEWithLogitsLoss), which applies one itself: the predictions {shape} pass "
+            "through two sigmoids, squeezed into (0.5, 0.73), and the gradients shrink.",
+            [
+                "give BCEWithLogitsLoss the raw logits (remove the model's final sigmoid), or "
+                "keep the sigmoid and use BCELoss",
+            ],
         )
     if problem == "single_class":
         return (

@@ -15,7 +15,8 @@ whole then), and what it tells:
   (also through ops that only select or reshape them, such as a graph network's
   `output[train_mask]`);
   log_softmax over another axis than the one nll_loss reads classes from (classes are axis 1);
-  softmax before cross_entropy (which applies log_softmax itself); log_softmax over an axis of
+  softmax before cross_entropy (which applies log_softmax itself); a sigmoid before
+  binary_cross_entropy_with_logits (which applies one itself); log_softmax over an axis of
   one element (cross_entropy on one output: always 0); class probabilities along the
   last axis of a 3-d input, where cross_entropy reads classes along axis 1; logits flattened
   from a time-major [T, N, C] tensor against targets flattened from a batch-major [N, T] one;
@@ -194,6 +195,8 @@ class LossGraphs:
                 self._soft_targets(node)
             elif name == "LogSoftmaxBackward0":
                 self._single_class(node)
+            elif name == "BinaryCrossEntropyWithLogitsBackward0":
+                self._bce_logits(node)
             elif name in _POINTWISE_LOSSES:
                 saved = getattr(node, "_saved_self", None)
                 self._broadcast(node, _POINTWISE_LOSSES[name], saved)
@@ -226,6 +229,13 @@ class LossGraphs:
             self._finding("softmax_before_cross_entropy", {"shape": list(logp.shape)})
         elif below is not None and type(below).__name__ in _VIEWS:
             self._flatten_order(below, getattr(node, "_saved_target", None))
+
+    def _bce_logits(self, node: Any) -> None:
+        """binary_cross_entropy_with_logits applies a sigmoid: one before it is a second."""
+        if _is_sigmoid(_below_selections(node.next_functions[0][0])):
+            logits = getattr(node, "_saved_self", None)
+            shape = list(logits.shape) if logits is not None else []
+            self._finding("sigmoid_before_bce_with_logits", {"shape": shape})
 
     def _single_class(self, node: Any) -> None:
         """log_softmax over an axis of one element is 0 whatever its input: cross_entropy on
@@ -342,6 +352,10 @@ def _below_selections(node: Any) -> Any:
 
 def _is_softmax(node: Any) -> bool:
     return node is not None and type(node).__name__ == "SoftmaxBackward0"
+
+
+def _is_sigmoid(node: Any) -> bool:
+    return node is not None and type(node).__name__ == "SigmoidBackward0"
 
 
 def _reaches(root: Any, ids: set[int], parameter: type) -> tuple[bool | None, list[dict[str, Any]]]:
