@@ -394,6 +394,33 @@ BUGS: tuple[Bug, ...] = (
         ),
     ),
     Bug(
+        name="nanogpt_accumulation_not_divided",
+        program="nanogpt",
+        what="with 4 micro-batches per update, `loss = loss / gradient_accumulation_steps` "
+        "dropped: the update applies the sum of 4 micro-batch gradients, 4x the step size "
+        "the learning rate was tuned for",
+        kinds=("accumulation",),
+        lines=(Line("train.py", "scaler.scale(loss).backward()"),),
+        fix=r"divide|/ ?gradient_accumulation|accumulation steps|micro-batch",
+        args=(
+            *(
+                "--gradient_accumulation_steps=4" if a.startswith("--gradient_accumulation") else a
+                for a in NANOGPT_ARGS_TINY_EVAL
+            ),
+            "--compile=False",
+            "--max_iters=12",
+            "--lr_decay_iters=12",
+        ),
+        patches=(
+            Patch(
+                "train.py",
+                "            loss = loss / gradient_accumulation_steps # scale the loss to "
+                "account for gradient accumulation\n",
+                "",
+            ),
+        ),
+    ),
+    Bug(
         name="gat_softmax_into_nll",
         program="gat",
         what="GAT.forward returns F.softmax instead of F.log_softmax, and the loss is "

@@ -39,6 +39,8 @@ CASES = [
          at("silent_zero_grad.py", ".step()"), 2, untouched=True),
     case(ACC, "accumulation", at(ACC, ".backward()"), 3, problem="not_divided"),
     case(f"{ACC} --wrong-divisor", "accumulation", at(ACC, ".backward()"), 3, divisor=8),
+    case(f"{ACC} --own-batches", "accumulation", at(ACC, ".backward()"), 3,
+         problem="not_divided"),
     case(f"{ACC} --clear-each", "accumulation", at(ACC, "optimizer.step()"), 8,
          problem="cleared_each_micro_batch", micro_batches=4),
     case("silent_eval_mode.py", "eval_mode", at("silent_eval_mode.py", "    model.eval()"), 2),

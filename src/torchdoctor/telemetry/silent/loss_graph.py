@@ -10,7 +10,9 @@ whole then), and what it tells:
   multiplied) by a number, by a tensor (a token count: a normalisation of its own), or not at
   all. The update compares it with the number of backward() calls since the last update and of
   batches fetched (one batch per backward() is what gradient accumulation looks like; a GAN's
-  discriminator runs two backward() calls on one batch, on purpose undivided).
+  discriminator runs two backward() calls on one batch, on purpose undivided). A loop with no
+  DataLoader (nanoGPT slices its own batches) counts when one model was called once per
+  backward() (a GAN's discriminator step calls its generator as well).
 - loss inputs (near the root): nll_loss fed probabilities (softmax) instead of log-probabilities
   (also through ops that only select or reshape them, such as a graph network's
   `output[train_mask]`);
@@ -92,9 +94,13 @@ class LossGraphs:
         self.observed: dict[Any, int] = {}  # accumulation reading -> sampled steps in a row
         self.autocast_on = False  # autocast is on for the model's device in this step
         self.autocast_checked = False
+        self.called: set[int] = set()  # the models called since the last update
+        self.calls = 0
 
     # -- at the model call: autocast for the wrong device --------------------------------------
     def on_model_call(self, module: Any) -> None:
+        self.called.add(id(module))
+        self.calls += 1
         state = self.host.rec.state
         if self.autocast_checked or not state.autocast:
             return
@@ -161,8 +167,15 @@ class LossGraphs:
     # -- at the update: the micro-batches' scaling against their number -------------------------
     def before_update(self, step: int) -> None:
         scales, self.scales = self.scales, []
+        called, calls = len(self.called), self.calls
+        self.called, self.calls = set(), 0
         k, fetches = int(self.host.rec.state.micro), self.host.fetches
-        if k < 2 or fetches != k or len(scales) != k:
+        if k < 2 or len(scales) != k:
+            return
+        # One batch per backward(): k DataLoader fetches; with no DataLoader (a loop that
+        # slices its own batches, as nanoGPT's get_batch), one model called once per
+        # backward(). A GAN's discriminator step calls its generator too.
+        if fetches != k and not (fetches == 0 and called == 1 and calls == k):
             return
         if all(s is None for s in scales):
             reading: tuple[str, Any] = ("not_divided", None)
