@@ -421,6 +421,27 @@ BUGS: tuple[Bug, ...] = (
         ),
     ),
     Bug(
+        name="hf_trainer_model_frozen",
+        program="hf_trainer_gpt2",
+        what="model.requires_grad_(False) after from_pretrained (meant for the embeddings "
+        "alone): no parameter trains, the loss has no graph, and the Trainer's backward() "
+        "raises 'element 0 of tensors does not require grad'",
+        kinds=("crash",),
+        lines=(
+            Line("main.py", "model.requires_grad_(False)"),
+            Line("main.py", "trainer.train()"),
+        ),
+        fix=r"requires_grad|unfreeze|freez",
+        patches=(
+            Patch(
+                "main.py",
+                "model = GPT2LMHeadModel.from_pretrained(model_name)\n",
+                "model = GPT2LMHeadModel.from_pretrained(model_name)\n"
+                "model.requires_grad_(False)\n",
+            ),
+        ),
+    ),
+    Bug(
         name="gat_softmax_into_nll",
         program="gat",
         what="GAT.forward returns F.softmax instead of F.log_softmax, and the loss is "
