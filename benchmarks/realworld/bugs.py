@@ -442,6 +442,31 @@ BUGS: tuple[Bug, ...] = (
         ),
     ),
     Bug(
+        name="ddp_tutorial_no_distributed_sampler",
+        program="ddp_tutorial",
+        what="the DataLoader's DistributedSampler left out (and its set_epoch call with it): "
+        "both ranks read the whole dataset in the same order, so the two DDP replicas average "
+        "gradients of identical batches and the job does the work of one rank",
+        kinds=("same_batches",),
+        # where the DataLoader is made, or where the rank first iterates it (the finding names
+        # that line and the loader's sampler class: torch keeps no record of where a
+        # DataLoader was built)
+        lines=(
+            Line(DDP_TUTORIAL, "return DataLoader("),
+            Line(DDP_TUTORIAL, "b_sz = len(next(iter(self.train_data))[0])"),
+            Line(DDP_TUTORIAL, "for source, targets in self.train_data:"),
+        ),
+        fix=r"DistributedSampler",
+        patches=(
+            Patch(
+                DDP_TUTORIAL,
+                "        shuffle=False,\n        sampler=DistributedSampler(dataset)\n",
+                "        shuffle=False,\n",
+            ),
+            Patch(DDP_TUTORIAL, "        self.train_data.sampler.set_epoch(epoch)\n", ""),
+        ),
+    ),
+    Bug(
         name="gat_softmax_into_nll",
         program="gat",
         what="GAT.forward returns F.softmax instead of F.log_softmax, and the loss is "

@@ -170,6 +170,11 @@ def test_a_rank_stuck_in_its_read_on_another_node_then_killed(jobs: Callable[...
     records = job.json("cluster", "diagnoses")
     held = [r for r in records if r["kind"] == "missing_rank" and r["step"] == 5]
     assert len(held) == 1 and held[0]["job"] and len(held[0]["found_by"]) >= 2
+    # The four ranks read one Samples dataset without a DistributedSampler: every rank is given
+    # the same batches, told from their digests across both nodes.
+    same = [r for r in records if r["kind"] == "same_batches"]
+    assert same and same[0]["evidence"]["ranks"] == [0, 1, 2, 3], records
+    assert "samples with SequentialSampler, not a DistributedSampler" in same[0]["summary"]
 
     def with_rank3_hang() -> str | None:  # rank 3's own hang may come a pass after the rest
         text = job.cli("cluster", "diagnoses").stdout

@@ -23,11 +23,12 @@ from torchdoctor.diagnose import (
     rank_died,
     rank_raised,
     replica_drift,
+    same_batches,
     straggler,
     uneven_batches,
 )
 from torchdoctor.diagnose.evidence import decode
-from torchdoctor.diagnose.inputs import HangCapture, Inputs, JobInputs, RankView
+from torchdoctor.diagnose.inputs import HangCapture, Inputs, JobInputs, RankBatches, RankView
 from torchdoctor.diagnose.record import Diagnosis, Finding
 from torchdoctor.frames import StackFrame, ThreadStack
 from torchdoctor.identity import rank_ranges, ranks_text
@@ -632,6 +633,52 @@ def test_each_model_drifts_on_its_own_and_a_bypassed_wrapper_is_named() -> None:
     assert b.fix[0].startswith("call the DistributedDataParallel wrapper")
     assert a.fix[0].startswith("look for code that changes parameters on rank 1 only")
     assert a.key != b.key
+
+
+# -- every rank given the same batches --------------------------------------------------------
+LOADER = {"sampler": "SequentialSampler", "site": f"{TRAIN}:33", "num_workers": 0}
+
+
+def _batched(rank: int, digests: dict[int, str], ddp: bool = True) -> RankView:
+    checks = _checks({1: [1.0, 2.0, 3.0]}) if ddp else {}
+    batches = RankBatches(digests, dict(LOADER))
+    return view(rank, _history(rank, 4), 4, checksums=checks, batches=batches)
+
+
+def test_ddp_ranks_given_the_same_batches_name_the_sampler() -> None:
+    same = {1: "aa", 2: "bb", 3: "cc"}
+    ranks = {r: _batched(r, same) for r in (0, 1)}
+    [d] = same_batches.diagnose(inputs(ranks))
+    assert (d.kind, d.severity, d.step, d.location) == ("same_batches", "warning", 3, TRAIN + ":33")
+    assert d.evidence.ranks == [0, 1] and d.evidence.steps == [1, 2, 3]
+    assert d.evidence.sampler == "SequentialSampler"
+    assert "samples with SequentialSampler, not a DistributedSampler" in d.summary
+    assert d.fix[0].startswith("give the DataLoader a DistributedSampler")
+    # Ranks that differ on one common step, fewer than two common steps, or no DDP replicas
+    # (a tensor-parallel group reads the same batch on purpose): nothing.
+    ranks[1] = _batched(1, {**same, 3: "dd"})
+    assert same_batches.diagnose(inputs(ranks)) == []
+    ranks[1] = _batched(1, {3: "cc", 4: "ee"})
+    assert same_batches.diagnose(inputs(ranks)) == []
+    ranks = {r: _batched(r, same, ddp=False) for r in (0, 1)}
+    assert same_batches.diagnose(inputs(ranks)) == []
+
+
+def test_batch_digests_read_from_events_and_from_a_ranks_answers() -> None:
+    window = {"steps": [1, 2, 3], "same": [], "digests": ["aa", "bb", "cc"], "model": "m"}
+    events = [
+        {"kind": same_batches.LOADER, "step": 0, "data": json.dumps(LOADER)},
+        {"kind": same_batches.EVENT, "step": 3, "data": json.dumps(window)},
+        {"kind": "silent.other", "step": 3, "data": "{}"},
+    ]
+    got = same_batches.batches_of(events)
+    assert got.digests == {1: "aa", 2: "bb", 3: "cc"} and got.loader == LOADER
+    record = RankRecord(0)
+    columns = {"steps": list(STEPS.column_names), "collectives": list(COLLECTIVES.column_names)}
+    answer = {"digests": {"1": "aa", "2": "bb"}, "loader": LOADER}
+    record.update({"columns": columns, "steps_done": 2, "batches": answer})
+    record.update({"columns": columns, "steps_done": 3, "batches": {"digests": {"3": "cc"}}})
+    assert record.view().batches == RankBatches({1: "aa", 2: "bb", 3: "cc"}, LOADER)
 
 
 # -- the answers, read the same at any number of ranks ----------------------------------------

@@ -12,8 +12,8 @@ from typing import Any
 
 from torchdoctor._json import decode_as
 from torchdoctor.cluster import loops
-from torchdoctor.diagnose import replica_drift
-from torchdoctor.diagnose.inputs import DEAD, JobInputs, RankView
+from torchdoctor.diagnose import replica_drift, same_batches
+from torchdoctor.diagnose.inputs import DEAD, JobInputs, RankBatches, RankView
 from torchdoctor.frames import StackFrame, ThreadStack
 from torchdoctor.store import rundir
 from torchdoctor.store.columns import Block
@@ -42,6 +42,7 @@ class RankRecord:
         self.gone = False  # its process has exited
         self.heard: float | None = None  # when it last answered
         self.checksums: dict[int, dict[str, Any]] = {}  # step -> model -> replica checksums
+        self.batches = RankBatches()  # step -> digest of its batch; its DataLoader
 
     def update(self, state: dict[str, Any]) -> None:
         self.state = state
@@ -66,6 +67,12 @@ class RankRecord:
             [{"kind": replica_drift.EVENT, "data": d} for d in state.get("checksums") or []]
         ).items():
             self.checksums.setdefault(step, {}).update(models)
+        batches = state.get("batches") or {}
+        for step, digest in (batches.get("digests") or {}).items():
+            if str(step).isdigit() and isinstance(digest, str):
+                self.batches.digests[int(step)] = digest
+        if isinstance(batches.get("loader"), dict):
+            self.batches.loader = self.batches.loader or batches["loader"]
         self._trim()
 
     def _settle(self, current: set[tuple[str, int]]) -> None:
@@ -98,6 +105,9 @@ class RankRecord:
                 del self.steps[step]
         for step in sorted(self.checksums)[: max(0, len(self.checksums) - KEEP_CHECKS)]:
             del self.checksums[step]
+        digests = self.batches.digests
+        for step in sorted(digests)[: max(0, len(digests) - same_batches.RECENT)]:
+            del digests[step]
         if len(self.calls) > KEEP_CALLS:
             for key in sorted(self.calls, key=_order)[: len(self.calls) - KEEP_CALLS]:
                 del self.calls[key]
@@ -139,6 +149,7 @@ class RankRecord:
             threads=decode_as(list[ThreadStack], state.get("threads")),
             kinds=tuple(state.get("kinds") or ()),
             checksums=dict(self.checksums),
+            batches=RankBatches(dict(self.batches.digests), dict(self.batches.loader)),
         )
 
 

@@ -11,11 +11,11 @@ import time
 from typing import Any
 
 from torchdoctor.cluster import loops
-from torchdoctor.diagnose import job_kinds, job_modules, replica_drift
+from torchdoctor.diagnose import job_kinds, job_modules, replica_drift, same_batches
 from torchdoctor.diagnose.crash import CrashEvidence
 from torchdoctor.diagnose.evidence import Evidence, decode
 from torchdoctor.diagnose.hang import HangEvidence, keeping_alive
-from torchdoctor.diagnose.inputs import DEAD, Inputs, JobInputs, RankView
+from torchdoctor.diagnose.inputs import DEAD, Inputs, JobInputs, RankBatches, RankView
 from torchdoctor.diagnose.oom import OomDiagnosisEvidence
 from torchdoctor.diagnose.record import Diagnosis
 from torchdoctor.frames import StackFrame, ThreadStack
@@ -66,6 +66,7 @@ def rank_view(rank: int, run: SavedRun) -> RankView:
         threads=threads,
         kinds=tuple(sorted({f.kind for f in own})),
         checksums=_checksums(run.block("events")),
+        batches=_batches(run.block("events")),
     )
     if status == "running" or (status in DEAD and ended is None):
         # Nobody wrote how it ended (kill -9): its last row is the last sign of life.
@@ -175,6 +176,14 @@ def _checksums(events: Block) -> dict[int, dict[str, Any]]:
         return {}
     rows = [i for i, k in enumerate(events.column("kind")) if k == replica_drift.EVENT]
     return replica_drift.checksums_of([events.rows_between(i, i + 1).to_records()[0] for i in rows])
+
+
+def _batches(events: Block) -> RankBatches:
+    if not events.rows:
+        return RankBatches()
+    kinds = (same_batches.EVENT, same_batches.LOADER)
+    rows = [i for i, k in enumerate(events.column("kind")) if k in kinds]
+    return same_batches.batches_of([events.rows_between(i, i + 1).to_records()[0] for i in rows])
 
 
 def _fatal_time(meta: dict[str, Any]) -> float | None:

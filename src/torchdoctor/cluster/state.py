@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from torchdoctor.cluster.member import node_rank
 from torchdoctor.cluster.saved import OwnFinding, raised_of
-from torchdoctor.diagnose import replica_drift
+from torchdoctor.diagnose import replica_drift, same_batches
 from torchdoctor.diagnose.hang import keeping_alive, waits_at_exit
 from torchdoctor.frames import StackFrame
 from torchdoctor.identity import RankIdentity
@@ -86,6 +86,7 @@ def rank_state(
         # The replica checks only with the rows: a light answer stays small (a check carries
         # every parameter's name), and a drift seen 15 s later is still seen.
         out["checksums"] = recent_checksums(host.tables["events"])
+        out["batches"] = recent_batches(host.tables["events"])
     else:
         out["current"] = current_calls(collectives)
     return out
@@ -115,6 +116,17 @@ def recent_checksums(table: RingTable) -> list[dict[str, Any]]:
     steps = sorted({d.get("step") for d in found if isinstance(d.get("step"), int)})
     recent = set(steps[-replica_drift.RECENT :])
     return [d for d in found if d.get("step") in recent]
+
+
+def recent_batches(table: RingTable) -> dict[str, Any]:
+    """This rank's latest batch digests (its silent.batches facts: step -> digest) and its
+    first DataLoader's facts, for the others' job view."""
+    rows, _ = table_tail(table, None, 256)
+    kind, data = EVENTS.index("kind"), EVENTS.index("data")
+    kinds = (same_batches.EVENT, same_batches.LOADER)
+    found = [{"kind": row[kind], "data": row[data]} for row in rows if row[kind] in kinds]
+    got = same_batches.batches_of(found)
+    return {"digests": {str(s): d for s, d in got.digests.items()}, "loader": got.loader}
 
 
 def main_stack() -> list[StackFrame]:

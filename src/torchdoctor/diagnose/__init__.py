@@ -54,6 +54,7 @@ MODULES: tuple[str, ...] = (
     "rank_raised",
     "rank_died",
     "replica_drift",
+    "same_batches",
 )
 
 

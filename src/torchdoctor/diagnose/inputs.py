@@ -121,6 +121,16 @@ DEAD = ("failed", "crashed", "killed", "terminated")
 
 
 @dataclasses.dataclass
+class RankBatches:
+    """What a rank says of its batches (diagnose/same_batches.py): step -> digest of the batch
+    its model was given on its sampled steps (telemetry/silent/batches.py), and its first
+    DataLoader's facts (its sampler, where it is iterated)."""
+
+    digests: dict[int, str] = dataclasses.field(default_factory=dict)
+    loader: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
 class RankView:
     """One rank of a job as the job-level diagnoses see it: its recent rows and its state."""
 
@@ -147,6 +157,7 @@ class RankView:
     kinds: tuple[str, ...] = ()  # the kinds of its own diagnoses (memory_leak: an OOM kill?)
     # step -> this rank's checksum of each replicated parameter (telemetry/replicas.py)
     checksums: dict[int, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    batches: RankBatches = dataclasses.field(default_factory=lambda: RankBatches())
 
     @property
     def alive(self) -> bool:

@@ -187,7 +187,9 @@ def install(rec: Any, torch: Any, hooks: Hooks) -> Callable[[], None]:
         it = original_iter(loader)
         if not compiling() and switch.on and id(loader) not in seen:
             seen.add(id(loader))
-            _guarded(rec, rec.event, "dataloader", _loader_facts(loader))
+            facts = _loader_facts(loader)
+            facts["site"] = site(user_frame(sys._getframe(1)))  # where it is iterated
+            _guarded(rec, rec.event, "dataloader", facts)
         return it
 
     hooks.patch(dl.DataLoader, "__iter__", __iter__)
@@ -420,6 +422,7 @@ def _loader_facts(loader: Any) -> dict[str, Any]:
         "prefetch_factor": getattr(loader, "prefetch_factor", None),
         "batch_size": getattr(loader, "batch_size", None),
         "dataset": type(getattr(loader, "dataset", None)).__name__,
+        "sampler": type(getattr(loader, "sampler", None)).__name__,
         "batches": _length(loader),
     }
 

@@ -11,11 +11,14 @@ switches this off.
 
 At the end of each window of consecutive sampled steps (steps 1-3, then each pair) a
 `silent.batches` fact says which steps were compared, which of them had identical batches,
-whether a DataLoader fetch happened in each, and the leading dimension of each tensor.
+whether a DataLoader fetch happened in each, the leading dimension of each tensor, and a
+digest of each step's batch (the ranks of a job compare theirs: diagnose/same_batches.py).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any
 
 from torchdoctor.telemetry.local_shards import local
@@ -118,8 +121,16 @@ class Batches:
             "shapes": window[-1]["shapes"],
             "lead": [[s[0] if s else None for s in e["shapes"]] for e in window],
             "model": window[-1]["model"],
+            # each step's batch in a few characters: the ranks of a job compare them
+            "digests": [digest(e["shapes"], e["fingerprint"]) for e in window],
         }
         self.host.emit("batches", data)
+
+
+def digest(shapes: list[list[int]], fingerprint: list[float]) -> str:
+    """A batch's shapes and fingerprint as 16 hex digits: equal batches, equal digests."""
+    text = json.dumps([shapes, [float(v).hex() for v in fingerprint]])
+    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 
 def _tensors(torch: Any, args: Any, kwargs: Any) -> list[Any]:
