@@ -105,6 +105,18 @@ class Inputs:
         return Block.empty(SHAPES) if self.read_shapes is None else self.read_shapes()
 
 
+def event_data(record: dict[str, Any]) -> dict[str, Any] | None:
+    """A python.events record's data as a dict, whether already decoded or still JSON text;
+    None for data that is neither."""
+    data = record.get("data")
+    if isinstance(data, str):
+        try:
+            data = json.loads(data)
+        except ValueError:
+            return None
+    return data if isinstance(data, dict) else None
+
+
 def decode_events(block: Block) -> list[dict[str, Any]]:
     out = []
     for record in block.to_records():

@@ -17,12 +17,11 @@ differ; where the training called the module DDP wraps instead of the wrapper (t
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Any
 
 from torchdoctor._json import Record
 from torchdoctor.diagnose.evidence import Evidence, kind
-from torchdoctor.diagnose.inputs import Inputs, JobInputs
+from torchdoctor.diagnose.inputs import Inputs, JobInputs, event_data
 from torchdoctor.diagnose.record import Diagnosis
 from torchdoctor.identity import ranks_text
 
@@ -71,15 +70,8 @@ def checksums_of(records: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
     """step -> {model -> {"names", "sums"}} from python.events records (data decoded or not)."""
     out: dict[int, dict[str, Any]] = {}
     for record in records:
-        if record.get("kind") != EVENT:
-            continue
-        data = record.get("data")
-        if isinstance(data, str):
-            try:
-                data = json.loads(data)
-            except ValueError:
-                continue
-        if not isinstance(data, dict) or "sums" not in data:
+        data = event_data(record) if record.get("kind") == EVENT else None
+        if data is None or "sums" not in data:
             continue
         step = int(data.get("step", record.get("step") or 0))
         copy: dict[str, Any] = {"names": list(data.get("names") or []), "sums": list(data["sums"])}

@@ -13,11 +13,10 @@ telemetry/replicas.py): ranks of a tensor-parallel group read the same batch on 
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Any
 
 from torchdoctor.diagnose.evidence import Evidence, kind
-from torchdoctor.diagnose.inputs import Inputs, RankBatches
+from torchdoctor.diagnose.inputs import Inputs, RankBatches, event_data
 from torchdoctor.diagnose.record import Diagnosis
 from torchdoctor.frames import short_site
 from torchdoctor.identity import ranks_text
@@ -45,15 +44,8 @@ def batches_of(records: list[dict[str, Any]]) -> RankBatches:
     records (data decoded or not)."""
     out = RankBatches()
     for record in records:
-        if record.get("kind") not in (EVENT, LOADER):
-            continue
-        data = record.get("data")
-        if isinstance(data, str):
-            try:
-                data = json.loads(data)
-            except ValueError:
-                continue
-        if not isinstance(data, dict):
+        data = event_data(record) if record.get("kind") in (EVENT, LOADER) else None
+        if data is None:
             continue
         if record.get("kind") == LOADER:
             out.loader = out.loader or data
