@@ -131,8 +131,9 @@ class UpdateEffects:
             return
         trainable = [p for g in optimizer.param_groups for p in g["params"] if p.requires_grad]
         if not trainable or any(p.grad is not None for p in trainable):
-            self.gradless.pop(key, None)
-            self._disarm(key)
+            if key in self.gradless:  # every step: nothing to undo unless it was gradless
+                del self.gradless[key]
+                self._disarm(key)
             return
         count = self.gradless[key] = self.gradless.get(key, 0) + 1
         arrived = self.arrivals[key][1][0] if key in self.arrivals else False
