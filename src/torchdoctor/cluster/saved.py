@@ -172,18 +172,19 @@ def _last_row(steps: Block, collectives: Block) -> float | None:
 
 
 def _checksums(events: Block) -> dict[int, dict[str, Any]]:
-    if not events.rows:
-        return {}
-    rows = [i for i, k in enumerate(events.column("kind")) if k == replica_drift.EVENT]
-    return replica_drift.checksums_of([events.rows_between(i, i + 1).to_records()[0] for i in rows])
+    return replica_drift.checksums_of(_records_of(events, (replica_drift.EVENT,)))
 
 
 def _batches(events: Block) -> RankBatches:
+    return same_batches.batches_of(_records_of(events, (same_batches.EVENT, same_batches.LOADER)))
+
+
+def _records_of(events: Block, kinds: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The rows of python.events of `kinds`, as records (their data still JSON text)."""
     if not events.rows:
-        return RankBatches()
-    kinds = (same_batches.EVENT, same_batches.LOADER)
+        return []
     rows = [i for i, k in enumerate(events.column("kind")) if k in kinds]
-    return same_batches.batches_of([events.rows_between(i, i + 1).to_records()[0] for i in rows])
+    return [events.rows_between(i, i + 1).to_records()[0] for i in rows]
 
 
 def _fatal_time(meta: dict[str, Any]) -> float | None:

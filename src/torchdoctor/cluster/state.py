@@ -85,8 +85,9 @@ def rank_state(
         out["current"] = current_calls(collectives)
         # The replica checks only with the rows: a light answer stays small (a check carries
         # every parameter's name), and a drift seen 15 s later is still seen.
-        out["checksums"] = recent_checksums(host.tables["events"])
-        out["batches"] = recent_batches(host.tables["events"])
+        events = recent_events(host.tables["events"], JOB_EVENTS)
+        out["checksums"] = recent_checksums(events)
+        out["batches"] = recent_batches(events)
     else:
         out["current"] = current_calls(collectives)
     return out
@@ -107,25 +108,31 @@ def own_findings(table: RingTable) -> dict[str, Any]:
     return out
 
 
-def recent_checksums(table: RingTable) -> list[dict[str, Any]]:
-    """This rank's latest replica checksums (python.events data): those of the last few checked
-    steps, every model's."""
+# The events of a rank its peers read: replica checksums, batch digests, its DataLoader
+JOB_EVENTS = (replica_drift.EVENT, same_batches.EVENT, same_batches.LOADER)
+
+
+def recent_events(table: RingTable, kinds: tuple[str, ...]) -> list[dict[str, Any]]:
+    """This rank's events of `kinds` among its last 256, as records ({"kind", "data"}, the data
+    as its JSON text): one read of the table for every part of a job view."""
     rows, _ = table_tail(table, None, 256)
     kind, data = EVENTS.index("kind"), EVENTS.index("data")
-    found = [json.loads(row[data]) for row in rows if row[kind] == replica_drift.EVENT]
+    return [{"kind": row[kind], "data": row[data]} for row in rows if row[kind] in kinds]
+
+
+def recent_checksums(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """This rank's latest replica checksums (python.events data): those of the last few checked
+    steps, every model's."""
+    found = [json.loads(e["data"]) for e in events if e["kind"] == replica_drift.EVENT]
     steps = sorted({d.get("step") for d in found if isinstance(d.get("step"), int)})
     recent = set(steps[-replica_drift.RECENT :])
     return [d for d in found if d.get("step") in recent]
 
 
-def recent_batches(table: RingTable) -> dict[str, Any]:
+def recent_batches(events: list[dict[str, Any]]) -> dict[str, Any]:
     """This rank's latest batch digests (its silent.batches facts: step -> digest) and its
     first DataLoader's facts, for the others' job view."""
-    rows, _ = table_tail(table, None, 256)
-    kind, data = EVENTS.index("kind"), EVENTS.index("data")
-    kinds = (same_batches.EVENT, same_batches.LOADER)
-    found = [{"kind": row[kind], "data": row[data]} for row in rows if row[kind] in kinds]
-    got = same_batches.batches_of(found)
+    got = same_batches.batches_of(events)
     return {"digests": {str(s): d for s, d in got.digests.items()}, "loader": got.loader}
 
 

@@ -24,6 +24,7 @@ from torchdoctor.identity import ranks_text
 JOB = True  # compares ranks: runs on a job's tables
 
 EVENT = "silent.batches"  # python.events kind whose data carries "steps" and "digests"
+LOADER = "dataloader"  # python.events kind: a DataLoader's facts (its sampler, its loop)
 MIN_STEPS = 2  # sampled steps seen on every rank, all alike, before it is said
 RECENT = 16  # steps per rank kept and sent
 
@@ -34,9 +35,6 @@ class SameBatchesEvidence(Evidence):
     ranks: list[int]
     steps: list[int]  # the sampled steps compared: the same batch on every rank at each
     sampler: str | None = None  # the class of rank 0's DataLoader's sampler
-
-
-LOADER = "dataloader"  # python.events kind: a DataLoader's facts (its sampler, its loop)
 
 
 def batches_of(records: list[dict[str, Any]]) -> RankBatches:
@@ -76,7 +74,8 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
     loader = views[ranks[0]].loader
     sampler, where = loader.get("sampler"), short_site(loader.get("site"))
     said = (
-        f"its DataLoader (first iterated at {where}) samples with {sampler}"
+        f"its DataLoader (first iterated at {where}) samples with {sampler}, not a "
+        "DistributedSampler"
         if sampler and where
         else "the DataLoader has no DistributedSampler"
     )
@@ -90,8 +89,8 @@ def diagnose(inputs: Inputs) -> list[Diagnosis]:
                 f"Every rank trains on the same batches: {ranks_text(ranks)} were given "
                 f"identical inputs on each of the {len(steps)} sampled steps compared "
                 f"({', '.join(str(s) for s in steps[:6])}). DDP averages their gradients, so "
-                f"{len(ranks)} ranks do the work of one: {said}, not a DistributedSampler, "
-                "or every rank shuffles with the same seed."
+                f"{len(ranks)} ranks do the work of one: {said}, or every rank shuffles with "
+                "the same seed."
             ),
             evidence=SameBatchesEvidence(ranks=ranks, steps=steps, sampler=sampler),
             fix=[

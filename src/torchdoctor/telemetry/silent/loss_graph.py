@@ -226,7 +226,7 @@ class LossGraphs:
         if source is None or logp is None:
             return
         class_dim = 1 if logp.dim() >= 2 else 0
-        if _is_softmax(_below_selections(source)):
+        if _is(_below_selections(source), "SoftmaxBackward0"):
             self._finding("nll_on_probabilities", {"shape": list(logp.shape)})
             return
         # The axes are compared only when log_softmax feeds nll_loss directly: a selection in
@@ -238,14 +238,14 @@ class LossGraphs:
             data = {"dim": dim, "class_dim": class_dim, "shape": list(logp.shape)}
             self._finding("log_softmax_axis", data)
         below = source.next_functions[0][0]
-        if _is_softmax(_below_selections(below)):
+        if _is(_below_selections(below), "SoftmaxBackward0"):
             self._finding("softmax_before_cross_entropy", {"shape": list(logp.shape)})
         elif below is not None and type(below).__name__ in _VIEWS:
             self._flatten_order(below, getattr(node, "_saved_target", None))
 
     def _bce_logits(self, node: Any) -> None:
         """binary_cross_entropy_with_logits applies a sigmoid: one before it is a second."""
-        if _is_sigmoid(_below_selections(node.next_functions[0][0])):
+        if _is(_below_selections(node.next_functions[0][0]), "SigmoidBackward0"):
             logits = getattr(node, "_saved_self", None)
             shape = list(logits.shape) if logits is not None else []
             self._finding("sigmoid_before_bce_with_logits", {"shape": shape})
@@ -285,7 +285,7 @@ class LossGraphs:
         torch = self.host.torch
         if probs is None or probs.requires_grad or not probs.is_floating_point():
             return
-        if _is_softmax(_below_selections(below.next_functions[0][0])):
+        if _is(_below_selections(below.next_functions[0][0]), "SoftmaxBackward0"):
             self._finding("softmax_before_cross_entropy", {"shape": list(probs.shape)})
         ndim = probs.dim()
         dim = int(below._saved_dim) % max(1, ndim)
@@ -363,12 +363,8 @@ def _below_selections(node: Any) -> Any:
     return node
 
 
-def _is_softmax(node: Any) -> bool:
-    return node is not None and type(node).__name__ == "SoftmaxBackward0"
-
-
-def _is_sigmoid(node: Any) -> bool:
-    return node is not None and type(node).__name__ == "SigmoidBackward0"
+def _is(node: Any, name: str) -> bool:
+    return node is not None and type(node).__name__ == name
 
 
 def _reaches(root: Any, ids: set[int], parameter: type) -> tuple[bool | None, list[dict[str, Any]]]:
