@@ -350,6 +350,58 @@ BUGS: tuple[Bug, ...] = (
         ),
     ),
     Bug(
+        name="forward_forward_no_zero_grad",
+        program="mnist_forward_forward",
+        what="self.opt.zero_grad() dropped from Layer.train: each layer's gradients pile up "
+        "over its epochs on the one batch",
+        kinds=("grad_not_cleared",),
+        lines=(
+            Line("mnist_forward_forward/main.py", "self.opt.step()"),
+            Line("mnist_forward_forward/main.py", "loss.backward()"),
+        ),
+        fix=r"zero_grad",
+        patches=(Patch("mnist_forward_forward/main.py", "            self.opt.zero_grad()\n", ""),),
+    ),
+    Bug(
+        name="forward_forward_output_not_detached",
+        program="mnist_forward_forward",
+        what="Layer.train returns its outputs without .detach(): the second layer's first "
+        "backward() also runs through the first layer's graph and frees it, the second goes "
+        "through it again (RuntimeError: Trying to backward through the graph a second time)",
+        kinds=("crash",),
+        lines=(Line("mnist_forward_forward/main.py", "loss.backward()"),),
+        modules=("Layer",),
+        fix=r"detach|cut the graph",
+        patches=(
+            Patch(
+                "mnist_forward_forward/main.py",
+                "        return self.forward(x_pos).detach(), self.forward(x_neg).detach()\n",
+                "        return self.forward(x_pos), self.forward(x_neg)\n",
+            ),
+        ),
+    ),
+    Bug(
+        name="forward_forward_trained_under_no_grad",
+        program="mnist_forward_forward",
+        what="the training call wrapped in torch.no_grad() (as the evaluation below it is "
+        "often written): the first loss has no graph, and backward() raises 'element 0 of "
+        "tensors does not require grad'",
+        kinds=("crash",),
+        lines=(
+            Line("mnist_forward_forward/main.py", "loss.backward()"),
+            Line("mnist_forward_forward/main.py", "net.train(x_pos, x_neg)"),
+        ),
+        modules=("Layer",),
+        fix=r"no_grad|inference_mode",
+        patches=(
+            Patch(
+                "mnist_forward_forward/main.py",
+                "    net.train(x_pos, x_neg)\n",
+                "    with torch.no_grad():\n        net.train(x_pos, x_neg)\n",
+            ),
+        ),
+    ),
+    Bug(
         name="word_lm_hidden_not_detached",
         program="word_language_model",
         what="hidden = repackage_hidden(hidden) dropped from train(): the LSTM's state carries "

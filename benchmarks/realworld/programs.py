@@ -433,6 +433,42 @@ PROGRAMS: tuple[Program, ...] = (
         "matplotlib stand-in: a figure is a file of the values plotted",
     ),
     Program(
+        name="mnist_forward_forward",
+        shims=("vision",),
+        repo=EXAMPLES[0],
+        commit=EXAMPLES[1],
+        files=_examples("mnist_forward_forward", "main.py"),
+        workdir="mnist_forward_forward",
+        script="main.py",
+        # Hinton's forward-forward: no backward through the network; each of the two layers
+        # has its own Adam and is trained alone for all its epochs on one batch (the whole
+        # training set), the first layer's epochs before the second's. The layers sit in a
+        # Python list, so the Net has no parameters of its own, and Net.train() is the
+        # program's training, not nn.Module.train.
+        args=(
+            *("--epochs", "60", "--train_size", "1000", "--test_size", "500"),
+            *("--log-interval", "10", "--no_accel"),
+        ),
+        # The first layer's 60 updates, then the second layer's once its optimizer has taken
+        # over (docs/architecture.md, "What a step is"): its first HANDOVER - 1 = 19 updates,
+        # before it is known to be a phase of its own, are rows of python.optimizer_steps in
+        # the first layer's last step, its other 41 are steps.
+        expected_steps=_const(60 + 41),
+        optimizers=2,
+        env=_mnist_env(1000),
+        data_note="torchvision stand-in: MNIST of 1,000 / 500 images, each set one batch",
+        # It parses --seed and never seeds: with this torch's random default seed two plain
+        # runs differ. Seeded with its own default so that the runs can be compared.
+        port=(
+            Patch(
+                "mnist_forward_forward/main.py",
+                "    args = parser.parse_args()\n",
+                "    args = parser.parse_args()\n    torch.manual_seed(args.seed)\n",
+            ),
+        ),
+        gpu=_without("--no_accel"),
+    ),
+    Program(
         name="vae",
         shims=("vision",),
         repo=EXAMPLES[0],

@@ -9,6 +9,7 @@ never imported here.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import inspect
 import os
@@ -350,3 +351,118 @@ def optimizer_line(label: str, kind: str, files: list[str]) -> SourceLine | None
             if assign.search(text):
                 return SourceLine(file=path, line=number, code=text.strip())
     return None
+
+
+# -- the switch that turned autograd off -------------------------------------------------------
+_GRAD_OFF = ("no_grad", "inference_mode")
+
+
+def grad_off_site(frames: list[types.FrameType]) -> SourceLine | None:
+    """The line of the user's code that switched autograd off for the code that failed: a
+    `with torch.no_grad():` (or inference_mode(), set_grad_enabled(False)) whose block holds a
+    line of the traceback, or such a decorator on a function of it, the innermost one; else
+    the nearest such block above the failing line in the same function (a forward run under
+    no_grad, its loss's backward() below the block). None when the sources show none."""
+    user = [f for f in reversed(frames) if whose.is_user_file(f.f_code.co_filename)]
+    for pick in (_around, _above):
+        for frame in user:
+            path = frame.f_code.co_filename
+            tree = _parsed(path)
+            found = pick(tree, frame.f_lineno, frame.f_code.co_name) if tree else None
+            if found is not None:
+                return SourceLine(file=path, line=found.lineno, code=_header(found))
+    return None
+
+
+def _header(node: ast.stmt | ast.expr) -> str:
+    """`with torch.no_grad():` or `@torch.no_grad()`, as written but without its comment."""
+    if isinstance(node, (ast.With, ast.AsyncWith)):
+        items = ", ".join(ast.unparse(item) for item in node.items)
+        return f"{'async ' if isinstance(node, ast.AsyncWith) else ''}with {items}:"
+    return f"@{ast.unparse(node)}"
+
+
+def _scope(tree: ast.AST, line: int, function: str) -> ast.AST:
+    """The function `function` that holds `line` (the module for module-level code)."""
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.name == function
+            and node.lineno <= line <= (node.end_lineno or 0)
+        ):
+            return node
+    return tree
+
+
+def _grad_off_blocks(scope: ast.AST) -> list[ast.With | ast.AsyncWith]:
+    return [
+        node
+        for node in _own_statements(scope)
+        if isinstance(node, (ast.With, ast.AsyncWith))
+        and any(_turns_grad_off(i.context_expr) for i in node.items)
+    ]
+
+
+def _around(tree: ast.AST, line: int, function: str) -> ast.stmt | ast.expr | None:
+    """A grad-off decorator of the function that holds `line`, else the innermost grad-off
+    `with` whose block holds it."""
+    scope = _scope(tree, line, function)
+    if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        switches = [d for d in scope.decorator_list if _turns_grad_off(d)]
+        if switches:
+            return switches[0]
+    held = [b for b in _grad_off_blocks(scope) if b.body[0].lineno <= line <= (b.end_lineno or 0)]
+    return max(held, key=lambda b: b.lineno, default=None)
+
+
+def _above(tree: ast.AST, line: int, function: str) -> ast.stmt | None:
+    """The last grad-off `with` of the function that holds `line` that ends above it."""
+    blocks = _grad_off_blocks(_scope(tree, line, function))
+    ended = [b for b in blocks if (b.end_lineno or 0) < line]
+    return max(ended, key=lambda b: b.lineno, default=None)
+
+
+def _own_statements(scope: ast.AST) -> list[ast.AST]:
+    """The nodes of `scope`'s own code: not those of the functions and classes it defines."""
+    out: list[ast.AST] = []
+    todo = list(ast.iter_child_nodes(scope))
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        out.append(node)
+        todo.extend(ast.iter_child_nodes(node))
+    return out
+
+
+def _turns_grad_off(expr: ast.expr) -> bool:
+    """`torch.no_grad()`, `no_grad`, `torch.inference_mode()` (not `inference_mode(False)`),
+    `torch.set_grad_enabled(False)`."""
+    call = expr if isinstance(expr, ast.Call) else None
+    func = call.func if call is not None else expr
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+    first = call.args[0] if call is not None and call.args else None
+    off = isinstance(first, ast.Constant) and first.value is False
+    if name in _GRAD_OFF:
+        return not off
+    return name == "set_grad_enabled" and off
+
+
+_PARSED: dict[str, ast.AST | None] = {}
+
+
+def _source(path: str) -> list[str]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read().splitlines()
+    except (OSError, UnicodeDecodeError):
+        return []
+
+
+def _parsed(path: str) -> ast.AST | None:
+    if path not in _PARSED:
+        try:
+            _PARSED[path] = ast.parse("\n".join(_source(path)) or "pass", filename=path)
+        except (SyntaxError, ValueError):
+            _PARSED[path] = None
+    return _PARSED[path]

@@ -6,13 +6,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import helpers
 import pytest
 from recording import record
 
 # why the loss has no grad_fn -> words of the first fix of the crash diagnosis
 CASES = {
     "detached": "Keep the prediction a tensor",
-    "no_grad": "grad enabled",
+    "no_grad": "Take the training out of `with torch.no_grad():` at ",
+    "no_grad_loop": "Take the training out of `with torch.no_grad():` at ",
     "frozen": "Unfreeze",
     "partly_frozen": "Unfreeze",
 }
@@ -27,6 +29,11 @@ def test_the_first_fix_is_the_cause_the_step_showed(how: str, tmp_path: Path) ->
     first = crash[-1]["fix"].splitlines()[0]
     assert CASES[how] in first, crash[-1]["fix"]
     assert "checkpoint" not in first.lower()
+    if how.startswith("no_grad"):  # the block that switched grad off, found in the source:
+        # around a frame of the traceback, or above the failing backward() in its function
+        after = "no_grad_loop" if how == "no_grad_loop" else "def train"
+        line = helpers.line_of("crash_no_grad_fn.py", "with torch.no_grad():", after=after)
+        assert f"crash_no_grad_fn.py:{line}: " in first, first
     if how == "partly_frozen":  # the frozen part named, the graph cut still a cause after it
         causes = crash[-1]["evidence"]["causes"]
         assert causes[0].endswith(": discriminator frozen while the rest trains."), causes

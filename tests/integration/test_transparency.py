@@ -1,7 +1,7 @@
 """A script under torchdoctor behaves exactly as without it.
 
-Every script of tests/transparency runs plain and under `torchdoctor run`, and those for which
-the way in matters also under `TORCHDOCTOR=1 python` (ENV_TOO), each in a fresh directory.
+Every script of tests/transparency runs plain and under `torchdoctor run`, and where the way in
+matters also under `TORCHDOCTOR=1 python` (ENV_TOO), each in a fresh directory.
 Same exit code, same stdout byte for byte
 (seeded losses printed in full precision; the compiled scripts print Dynamo's own counters),
 same stderr once torchdoctor's own lines are taken out, same files with the same bytes.
@@ -29,15 +29,22 @@ ADDRESS_IN_USE = "address already in use"  # gloo's and the TCP store's words fo
 # it stays a difference.
 SHUTDOWN_RACE = "resource_tracker: There appear to be"
 # TORCHDOCTOR=1 starts the probe by another road (the start-up hook at `import torch`) but
-# instruments the same way: it runs where the road matters (child processes, exits, import
-# order under torch.compile, a plain loop); the other scripts run plain and under `run`.
+# instruments the same way: it runs where the road matters (child processes, import order
+# under torch.compile, a plain script run by a relative path, and the endings whose way out
+# differs from `run`'s: a message and a traceback Python prints itself, os._exit past atexit,
+# a SIGTERM left to its default); the other scripts and endings run plain and under `run`
+# (a user's SIGTERM handler, asyncio's and sys.exit(3) take the same code on both roads).
+# Keys: (script, its first argument or "").
 ENV_TOO = {
-    "mnist_cnn.py",
-    "compiled_model.py",
-    "loader_workers.py",
-    "ddp_spawn.py",
-    "exits.py",
-    "as_python.py",
+    ("compiled_model.py", ""),
+    ("loader_workers.py", "fork"),
+    ("loader_workers.py", "spawn"),
+    ("ddp_spawn.py", "{port}"),
+    ("exits.py", "message"),
+    ("exits.py", "raise"),
+    ("exits.py", "os_exit"),
+    ("exits.py", "sigterm"),
+    ("as_python.py", ""),
 }
 # run by a path relative to the working directory, as people type it
 RELATIVE = {"as_python.py"}
@@ -179,7 +186,7 @@ def _recorded(runs: Path) -> tuple[int, int] | None:
 def test_same_behaviour_with_and_without_torchdoctor(  # type: ignore[no-untyped-def]
     script, args, steps, optimizers, env, tmp_path
 ) -> None:
-    ways = WAYS if script in ENV_TOO else WAYS[:2]
+    ways = WAYS if (script, args[0] if args else "") in ENV_TOO else WAYS[:2]
     # One way after the other: run at the same time they made the suite slower (2 cores) and
     # the timing-sensitive tests beside them flaky.
     results = {way: _run_way(way, CORPUS / script, args, tmp_path, env) for way in ways}

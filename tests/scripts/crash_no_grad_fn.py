@@ -1,8 +1,9 @@
 """backward() on a loss with no grad_fn, for one of four reasons (argv[1]): `detached` (the
 prediction cut from the graph with .detach()), `no_grad` (the forward run under
-torch.no_grad()), `frozen` (every parameter frozen), `partly_frozen` (a GAN's loss on real
-images through a discriminator that is frozen, as Lightning's toggle_optimizer() leaves it when
-the optimizers are unpacked in the wrong order). The live crash names the right one first."""
+torch.no_grad(); `no_grad_loop`: the whole training called inside one), `frozen` (every
+parameter frozen), `partly_frozen` (a GAN's loss on real images through a discriminator that
+is frozen, as Lightning's toggle_optimizer() leaves it when the optimizers are unpacked in the
+wrong order). The live crash names the right one first."""
 
 import sys
 
@@ -30,6 +31,14 @@ def main(how: str) -> None:
         model.discriminator.requires_grad_(False)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     x, y = torch.randn(16, 4), torch.randn(16, 1)
+    if how == "no_grad_loop":
+        with torch.no_grad():  # the whole training, as an evaluation is written
+            train(model, optimizer, x, y, how)
+    else:
+        train(model, optimizer, x, y, how)
+
+
+def train(model: nn.Module, optimizer: torch.optim.Optimizer, x, y, how: str) -> None:  # type: ignore[no-untyped-def]
     for _step in range(3):
         if how == "no_grad":
             with torch.no_grad():

@@ -156,17 +156,16 @@ def _reconciled(d: Diagnosis, found: Sequence[Diagnosis]) -> Diagnosis:
 
 
 _HIDING = (LOWER_LR, CLIP_NORM, ADD_CLIPPING, WARM_UP)
+_FOLLOWS = ": this follows from it; clipping or a lower learning rate would only hide it"
 
 
 def _pointed_to_cause(d: Diagnosis, found: Sequence[Diagnosis]) -> Diagnosis:
     root = _root(d, found)
     if root is d or root.kind not in STANDING:
         return d
-    first = (
-        f"fix {root.kind} first (step {root.step}): this follows from it; "
-        "clipping or a lower learning rate would only hide it"
-    )
-    kept = [f for f in d.fix if not f.startswith(_HIDING)]
+    first = f"fix {root.kind} first (step {root.step}){_FOLLOWS}"
+    # (a finding told before, as the doctor keeps it, already has a pointer: replaced)
+    kept = [f for f in d.fix if not f.startswith(_HIDING) and _FOLLOWS not in f]
     fixes = [first, *kept]
     return d if fixes == d.fix else dataclasses.replace(d, fix=fixes)
 

@@ -374,7 +374,11 @@ NO_GRAD_FN = Entry(
             "(LoRA, adapters): check the training arguments.",
         ),
         Fix(
-            "Compute the training loss with grad enabled",
+            (
+                "Take the training out of {{grad_off}}: autograd is off for all it runs",
+                "Compute the training loss with grad enabled, outside torch.no_grad() and "
+                "inference_mode()",
+            ),
             "model.train()\n"
             "with torch.enable_grad():\n"
             "    loss = criterion(model(x), y)\n"

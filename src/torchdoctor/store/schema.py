@@ -232,7 +232,12 @@ MODULE_GRADS = TableSpec(
     "gradient and weight norms of one module's own parameters, on traced steps",
     (
         _c("step", INT),
-        _c("module", STR),
+        _c(
+            "module",
+            STR,
+            "qualified name (parameters of no module seen called: "
+            "`parameters of OPTIMIZER (no module call seen)`)",
+        ),
         _c("grad_norm", FLOAT, "L2 norm of the gradients (NULL: no parameter got one)", True),
         _c("param_norm", FLOAT, "L2 norm of the weights"),
         _c("with_grad", INT, "parameters that received a gradient"),

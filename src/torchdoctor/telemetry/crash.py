@@ -18,11 +18,13 @@ from torchdoctor.errors.located import locate_explanation
 from torchdoctor.failure import (
     definition,
     frames_of,
+    grad_off_site,
     locate,
     optimizer_line,
     phase_of,
     user_frame,
 )
+from torchdoctor.frames import short_site
 from torchdoctor.views import TrainingView
 
 _CONFIG = {
@@ -143,11 +145,19 @@ def _process_findings(facts: dict[str, Any], exc: BaseException) -> list[Finding
     if facts.get("models") and trainable == 0:
         out.append(Finding("every parameter of the model is frozen", rule_in=("frozen",)))
     elif grad is False:
+        site = grad_off_site(frames_of(exc))
+        switch = f"`{site.code}` at {short_site(site.site)}" if site is not None else None
         out.append(
             Finding(
-                "the step's forward ran with grad off (torch.no_grad or inference_mode)",
+                "the step's forward ran with grad off ("
+                + (
+                    f"{switch}, around the code that failed)"
+                    if switch
+                    else "torch.no_grad or inference_mode)"
+                ),
                 rule_in=("no_grad",),
                 rule_out=("detached", "checkpoint_inputs"),
+                fields={"grad_off": switch} if switch else {},
             )
         )
     elif grad and trainable and facts.get("frozen_modules") and not facts.get("checkpointing"):

@@ -62,10 +62,13 @@ class Tracer:
         """python.module_grads: each module's gradient and weight norms on a traced step, read
         back without a sync."""
         by_module: dict[str, list[Any]] = {}
+        # parameters of modules never called as modules (their .forward() called directly, a
+        # layer kept in a plain list): named by the optimizer that updates them
+        unnamed = f"parameters of {self.rec.optimizers.label(optimizer)} (no module call seen)"
         for group in optimizer.param_groups:
             for p in group["params"]:
                 named = models.param_name(p)
-                by_module.setdefault(named[0] if named else "?", []).append(p)
+                by_module.setdefault(named[0] if named else unnamed, []).append(p)
         names = list(by_module)
         with_grad = [[p for p in by_module[n] if p.grad is not None] for n in names]
         flat_grads = [p.grad for ps in with_grad for p in ps]
