@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .programs import DDP_TUTORIAL, FABRIC_LM, FSDP2, LIGHTNING_GAN, NANOGPT_ARGS, TP, Patch
+from .programs import DDP_TUTORIAL, FABRIC_LM, FSDP2, LIGHTNING_GAN, NANOGPT_ARGS, SP, TP, Patch
 
 
 @dataclass(frozen=True)
@@ -591,6 +591,18 @@ REAL_BUGS: tuple[Bug, ...] = (
         lines=(
             Line(TP, "optimizer.step()"),
             Line(TP, "output.sum().backward()"),
+        ),
+        fix=r"zero_grad",
+    ),
+    Bug(
+        name="sp_no_zero_grad",
+        program="sequence_parallel",
+        what="the sequence-parallel loop never calls optimizer.zero_grad() either: every AdamW "
+        "step applies the sum of all gradients so far",
+        kinds=("grad_not_cleared",),
+        lines=(
+            Line(SP, "optimizer.step()"),
+            Line(SP, "output.sum().backward()"),
         ),
         fix=r"zero_grad",
     ),

@@ -22,6 +22,7 @@ LIGHTNING = ("Lightning-AI/pytorch-lightning", "7f0c3436cd3f6ad3753125672024fc41
 HF_GPT2 = ("marinVcq/GPT2-trainer", "62eb6f61d8c18df4d6646e0dfebddec0606b9e8a")
 LIGHTNING_GAN = "examples/pytorch/domain_templates/generative_adversarial_net.py"
 FABRIC_LM = "examples/fabric/language_model/train.py"
+FABRIC_KFOLD = "examples/fabric/kfold_cv/train_fabric.py"
 
 
 @dataclass(frozen=True)
@@ -186,6 +187,7 @@ _CPU_OK = (
 DDP_TUTORIAL = "distributed/ddp-tutorial-series/multigpu_torchrun.py"
 FSDP2 = "distributed/FSDP2/example.py"
 TP = "distributed/tensor_parallelism/tensor_parallel_example.py"
+SP = "distributed/tensor_parallelism/sequence_parallel_example.py"
 
 
 PROGRAMS: tuple[Program, ...] = (
@@ -449,11 +451,10 @@ PROGRAMS: tuple[Program, ...] = (
             *("--epochs", "60", "--train_size", "1000", "--test_size", "500"),
             *("--log-interval", "10", "--no_accel"),
         ),
-        # The first layer's 60 updates, then the second layer's once its optimizer has taken
-        # over (docs/architecture.md, "What a step is"): its first HANDOVER - 1 = 19 updates,
-        # before it is known to be a phase of its own, are rows of python.optimizer_steps in
-        # the first layer's last step, its other 41 are steps.
-        expected_steps=_const(60 + 41),
+        # The first layer's 60 updates, then the second layer's 60 once its optimizer has
+        # taken over (docs/architecture.md, "What a step is"; its first updates, before it was
+        # known to be a phase of its own, are steps too).
+        expected_steps=_const(60 + 60),
         optimizers=2,
         env=_mnist_env(1000),
         data_note="torchvision stand-in: MNIST of 1,000 / 500 images, each set one batch",
@@ -719,6 +720,27 @@ PROGRAMS: tuple[Program, ...] = (
         gpu=_as_is,
     ),
     Program(
+        name="fabric_kfold",
+        shims=("vision", "sklearn"),
+        repo=LIGHTNING[0],
+        commit=LIGHTNING[1],
+        files=(FABRIC_KFOLD,),
+        workdir="examples/fabric/kfold_cv",
+        script="train_fabric.py",
+        # K-fold cross-validation: a model and an Adadelta per fold, all made up front; each
+        # epoch trains fold 0's model on its batches, then fold 1's, ..., so the optimizers
+        # take turns by the fold, not by the step.
+        args=("--epochs", "2", "--folds", "3", "--log-interval", "10"),
+        # Every update is a step: 2 epochs x 3 folds x 30 batches (1,920 of the 2,880 images).
+        expected_steps=_const(180),
+        optimizers=3,
+        env=_mnist_env(2880),
+        data_note="torchvision stand-in: MNIST of 2,880 images; scikit-learn stand-in: KFold "
+        "without shuffling (contiguous folds, as scikit-learn's)",
+        needs=("lightning", "torchmetrics"),
+        timeout=600,
+    ),
+    Program(
         name="lightning_gan",
         shims=("net",),
         repo=LIGHTNING[0],
@@ -874,6 +896,40 @@ PROGRAMS: tuple[Program, ...] = (
             ),
         ),
         # log_utils' logging format: "%m/%d/%Y %I:%M:%S %p" (stderr).
+        timing=(r"\d\d/\d\d/\d{4} \d\d:\d\d:\d\d [AP]M",),
+        timeout=600,
+    ),
+    Program(
+        name="sequence_parallel",
+        repo=EXAMPLES[0],
+        commit=EXAMPLES[1],
+        files=_examples(
+            "distributed/tensor_parallelism", "sequence_parallel_example.py", "log_utils.py"
+        ),
+        workdir="distributed/tensor_parallelism",
+        script="sequence_parallel_example.py",
+        args=(),
+        # Megatron-style sequence parallel: each rank its own rows of the batch (Shard(0)), an
+        # all-gather into the column-wise Linear and a reduce-scatter out of the row-wise one.
+        ranks=2,
+        expected_steps=_const(10),
+        data_note="none (random inputs, each rank its own)",
+        port=(
+            Patch(SP, _GPU_CHECK, _CPU_OK),
+            Patch(
+                SP,
+                "device_type = torch.accelerator.current_accelerator().type",
+                'device_type = "cpu"',
+            ),
+        ),
+        # Its bug (bugs.py REAL_BUGS sp_no_zero_grad), as in tensor_parallel_example.py.
+        fixes=(
+            Patch(
+                SP,
+                "    optimizer.step()\n",
+                "    optimizer.step()\n    optimizer.zero_grad()\n",
+            ),
+        ),
         timing=(r"\d\d/\d\d/\d{4} \d\d:\d\d:\d\d [AP]M",),
         timeout=600,
     ),

@@ -106,6 +106,7 @@ LEGIT = [
     ("silent_legit_patterns.py",),
     ("silent_legit_rl.py",),
     ("silent_legit_init.py",),
+    ("layerwise_optimizers.py", "25", "2", "3"),  # k-fold: the other folds' models in eval
 ]
 
 

@@ -3,11 +3,12 @@ python.steps), what the training loop calls each one, and the updates in progres
 
 The primary is the first optimizer that steps, or the one given to `watch()`. Every other
 optimizer's updates are rows of python.optimizer_steps; so are the primary's once a run has
-several (docs/architecture.md, "What a step is"). An optimizer first seen after the primary's
-last update that then makes HANDOVER updates in a row, with none of the primary's between,
-becomes the primary: the primary's training has ended and this one's has begun (layer-wise
-training, a second phase with an optimizer of its own). Optimizers that take turns (a GAN's
-two) never do: the primary steps again after the other's first update.
+several (docs/architecture.md, "What a step is"). An optimizer that makes HANDOVER updates
+with none of the primary's between becomes the primary: the primary's training has ended and
+this one's has begun (layer-wise training, a second phase with an optimizer of its own, the
+next fold of a k-fold run, where an earlier fold's optimizer comes back in the next epoch);
+its updates before were steps too (handover.py). Optimizers that take turns (a GAN's two)
+never do: the primary steps again after the other's first few updates.
 """
 
 from __future__ import annotations
@@ -52,8 +53,8 @@ class Optimizers:
         self.closure_checked = False  # LBFGS: the first closure's gradients were checked
         self._last = 0  # id of the optimizer noted last (most steps: the same one again)
         self.several = False  # more than one optimizer has stepped
-        # id -> updates of an optimizer first seen after the primary's last update (cleared
-        # when the primary steps again)
+        # id -> updates of another optimizer since the primary's last update (cleared when
+        # the primary steps again)
         self._fresh: dict[int, int] = {}
 
     @property
@@ -106,16 +107,14 @@ class Optimizers:
         lag = 1 if optimizer is not self.primary and steps_done > 0 else 0
         self._info[optimizer] = (label, lag)
         self.several = len(self._info) > 1
-        if optimizer is not self.primary:
-            self._fresh[id(optimizer)] = 0
         return True
 
     def takes_over(self, optimizer: Any) -> bool:
         """An update of `optimizer` begins (after note()): True when it becomes the primary
         now (the module docstring says when; end() clears the counts)."""
-        made = self._fresh.get(id(optimizer))
-        if made is None or self.named:
+        if optimizer is self.primary or self.named:
             return False
+        made = self._fresh.get(id(optimizer), 0)
         if made + 1 < HANDOVER:
             self._fresh[id(optimizer)] = made + 1
             return False
@@ -160,19 +159,19 @@ def learning_rate(optimizer: Any) -> float | None:
 
 def _label(optimizer: Any, taken: set[str], frame: FrameType) -> str:
     """The name the training code gives `optimizer` (a local of the loop that steps it, as in
-    a `main()`, or a global of `__main__`), else its class (and a number from the second)."""
+    a `main()`, or a global of `__main__`), else its class; a number from the second of a
+    name (a loop over folds' optimizers names each `opt`)."""
     caller = user_frame(frame)
     spaces = [caller.f_locals, caller.f_globals] if caller is not None else []
     main = sys.modules.get("__main__")
     if main is not None:
         spaces.append(vars(main))
-    for space in spaces:
-        for key, value in list(space.items()):
-            if value is optimizer and not key.startswith("_"):
-                return key
-    base, n = type(optimizer).__name__, 2
+    base = type(optimizer).__name__  # the class alone (Lightning's configure_optimizers)
+    found = (k for space in spaces for k, v in list(space.items()) if v is optimizer)
+    base = next((k for k in found if not k.startswith("_")), base)
+    n = 2
     if base not in taken:
-        return base  # the class alone (Lightning's configure_optimizers gives no name)
+        return base
     while f"{base}{n}" in taken:
         n += 1
     return f"{base}{n}"

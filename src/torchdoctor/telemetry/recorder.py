@@ -137,6 +137,7 @@ class Recorder(RunView):
                 self.cycle.flush(merge=False)
                 if self.state.micro:  # the last step has no next one
                     self.end_step(self.cycle.backward_end, skipped=False)
+            self.updates.handover.flush()  # other optimizers' last updates: their rows
             self.readback.poll_at_end()
             self.settle_collectives()  # the last works, their errors read (the hot path does not)
             self.shapes.end()  # a step cut short (a crash): its calls so far
@@ -166,11 +167,11 @@ class Recorder(RunView):
         if optimizer is not None:
             self.optimizers.adopt(optimizer, named=True)
 
-    def rediscover(self) -> None:
+    def rediscover(self, primary_too: bool = True) -> None:
         """A new training may begin here with new objects (a notebook cell run again, another
-        fit of a trainer): the next optimizer that steps becomes the primary, unless watch()
-        named one, and the next step looks for models again."""
-        if not self.optimizers.named:
+        fit of a trainer; a handover, primary_too=False): the next optimizer that steps becomes
+        the primary, unless watch() named one, and the next step looks for models again."""
+        if primary_too and not self.optimizers.named:
             self.optimizers.forget_primary()
             self.enter_mode(CYCLE)
         self.roots.scanned = False

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from torchdoctor.telemetry.gradient_check import Check, guard_update
+from torchdoctor.telemetry.handover import Handover, Held
 
 OPTIMIZER = "optimizer"  # the step mode (recorder.py) once the primary optimizer steps
 
@@ -17,6 +18,8 @@ class Updates:
     def __init__(self, rec: Any) -> None:
         self.rec = rec
         self.optimizers = rec.optimizers
+        self.handover = Handover(rec)  # other optimizers' updates until it is known whose
+        self.new_phase = False  # the update in progress made its optimizer the primary
 
     def begin(self, optimizer: Any, now: float) -> None:
         """optimizer.step() is called: check the gradients it is about to apply."""
@@ -30,6 +33,8 @@ class Updates:
             self._second_optimizer_seen()
         if optimizers.takes_over(optimizer):  # the primary's training ended, this one's began
             rec.event("primary_changed", {"optimizer": optimizers.label(optimizer)})
+            self.handover.take_over(optimizer)  # (the event's step: where its phase began)
+            self.new_phase = True
             primary = optimizer
         if rec.mode != OPTIMIZER and optimizer is primary:
             rec.enter_mode(OPTIMIZER)
@@ -57,13 +62,17 @@ class Updates:
             rec.silent.after_update(optimizer)
         if optimizer is not self.optimizers.primary:
             t0, check = self.optimizers.end(optimizer, now)
-            self._other_row(optimizer, now - t0, check)
+            self._other_row(optimizer, now - t0, check, now)
             return
         if rec.plan.tracing:
             rec.memory_row("optimizer")
+        self.handover.flush()  # the others' updates since its last were in its iterations
         t0, _check = self.optimizers.end(optimizer, now)
         state.update = (optimizer, now - t0)
         rec.end_step(now, skipped=state.skip)
+        if self.new_phase:  # its phase may train models not seen yet: the next step looks
+            self.new_phase = False
+            rec.rediscover(primary_too=False)
 
     def skipped(self, optimizer: Any, now: float) -> None:
         """GradScaler skipped optimizer.step() (inf/NaN gradients): still a step, skipped."""
@@ -83,21 +92,26 @@ class Updates:
         rec.judge(check, guard=bool(rec.host.config.guard))
         return check
 
-    def _other_row(self, optimizer: Any, seconds: float, check: Check | None) -> None:
+    def _other_row(self, optimizer: Any, seconds: float, check: Check | None, now: float) -> None:
         """Another optimizer's update (the backward() calls since the last update of any
-        optimizer are its losses); its step is the iteration it belongs to (optimizers.py)."""
+        optimizer are its losses); its step is the iteration it belongs to (optimizers.py).
+        Held until it is known whether it was (handover.py)."""
         rec = self.rec
         label, lag = self.optimizers.info(optimizer)
         guarded = check is not None and not check.finite and bool(rec.host.config.guard)
-        rec.rows.other_update(
+        update = Held(
+            optimizer,
             max(0, rec.step - lag),
             label,
             rec.state.claim(),
             check,
-            (seconds, rec.lr(optimizer)),
+            seconds,
+            rec.lr(optimizer),
             guarded,
-            rec.rank,
+            now,
+            dict(rec.state.phases),
         )
+        self.handover.hold(update)
 
     def _second_optimizer_seen(self) -> None:
         """The run has several optimizers from now on: the primary's updates get rows of

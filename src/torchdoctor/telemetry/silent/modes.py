@@ -2,7 +2,8 @@
 dropout that stays on when the model is in eval mode.
 
 - eval mode while training: at the first backward() of a sampled step, a model whose
-  parameters an optimizer holds is in eval mode (`model.training` is False): its dropout is
+  parameters an optimizer holds, called in that step (a k-fold run's other folds' models sit
+  in eval mode after their validation), is in eval mode (`model.training` is False): its dropout is
   off and its batch-norm layers use their running statistics instead of the batch's (and do
   not update them). Said after two sampled steps, with the modules whose behaviour the mode
   changes (and the functional dropout calls its evaluation passes turned off: a module that
@@ -77,6 +78,7 @@ class Modes:
         rec = self.host.rec
         ids = self.host.param_ids()
         models = rec.models.models()
+        called = {id(module) for module, _args, _kwargs in rec.state.tape}
         for root, label in models:
             if root.training:
                 self.in_eval.pop(label, None)
@@ -85,6 +87,8 @@ class Modes:
                 continue  # a part of another model called on its own (a parametrization)
             if not any(id(p) in ids for p in root.parameters()):
                 continue  # a teacher, a target network: no optimizer trains it
+            if called and id(root) not in called:
+                continue  # not in this step: another fold's model, evaluated and put away
             count = self.in_eval.get(label, 0) + 1
             self.in_eval[label] = count
             if count < CONFIRM:

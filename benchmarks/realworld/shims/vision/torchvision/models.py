@@ -64,3 +64,23 @@ def resnet18(weights: Any = None, num_classes: int = 1000) -> ResNet:
     if weights is not None:
         raise ValueError("the realworld stand-in for torchvision has no pretrained weights")
     return ResNet(num_classes)
+
+
+# Names other libraries import from torchvision at their own import (torchmetrics' image and
+# detection metrics): there, so that the import works; no program here calls them.
+def _absent(name: str) -> Any:
+    def absent(*args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError(f"the realworld stand-in for torchvision has no {name}")
+
+    absent.__name__ = name
+    return absent
+
+
+resnet50 = _absent("resnet50")
+vgg16 = _absent("vgg16")
+alexnet = _absent("alexnet")
+squeezenet1_1 = _absent("squeezenet1_1")
+
+
+class VGG16_Weights:
+    DEFAULT = None
