@@ -188,6 +188,29 @@ DDP_TUTORIAL = "distributed/ddp-tutorial-series/multigpu_torchrun.py"
 FSDP2 = "distributed/FSDP2/example.py"
 TP = "distributed/tensor_parallelism/tensor_parallel_example.py"
 SP = "distributed/tensor_parallelism/sequence_parallel_example.py"
+LOG_UTILS_TIME = r"\d\d/\d\d/\d{4} \d\d:\d\d:\d\d [AP]M"  # log_utils' "%m/%d/%Y %I:%M:%S %p"
+
+
+def _on_cpu(script: str) -> tuple[Patch, ...]:
+    """A tensor_parallelism example on this machine: no GPU count to meet, and no accelerator
+    (current_accelerator() is None here)."""
+    return (
+        Patch(script, _GPU_CHECK, _CPU_OK),
+        Patch(
+            script,
+            "device_type = torch.accelerator.current_accelerator().type",
+            'device_type = "cpu"',
+        ),
+    )
+
+
+def _gradients_cleared(script: str) -> tuple[Patch, ...]:
+    """The tensor_parallelism examples' own bug fixed: their loops never clear gradients."""
+    return (
+        Patch(
+            script, "    optimizer.step()\n", "    optimizer.step()\n    optimizer.zero_grad()\n"
+        ),
+    )
 
 
 PROGRAMS: tuple[Program, ...] = (
@@ -880,23 +903,10 @@ PROGRAMS: tuple[Program, ...] = (
         ranks=2,
         expected_steps=_const(10),
         data_note="none (seeded random inputs)",
-        port=(
-            Patch(TP, _GPU_CHECK, _CPU_OK),
-            # No accelerator here: current_accelerator() is None.
-            Patch(
-                TP,
-                "device_type = torch.accelerator.current_accelerator().type",
-                'device_type = "cpu"',
-            ),
-        ),
+        port=_on_cpu(TP),
         # Its bug (bugs.py REAL_BUGS tp_no_zero_grad): the loop never clears the gradients.
-        fixes=(
-            Patch(
-                TP, "    optimizer.step()\n", "    optimizer.step()\n    optimizer.zero_grad()\n"
-            ),
-        ),
-        # log_utils' logging format: "%m/%d/%Y %I:%M:%S %p" (stderr).
-        timing=(r"\d\d/\d\d/\d{4} \d\d:\d\d:\d\d [AP]M",),
+        fixes=_gradients_cleared(TP),
+        timing=(LOG_UTILS_TIME,),
         timeout=600,
     ),
     Program(
@@ -914,23 +924,10 @@ PROGRAMS: tuple[Program, ...] = (
         ranks=2,
         expected_steps=_const(10),
         data_note="none (random inputs, each rank its own)",
-        port=(
-            Patch(SP, _GPU_CHECK, _CPU_OK),
-            Patch(
-                SP,
-                "device_type = torch.accelerator.current_accelerator().type",
-                'device_type = "cpu"',
-            ),
-        ),
+        port=_on_cpu(SP),
         # Its bug (bugs.py REAL_BUGS sp_no_zero_grad), as in tensor_parallel_example.py.
-        fixes=(
-            Patch(
-                SP,
-                "    optimizer.step()\n",
-                "    optimizer.step()\n    optimizer.zero_grad()\n",
-            ),
-        ),
-        timing=(r"\d\d/\d\d/\d{4} \d\d:\d\d:\d\d [AP]M",),
+        fixes=_gradients_cleared(SP),
+        timing=(LOG_UTILS_TIME,),
         timeout=600,
     ),
 )
