@@ -204,12 +204,29 @@ def _on_cpu(script: str) -> tuple[Patch, ...]:
     )
 
 
-def _gradients_cleared(script: str) -> tuple[Patch, ...]:
-    """The tensor_parallelism examples' own bug fixed: their loops never clear gradients."""
-    return (
-        Patch(
-            script, "    optimizer.step()\n", "    optimizer.step()\n    optimizer.zero_grad()\n"
+def _tensor_parallelism(name: str, path: str, data_note: str) -> Program:
+    """A 2-rank example of pytorch/examples' distributed/tensor_parallelism, 10 steps, on CPU,
+    with its own bug fixed for the healthy run: its loop never clears the gradients."""
+    directory, script = path.rsplit("/", 1)
+    return Program(
+        name=name,
+        repo=EXAMPLES[0],
+        commit=EXAMPLES[1],
+        files=_examples(directory, script, "log_utils.py"),
+        workdir=directory,
+        script=script,
+        args=(),
+        ranks=2,
+        expected_steps=_const(10),
+        data_note=data_note,
+        port=_on_cpu(path),
+        fixes=(
+            Patch(
+                path, "    optimizer.step()\n", "    optimizer.step()\n    optimizer.zero_grad()\n"
+            ),
         ),
+        timing=(LOG_UTILS_TIME,),
+        timeout=600,
     )
 
 
@@ -890,45 +907,13 @@ PROGRAMS: tuple[Program, ...] = (
         unstable_names=(r"(?<=/checkpoints/dtensor_api/)\d+(?=/)",),
         timeout=600,
     ),
-    Program(
-        name="tensor_parallel",
-        repo=EXAMPLES[0],
-        commit=EXAMPLES[1],
-        files=_examples(
-            "distributed/tensor_parallelism", "tensor_parallel_example.py", "log_utils.py"
-        ),
-        workdir="distributed/tensor_parallelism",
-        script="tensor_parallel_example.py",
-        args=(),
-        ranks=2,
-        expected_steps=_const(10),
-        data_note="none (seeded random inputs)",
-        port=_on_cpu(TP),
-        # Its bug (bugs.py REAL_BUGS tp_no_zero_grad): the loop never clears the gradients.
-        fixes=_gradients_cleared(TP),
-        timing=(LOG_UTILS_TIME,),
-        timeout=600,
-    ),
-    Program(
-        name="sequence_parallel",
-        repo=EXAMPLES[0],
-        commit=EXAMPLES[1],
-        files=_examples(
-            "distributed/tensor_parallelism", "sequence_parallel_example.py", "log_utils.py"
-        ),
-        workdir="distributed/tensor_parallelism",
-        script="sequence_parallel_example.py",
-        args=(),
-        # Megatron-style sequence parallel: each rank its own rows of the batch (Shard(0)), an
-        # all-gather into the column-wise Linear and a reduce-scatter out of the row-wise one.
-        ranks=2,
-        expected_steps=_const(10),
-        data_note="none (random inputs, each rank its own)",
-        port=_on_cpu(SP),
-        # Its bug (bugs.py REAL_BUGS sp_no_zero_grad), as in tensor_parallel_example.py.
-        fixes=_gradients_cleared(SP),
-        timing=(LOG_UTILS_TIME,),
-        timeout=600,
+    # Their bug (bugs.py REAL_BUGS tp_no_zero_grad, sp_no_zero_grad): the loops never clear
+    # the gradients.
+    _tensor_parallelism("tensor_parallel", TP, data_note="none (seeded random inputs)"),
+    # Megatron-style sequence parallel: each rank its own rows of the batch (Shard(0)), an
+    # all-gather into the column-wise Linear and a reduce-scatter out of the row-wise one.
+    _tensor_parallelism(
+        "sequence_parallel", SP, data_note="none (random inputs, each rank its own)"
     ),
 )
 
