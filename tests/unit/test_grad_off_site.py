@@ -1,5 +1,5 @@
-"""failure.grad_off_site: the line that switched autograd off for the code that failed, read
-from the sources of a real traceback (the crash's first fix names it)."""
+"""lint.grad_switch.switch_off: the line that switched autograd off for the code that failed,
+read from the sources of a real traceback's frames (the crash's first fix names it)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from torchdoctor.failure import frames_of, grad_off_site
+from torchdoctor.failure import frames_of
+from torchdoctor.lint.grad_switch import switch_off
 
 # each source raises at the line marked `# fails`; the switch expected: its text, or None
 CASES = {
@@ -73,13 +74,15 @@ def test_the_switch_is_found_in_the_source(name: str, tmp_path: Path) -> None:
     path.write_text(source)
     with pytest.raises(RuntimeError) as caught:
         runpy.run_path(str(path))
-    site = grad_off_site(frames_of(caught.value))
+    frames = reversed(frames_of(caught.value))  # innermost first, as the crash asks
+    places = [(f.f_code.co_filename, f.f_lineno, f.f_code.co_name) for f in frames]
+    site = switch_off([p for p in places if p[0] == str(path)])
     if expected is None:
         assert site is None, site
         return
-    assert site is not None and site.code == expected, site
-    assert site.file == str(path)
+    assert site is not None and site[2] == expected, site
+    assert site[0] == str(path)
     lines = source.splitlines()
-    assert lines[site.line - 1].lstrip().startswith(expected.rstrip(":").split("(")[0])
+    assert lines[site[1] - 1].lstrip().startswith(expected.rstrip(":").split("(")[0])
     if name == "around_before_above":  # the module's block (line 6), not step()'s (line 3)
-        assert site.line == 6, site
+        assert site[1] == 6, site

@@ -18,13 +18,13 @@ from torchdoctor.errors.located import locate_explanation
 from torchdoctor.failure import (
     definition,
     frames_of,
-    grad_off_site,
     locate,
     optimizer_line,
     phase_of,
     user_frame,
 )
-from torchdoctor.frames import short_site
+from torchdoctor.frames import is_user_file, short_site
+from torchdoctor.lint.grad_switch import switch_off
 from torchdoctor.views import TrainingView
 
 _CONFIG = {
@@ -145,8 +145,7 @@ def _process_findings(facts: dict[str, Any], exc: BaseException) -> list[Finding
     if facts.get("models") and trainable == 0:
         out.append(Finding("every parameter of the model is frozen", rule_in=("frozen",)))
     elif grad is False:
-        site = grad_off_site(frames_of(exc))
-        switch = f"`{site.code}` at {short_site(site.site)}" if site is not None else None
+        switch = _grad_off_switch(exc)
         out.append(
             Finding(
                 "the step's forward ran with grad off ("
@@ -187,6 +186,18 @@ def _process_findings(facts: dict[str, Any], exc: BaseException) -> list[Finding
             )
         )
     return out
+
+
+def _grad_off_switch(exc: BaseException) -> str | None:
+    """The user's `with torch.no_grad():` (or decorator) that switched autograd off for the
+    code that failed, and where (lint/grad_switch.py reads the traceback's sources)."""
+    places = [
+        (f.f_code.co_filename, f.f_lineno, f.f_code.co_name)
+        for f in reversed(frames_of(exc))
+        if is_user_file(f.f_code.co_filename)
+    ]
+    found = switch_off(places)
+    return f"`{found[2]}` at {short_site(f'{found[0]}:{found[1]}')}" if found else None
 
 
 # autograd nodes whose outputs lie in [0, 1] (NaN aside)

@@ -49,7 +49,10 @@ class Handover:
         self.held.append(update)
 
     def flush(self) -> None:
-        """The held updates are another optimizer's, in the primary's iterations: their rows."""
+        """The held updates are another optimizer's, in the primary's iterations: their rows.
+        (Every update of the primary asks: most hold nothing.)"""
+        if not self.held:
+            return
         rec, held, self.held = self.rec, self.held, []
         for u in held:
             rec.rows.other_update(
@@ -63,7 +66,8 @@ class Handover:
         mine = [u for u in self.held if u.optimizer is optimizer]
         self.held = [u for u in self.held if u.optimizer is not optimizer]
         self.flush()
-        start, before = state.start, {name: 0.0 for name in state.phases}
+        start = state.start
+        before: dict[str, float] = {}  # the phases up to the update before (none yet: zero)
         for u in mine:
             done = StepState(start)
             for name, seconds in u.phases.items():
